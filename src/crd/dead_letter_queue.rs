@@ -1,0 +1,563 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Errors, InvalidSpec};
+use crate::duration::Duration;
+
+/// Retry and dead-letter topology plus backlog monitoring for one source queue
+/// (`DeadLetterQueue`, short name `dlq`). Fields and defaults: DESIGN.md §2.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "dlqoperator.io",
+    version = "v1alpha1",
+    kind = "DeadLetterQueue",
+    plural = "deadletterqueues",
+    singular = "deadletterqueue",
+    shortname = "dlq",
+    namespaced,
+    status = "DeadLetterQueueStatus",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"DLQ depth","type":"integer","jsonPath":".status.depth.deadLetter"}"#,
+    printcolumn = r#"{"name":"Baseline","type":"number","jsonPath":".status.baseline"}"#,
+    printcolumn = r#"{"name":"Ratio","type":"number","jsonPath":".status.backlogRatio"}"#,
+    printcolumn = r#"{"name":"Alert","type":"string","jsonPath":".status.alertState"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterQueueSpec {
+    /// Where the broker is and how to log in.
+    pub broker: BrokerSpec,
+    /// The work queue whose failures are retried and dead-lettered.
+    pub source: SourceSpec,
+    /// The RetryPolicy (same namespace) that drives retries.
+    pub retry_policy_ref: LocalObjectRef,
+    /// The dead-letter exchange and queue.
+    #[serde(default)]
+    pub dead_letter: DeadLetterSpec,
+    /// Backlog monitoring of the dead-letter queue.
+    #[serde(default)]
+    pub monitoring: MonitoringSpec,
+    /// Generated Prometheus alert rules.
+    #[serde(default)]
+    pub alerting: AlertingSpec,
+    /// What happens to broker objects when the resource is deleted.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// Reference to an object in the resource's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LocalObjectRef {
+    /// Name of the referenced object.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Broker connection (`spec.broker`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerSpec {
+    /// Secret with `uri` (amqp[s]://…), `managementUri` (http[s]://…:15672), optionally
+    /// `username`/`password`, and for TLS `ca.crt`, `tls.crt`, `tls.key`.
+    pub secret_ref: LocalObjectRef,
+    /// Virtual host (default `/`).
+    #[serde(default = "default_vhost")]
+    #[schemars(length(min = 1, max = 255))]
+    pub vhost: String,
+    /// Priority of the operator's policies; must be above any other policy that matches
+    /// the same queues (RabbitMQ applies only the highest-priority policy). Default 100.
+    #[serde(default = "default_policy_priority")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub policy_priority: i32,
+}
+
+fn default_vhost() -> String {
+    "/".into()
+}
+fn default_policy_priority() -> i32 {
+    100
+}
+
+/// RabbitMQ queue type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+pub enum QueueType {
+    /// Replicated Raft-based queue (the default; at-least-once dead-lettering).
+    #[default]
+    Quorum,
+    /// Classic queue.
+    Classic,
+}
+
+impl QueueType {
+    /// The `x-queue-type` argument value.
+    pub fn argument(self) -> &'static str {
+        match self {
+            QueueType::Quorum => "quorum",
+            QueueType::Classic => "classic",
+        }
+    }
+}
+
+/// The work queue (`spec.source`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceSpec {
+    /// Name of the work queue.
+    #[schemars(length(min = 1, max = 200))]
+    pub queue: String,
+    /// Existing exchange to bind the queue to (not declared by the operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<String>,
+    /// Routing key of that binding (default: the queue name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing_key: Option<String>,
+    /// Queue type (default `Quorum`).
+    #[serde(default)]
+    pub queue_type: QueueType,
+    /// Declare the source queue if it is missing (default true).
+    #[serde(default = "default_true")]
+    pub manage: bool,
+    /// Broker-side delivery limit of a quorum source queue: deliveries (redeliveries
+    /// after consumer crashes or requeues) before RabbitMQ dead-letters a message itself.
+    /// Always set explicitly, since RabbitMQ 4.0 silently defaults it to 20. Default 20.
+    #[serde(default = "default_delivery_limit")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub delivery_limit: u32,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_delivery_limit() -> u32 {
+    20
+}
+
+/// What to do when the dead-letter queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum Overflow {
+    /// Refuse new dead letters (they stay in the source queue / publisher gets a nack).
+    #[default]
+    RejectPublish,
+    /// Drop the oldest dead letter.
+    DropHead,
+}
+
+impl Overflow {
+    /// The RabbitMQ `overflow` policy value.
+    pub fn argument(self) -> &'static str {
+        match self {
+            Overflow::RejectPublish => "reject-publish",
+            Overflow::DropHead => "drop-head",
+        }
+    }
+}
+
+/// How dead letters are split across queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum PartitionBy {
+    /// One dead-letter queue.
+    #[default]
+    None,
+    /// One dead-letter queue per error class plus the default one.
+    ErrorClass,
+}
+
+/// Dead-letter exchange and queue (`spec.deadLetter`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterSpec {
+    /// Dead-letter queue name (default `<source>.dlq`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Dead-letter exchange name (default `<source>.dlx`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<String>,
+    /// How long a dead letter is kept (queue message TTL; default `168h`).
+    #[serde(default = "default_retention")]
+    pub retention: Duration,
+    /// Maximum number of dead letters kept (default 100000).
+    #[serde(default = "default_max_length")]
+    #[schemars(range(min = 1))]
+    pub max_length: u64,
+    /// What happens when `maxLength` is reached (default `RejectPublish`).
+    #[serde(default)]
+    pub overflow: Overflow,
+    /// Split dead letters by error class (default `None`).
+    #[serde(default)]
+    pub partition_by: PartitionBy,
+}
+
+fn default_retention() -> Duration {
+    Duration::new("168h")
+}
+fn default_max_length() -> u64 {
+    100_000
+}
+
+impl Default for DeadLetterSpec {
+    fn default() -> Self {
+        DeadLetterSpec {
+            queue: None,
+            exchange: None,
+            retention: default_retention(),
+            max_length: default_max_length(),
+            overflow: Overflow::default(),
+            partition_by: PartitionBy::default(),
+        }
+    }
+}
+
+/// How the baseline depth is obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum BaselineMode {
+    /// A fixed depth (`value`).
+    #[default]
+    Static,
+    /// Learned from non-breaching samples over `window`.
+    Rolling,
+}
+
+/// Baseline of the backlog ratio (`spec.monitoring.baseline`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BaselineSpec {
+    /// `Static` or `Rolling`.
+    #[serde(default)]
+    pub mode: BaselineMode,
+    /// Static baseline depth (messages; default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub value: Option<u64>,
+    /// Rolling window (default `1h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Duration>,
+}
+
+impl Default for BaselineSpec {
+    fn default() -> Self {
+        BaselineSpec {
+            mode: BaselineMode::Static,
+            value: Some(0),
+            window: None,
+        }
+    }
+}
+
+/// Backlog monitoring (`spec.monitoring`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MonitoringSpec {
+    /// Poll interval (default `15s`).
+    #[serde(default = "default_interval")]
+    pub interval: Duration,
+    /// Baseline depth.
+    #[serde(default)]
+    pub baseline: BaselineSpec,
+    /// Absolute threshold depth (messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<u64>,
+    /// Threshold as a factor of the baseline (> 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub threshold_factor: Option<f64>,
+    /// Smallest allowed `threshold − baseline` (messages; default 1): bounds the ratio's
+    /// denominator so it is never zero.
+    #[serde(default = "default_min_headroom")]
+    #[schemars(range(min = 1))]
+    pub min_headroom: u64,
+    /// How long the ratio must stay ≥ 1 before the alert fires (default `5m`).
+    #[serde(default = "default_for", rename = "for")]
+    pub for_: Duration,
+    /// Growth rate (messages per minute) that alerts on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub growth_per_minute: Option<f64>,
+}
+
+fn default_interval() -> Duration {
+    Duration::new("15s")
+}
+fn default_min_headroom() -> u64 {
+    1
+}
+fn default_for() -> Duration {
+    Duration::new("5m")
+}
+
+impl Default for MonitoringSpec {
+    fn default() -> Self {
+        MonitoringSpec {
+            interval: default_interval(),
+            baseline: BaselineSpec::default(),
+            threshold: None,
+            threshold_factor: None,
+            min_headroom: default_min_headroom(),
+            for_: default_for(),
+            growth_per_minute: None,
+        }
+    }
+}
+
+/// Generated alert rules (`spec.alerting`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertingSpec {
+    /// The generated `PrometheusRule`.
+    #[serde(default)]
+    pub prometheus_rule: PrometheusRuleSpec,
+}
+
+/// Settings of the generated `PrometheusRule`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusRuleSpec {
+    /// Generate the rule (default true).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Labels on the PrometheusRule object (e.g. `release: kube-prometheus-stack`).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// `severity` label of the alerts (default `warning`).
+    #[serde(default = "default_severity")]
+    pub severity: String,
+    /// `runbook_url` annotation of the alerts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runbook_url: Option<String>,
+}
+
+fn default_severity() -> String {
+    "warning".into()
+}
+
+impl Default for PrometheusRuleSpec {
+    fn default() -> Self {
+        PrometheusRuleSpec {
+            enabled: true,
+            labels: BTreeMap::new(),
+            severity: default_severity(),
+            runbook_url: None,
+        }
+    }
+}
+
+/// What deleting the resource does to broker objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Broker objects stay (default).
+    #[default]
+    Retain,
+    /// Operator-owned objects are removed, but never a queue that still holds messages.
+    Delete,
+}
+
+/// Names of what exists on the broker for this resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyStatus {
+    /// Exchanges.
+    #[serde(default)]
+    pub exchanges: Vec<String>,
+    /// Queues.
+    #[serde(default)]
+    pub queues: Vec<String>,
+    /// Operator-owned policies.
+    #[serde(default)]
+    pub policies: Vec<String>,
+}
+
+/// Last observed queue depths (messages).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DepthStatus {
+    /// Source queue depth.
+    pub source: u64,
+    /// Depth per retry tier (key: tier, e.g. `5s`).
+    #[serde(default)]
+    pub retry: BTreeMap<String, u64>,
+    /// Dead-letter queue depth (all partitions).
+    pub dead_letter: u64,
+}
+
+/// Observed state of a DeadLetterQueue.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterQueueStatus {
+    /// `Ready`, `TopologyReady`, `BacklogHigh`, `AlertRulesReady`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Generation the status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Broker objects in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyStatus>,
+    /// Last observed depths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<DepthStatus>,
+    /// Baseline depth (messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<f64>,
+    /// Threshold depth (messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+    /// Backlog ratio `(D − B) / (T − B)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog_ratio: Option<f64>,
+    /// `Inactive`, `Pending` or `Firing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_state: Option<String>,
+    /// RFC 3339 time since which the ratio has been ≥ 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaching_since: Option<String>,
+    /// Dead-letter growth (messages per minute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth_per_minute: Option<f64>,
+    /// RFC 3339 time of the last depth observation written to status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_observed_time: Option<String>,
+}
+
+/// RabbitMQ's limit on queue and exchange names, in bytes (AMQP 0-9-1 short string).
+pub const MAX_NAME_BYTES: usize = 255;
+
+fn check_name(errs: &mut Errors, field: &str, name: &str) {
+    if name.is_empty() {
+        errs.push(field, "must not be empty");
+    } else if name.len() > MAX_NAME_BYTES {
+        errs.push(
+            field,
+            format!(
+                "{} bytes is longer than RabbitMQ's limit of {MAX_NAME_BYTES}",
+                name.len()
+            ),
+        );
+    } else if name.starts_with("amq.") {
+        errs.push(
+            field,
+            "names starting with \"amq.\" are reserved by RabbitMQ",
+        );
+    }
+}
+
+impl DeadLetterQueueSpec {
+    /// Checks every rule the schema states (and those it cannot), naming each bad field.
+    ///
+    /// # Errors
+    /// [`InvalidSpec`] listing every invalid field with its path under `spec.`.
+    pub fn validate(&self) -> Result<(), InvalidSpec> {
+        let mut errs = Errors::default();
+        if self.broker.secret_ref.name.is_empty() {
+            errs.push("spec.broker.secretRef.name", "must not be empty");
+        }
+        if self.broker.vhost.is_empty() {
+            errs.push("spec.broker.vhost", "must not be empty");
+        }
+        if !(0..=10_000).contains(&self.broker.policy_priority) {
+            errs.push(
+                "spec.broker.policyPriority",
+                format!("{} is out of range 0..=10000", self.broker.policy_priority),
+            );
+        }
+        check_name(&mut errs, "spec.source.queue", &self.source.queue);
+        // Derived names (`<queue>.retry.<tier>`, `<queue>.dlq.<class>`) must fit too.
+        if self.source.queue.len() > 200 {
+            errs.push(
+                "spec.source.queue",
+                "longer than 200 bytes: derived retry and dead-letter names would exceed RabbitMQ's 255-byte limit",
+            );
+        }
+        if let Some(e) = &self.source.exchange {
+            if e.is_empty() {
+                errs.push(
+                    "spec.source.exchange",
+                    "must not be empty (omit it to publish through the default exchange)",
+                );
+            }
+        }
+        if self.source.delivery_limit == 0 {
+            errs.push("spec.source.deliveryLimit", "must be at least 1");
+        }
+        if self.retry_policy_ref.name.is_empty() {
+            errs.push("spec.retryPolicyRef.name", "must not be empty");
+        }
+        if let Some(q) = &self.dead_letter.queue {
+            check_name(&mut errs, "spec.deadLetter.queue", q);
+        }
+        if let Some(x) = &self.dead_letter.exchange {
+            check_name(&mut errs, "spec.deadLetter.exchange", x);
+        }
+        if errs.duration("spec.deadLetter.retention", &self.dead_letter.retention) == Some(0) {
+            errs.push("spec.deadLetter.retention", "must be greater than 0");
+        }
+        if self.dead_letter.max_length == 0 {
+            errs.push("spec.deadLetter.maxLength", "must be at least 1");
+        }
+        let m = &self.monitoring;
+        if errs.duration("spec.monitoring.interval", &m.interval) == Some(0) {
+            errs.push("spec.monitoring.interval", "must be greater than 0");
+        }
+        errs.duration("spec.monitoring.for", &m.for_);
+        match m.baseline.mode {
+            BaselineMode::Static => {
+                if m.baseline.window.is_some() {
+                    errs.push(
+                        "spec.monitoring.baseline.window",
+                        "applies only to mode Rolling",
+                    );
+                }
+            }
+            BaselineMode::Rolling => {
+                if m.baseline.value.is_some() {
+                    errs.push(
+                        "spec.monitoring.baseline.value",
+                        "applies only to mode Static",
+                    );
+                }
+                if let Some(w) = &m.baseline.window {
+                    if errs.duration("spec.monitoring.baseline.window", w) == Some(0) {
+                        errs.push("spec.monitoring.baseline.window", "must be greater than 0");
+                    }
+                }
+            }
+        }
+        if m.threshold.is_some() && m.threshold_factor.is_some() {
+            errs.push(
+                "spec.monitoring.thresholdFactor",
+                "set at most one of threshold and thresholdFactor",
+            );
+        }
+        if let Some(f) = m.threshold_factor {
+            if !f.is_finite() || f <= 0.0 {
+                errs.push(
+                    "spec.monitoring.thresholdFactor",
+                    format!("{f} must be a number greater than 0"),
+                );
+            }
+        }
+        if let (BaselineMode::Static, Some(t)) = (m.baseline.mode, m.threshold) {
+            let b = m.baseline.value.unwrap_or(0);
+            if t <= b {
+                errs.push(
+                    "spec.monitoring.threshold",
+                    format!("{t} must be greater than the static baseline {b}"),
+                );
+            }
+        }
+        if m.min_headroom == 0 {
+            errs.push("spec.monitoring.minHeadroom", "must be at least 1");
+        }
+        if let Some(g) = m.growth_per_minute {
+            if !g.is_finite() || g < 0.0 {
+                errs.push(
+                    "spec.monitoring.growthPerMinute",
+                    format!("{g} must be a number >= 0"),
+                );
+            }
+        }
+        errs.finish()
+    }
+}

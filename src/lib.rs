@@ -1,0 +1,17 @@
+//! dlq-operator: retry and dead-letter policies for RabbitMQ queues as Kubernetes custom
+//! resources. See DESIGN.md (shared) and docs/ARCHITECTURE.md for the contract.
+//!
+//! Pure cores: [`duration`], [`backoff`], [`topology`]. Drivers: [`standalone`] (and,
+//! later, the Kubernetes controller) over the shared [`reconcile`] core.
+
+#![warn(missing_docs)]
+
+pub mod backoff;
+pub mod broker;
+pub mod client;
+pub mod crd;
+pub mod duration;
+pub mod manifest;
+pub mod reconcile;
+pub mod standalone;
+pub mod topology;

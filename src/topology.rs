@@ -1,0 +1,403 @@
+//! Desired broker topology for one DeadLetterQueue: pure planning from the spec and its
+//! resolved RetryPolicy (DESIGN.md §3). No I/O here; [`crate::broker`] applies the plan.
+//!
+//! For source queue `Q` the plan is:
+//! - `Q.dlx` (direct exchange) → `Q.dlq` bound with routing key `Q` (the explicit
+//!   dead-letter routing key), plus with `partitionBy: ErrorClass` one queue per class
+//!   (`Q.dlq.timeout` …) bound with the class slug as routing key.
+//! - `Q.retry` (direct exchange) → one queue per tier `Q.retry.<tier>` bound with routing
+//!   key `<tier>`; each has a queue-level message TTL and dead-letters back to `Q` through
+//!   the default exchange. These arguments never change for a given tier queue, so they
+//!   live in the queue's arguments: a retrying message must not be dropped on expiry
+//!   because a policy was removed (see docs/ARCHITECTURE.md).
+//! - `Q` itself, with only `x-queue-type` in its arguments; dead-letter exchange and
+//!   routing key, delivery limit and (quorum) at-least-once dead-lettering are in the
+//!   operator's policy `dlq-operator.Q`, which users may change without redeclaring.
+//! - Each dead-letter queue: retention (message TTL), max length and overflow in the
+//!   policy `dlq-operator.<dlq>`.
+//!
+//! Apply order (see [`DesiredTopology`]): exchanges, then policies (they may exist before
+//! their queues, so a queue gets its dead-letter settings at birth), then queues with
+//! dead-letter queues first, then bindings with the dead-letter route first.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::backoff::ResolvedPolicy;
+use crate::crd::{DeadLetterQueueSpec, ErrorClass, PartitionBy, QueueType, TopologyStatus};
+use crate::duration::format_ms;
+
+/// Prefix of every policy name the operator owns.
+pub const POLICY_PREFIX: &str = "dlq-operator.";
+
+/// Kind of a RabbitMQ exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExchangeKind {
+    /// Routes by exact routing key.
+    Direct,
+    /// Routes by routing-key pattern.
+    Topic,
+    /// Routes to every bound queue.
+    Fanout,
+    /// Routes by headers.
+    Headers,
+}
+
+impl ExchangeKind {
+    /// The management API's `type` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeKind::Direct => "direct",
+            ExchangeKind::Topic => "topic",
+            ExchangeKind::Fanout => "fanout",
+            ExchangeKind::Headers => "headers",
+        }
+    }
+}
+
+/// An exchange the operator declares (durable, not auto-delete, not internal).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExchangePlan {
+    /// Exchange name.
+    pub name: String,
+    /// Exchange type.
+    pub kind: ExchangeKind,
+}
+
+/// Role of a queue in the topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "role", rename_all = "camelCase")]
+pub enum QueueRole {
+    /// The work queue.
+    Source,
+    /// A retry delay queue holding messages for `delay_ms` milliseconds.
+    Retry {
+        /// Tier delay in milliseconds.
+        #[serde(rename = "delayMs")]
+        delay_ms: u64,
+    },
+    /// A dead-letter queue (`class` set for an error-class partition).
+    DeadLetter {
+        /// Error class of this partition, `None` for the default dead-letter queue.
+        class: Option<ErrorClass>,
+    },
+}
+
+/// A queue in the plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuePlan {
+    /// Queue name.
+    pub name: String,
+    /// What the queue is for.
+    #[serde(flatten)]
+    pub role: QueueRole,
+    /// Queue type (`x-queue-type`; compared with the queue's `type` on the broker).
+    pub queue_type: QueueType,
+    /// Immutable arguments other than `x-queue-type` (declare-time only).
+    pub arguments: BTreeMap<String, Value>,
+    /// `false` when the queue must already exist (`source.manage: false`).
+    pub declare: bool,
+}
+
+impl QueuePlan {
+    /// Arguments sent on declare: [`QueuePlan::arguments`] plus `x-queue-type`.
+    pub fn declare_arguments(&self) -> BTreeMap<String, Value> {
+        let mut args = self.arguments.clone();
+        args.insert("x-queue-type".into(), json!(self.queue_type.argument()));
+        args
+    }
+}
+
+/// A binding from an exchange to a queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingPlan {
+    /// Source exchange.
+    pub exchange: String,
+    /// Destination queue.
+    pub queue: String,
+    /// Routing key.
+    pub routing_key: String,
+}
+
+/// An operator-owned policy for exactly one queue.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyPlan {
+    /// Policy name (`dlq-operator.<queue>`).
+    pub name: String,
+    /// The queue it is for.
+    pub queue: String,
+    /// Exact-name regular expression (`^<escaped queue>$`).
+    pub pattern: String,
+    /// Policy priority (RabbitMQ applies only the highest-priority matching policy).
+    pub priority: i32,
+    /// Policy definition keys (RabbitMQ policy names, e.g. `dead-letter-exchange`).
+    pub definition: BTreeMap<String, Value>,
+}
+
+/// A retry tier as the consumer helper sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TierRoute {
+    /// Delay in milliseconds.
+    pub delay_ms: u64,
+    /// Canonical tier name (e.g. `5s`), also the routing key on the retry exchange.
+    pub name: String,
+    /// The tier queue (`Q.retry.<name>`).
+    pub queue: String,
+}
+
+/// Where a consumer republishes failed messages (used by [`crate::client`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Routes {
+    /// Source queue.
+    pub source_queue: String,
+    /// Retry exchange (`Q.retry`).
+    pub retry_exchange: String,
+    /// Tiers, shortest first.
+    pub tiers: Vec<TierRoute>,
+    /// Dead-letter exchange (`Q.dlx`).
+    pub dead_letter_exchange: String,
+    /// Routing key to the default dead-letter queue (the source queue name).
+    pub dead_letter_routing_key: String,
+    /// With `partitionBy: ErrorClass`: routing key per class.
+    pub partitions: BTreeMap<ErrorClass, String>,
+}
+
+impl Routes {
+    /// Routing key on the dead-letter exchange for a failure of class `class`.
+    pub fn dead_letter_key(&self, class: Option<ErrorClass>) -> &str {
+        class
+            .and_then(|c| self.partitions.get(&c))
+            .map(String::as_str)
+            .unwrap_or(&self.dead_letter_routing_key)
+    }
+
+    /// The tier route for a tier delay in milliseconds, if planned.
+    pub fn tier(&self, delay_ms: u64) -> Option<&TierRoute> {
+        self.tiers.iter().find(|t| t.delay_ms == delay_ms)
+    }
+}
+
+/// Everything one DeadLetterQueue needs on the broker, in apply order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DesiredTopology {
+    /// `namespace/name` of the owning resource (for messages and logs).
+    pub owner: String,
+    /// Virtual host.
+    pub vhost: String,
+    /// Exchanges to declare.
+    pub exchanges: Vec<ExchangePlan>,
+    /// Operator-owned policies (applied before queues).
+    pub policies: Vec<PolicyPlan>,
+    /// Queues: dead-letter queues, source, retry tiers.
+    pub queues: Vec<QueuePlan>,
+    /// Bindings: dead-letter route, retry tiers, source exchange.
+    pub bindings: Vec<BindingPlan>,
+    /// Existing exchange the source queue is bound to (never declared by the operator).
+    pub source_exchange: Option<String>,
+    /// Routes for consumers.
+    pub routes: Routes,
+}
+
+impl DesiredTopology {
+    /// Names for `status.topology`.
+    pub fn status(&self) -> TopologyStatus {
+        TopologyStatus {
+            exchanges: self.exchanges.iter().map(|e| e.name.clone()).collect(),
+            queues: self.queues.iter().map(|q| q.name.clone()).collect(),
+            policies: self.policies.iter().map(|p| p.name.clone()).collect(),
+        }
+    }
+
+    /// Names of retry tier queues of this source queue that the plan no longer wants
+    /// (`existing` are the queue names present on the broker). They are unbound and
+    /// deleted only once empty.
+    pub fn obsolete_tier_queues<'a>(
+        &self,
+        existing: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<String> {
+        let prefix = format!("{}.", self.routes.retry_exchange);
+        existing
+            .into_iter()
+            .filter(|name| {
+                name.strip_prefix(&prefix)
+                    .is_some_and(|tier| crate::duration::parse_ms(tier).is_ok())
+                    && !self.queues.iter().any(|q| q.name == *name)
+            })
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Name of the operator's policy for `queue`.
+pub fn policy_name(queue: &str) -> String {
+    format!("{POLICY_PREFIX}{queue}")
+}
+
+/// Plans the topology for a validated DeadLetterQueue spec and its resolved policy.
+///
+/// Takes `owner` (`namespace/name`, for messages), the spec (already validated with
+/// [`DeadLetterQueueSpec::validate`]) and the resolved RetryPolicy; returns the desired
+/// topology. Pure and deterministic: the same inputs give the same plan.
+pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) -> DesiredTopology {
+    let q = spec.source.queue.as_str();
+    let qtype = spec.source.queue_type;
+    let dlx = spec
+        .dead_letter
+        .exchange
+        .clone()
+        .unwrap_or_else(|| format!("{q}.dlx"));
+    let dlq = spec
+        .dead_letter
+        .queue
+        .clone()
+        .unwrap_or_else(|| format!("{q}.dlq"));
+    let retry_exchange = format!("{q}.retry");
+    let priority = spec.broker.policy_priority;
+
+    let exact = |name: &str| format!("^{}$", regex::escape(name));
+    let policy_for = |queue: &str, definition: BTreeMap<String, Value>| PolicyPlan {
+        name: policy_name(queue),
+        queue: queue.to_string(),
+        pattern: exact(queue),
+        priority,
+        definition,
+    };
+
+    // Dead-letter queues: default first, then one per class when partitioned.
+    let mut dead_letter_queues: Vec<(String, Option<ErrorClass>)> = vec![(dlq.clone(), None)];
+    let mut partitions = BTreeMap::new();
+    if spec.dead_letter.partition_by == PartitionBy::ErrorClass {
+        for class in ErrorClass::ALL {
+            dead_letter_queues.push((format!("{dlq}.{}", class.slug()), Some(class)));
+            partitions.insert(class, class.slug().to_string());
+        }
+    }
+
+    let retention_ms = spec.dead_letter.retention.as_ms().unwrap_or(0);
+    let mut policies = Vec::new();
+    let mut queues = Vec::new();
+    let mut bindings = Vec::new();
+    for (name, class) in &dead_letter_queues {
+        let mut def = BTreeMap::new();
+        def.insert("message-ttl".to_string(), json!(retention_ms));
+        def.insert("max-length".to_string(), json!(spec.dead_letter.max_length));
+        def.insert(
+            "overflow".to_string(),
+            json!(spec.dead_letter.overflow.argument()),
+        );
+        policies.push(policy_for(name, def));
+        queues.push(QueuePlan {
+            name: name.clone(),
+            role: QueueRole::DeadLetter { class: *class },
+            queue_type: qtype,
+            arguments: BTreeMap::new(),
+            declare: true,
+        });
+        bindings.push(BindingPlan {
+            exchange: dlx.clone(),
+            queue: name.clone(),
+            routing_key: class.map_or_else(|| q.to_string(), |c| c.slug().to_string()),
+        });
+    }
+
+    // Source queue policy: dead-letter route and broker-side limits.
+    let mut source_def = BTreeMap::new();
+    source_def.insert("dead-letter-exchange".to_string(), json!(dlx));
+    source_def.insert("dead-letter-routing-key".to_string(), json!(q));
+    if qtype == QueueType::Quorum {
+        source_def.insert(
+            "delivery-limit".to_string(),
+            json!(spec.source.delivery_limit),
+        );
+        source_def.insert("dead-letter-strategy".to_string(), json!("at-least-once"));
+        source_def.insert("overflow".to_string(), json!("reject-publish"));
+    }
+    policies.push(policy_for(q, source_def));
+    queues.push(QueuePlan {
+        name: q.to_string(),
+        role: QueueRole::Source,
+        queue_type: qtype,
+        arguments: BTreeMap::new(),
+        declare: spec.source.manage,
+    });
+
+    // Retry tiers.
+    let mut tiers = Vec::new();
+    for &delay_ms in &policy.tiers_ms {
+        let tier = format_ms(delay_ms);
+        let name = format!("{retry_exchange}.{tier}");
+        let mut args = BTreeMap::new();
+        args.insert("x-message-ttl".to_string(), json!(delay_ms));
+        args.insert("x-dead-letter-exchange".to_string(), json!(""));
+        args.insert("x-dead-letter-routing-key".to_string(), json!(q));
+        if qtype == QueueType::Quorum {
+            args.insert("x-dead-letter-strategy".to_string(), json!("at-least-once"));
+            args.insert("x-overflow".to_string(), json!("reject-publish"));
+        }
+        queues.push(QueuePlan {
+            name: name.clone(),
+            role: QueueRole::Retry { delay_ms },
+            queue_type: qtype,
+            arguments: args,
+            declare: true,
+        });
+        bindings.push(BindingPlan {
+            exchange: retry_exchange.clone(),
+            queue: name.clone(),
+            routing_key: tier.clone(),
+        });
+        tiers.push(TierRoute {
+            delay_ms,
+            name: tier,
+            queue: name,
+        });
+    }
+
+    if let Some(x) = &spec.source.exchange {
+        bindings.push(BindingPlan {
+            exchange: x.clone(),
+            queue: q.to_string(),
+            routing_key: spec
+                .source
+                .routing_key
+                .clone()
+                .unwrap_or_else(|| q.to_string()),
+        });
+    }
+
+    DesiredTopology {
+        owner: owner.to_string(),
+        vhost: spec.broker.vhost.clone(),
+        exchanges: vec![
+            ExchangePlan {
+                name: dlx.clone(),
+                kind: ExchangeKind::Direct,
+            },
+            ExchangePlan {
+                name: retry_exchange.clone(),
+                kind: ExchangeKind::Direct,
+            },
+        ],
+        policies,
+        queues,
+        bindings,
+        source_exchange: spec.source.exchange.clone(),
+        routes: Routes {
+            source_queue: q.to_string(),
+            retry_exchange,
+            tiers,
+            dead_letter_exchange: dlx,
+            dead_letter_routing_key: q.to_string(),
+            partitions,
+        },
+    }
+}
