@@ -1,5 +1,334 @@
-fn main() {
-    for crd in dlq_operator::crd::all_crds() {
-        print!("{}", dlq_operator::crd::crd_yaml(&crd).unwrap());
+//! `dlq-operator` command line: a thin driver over the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use rand::{rngs::StdRng, SeedableRng};
+
+use dlq_operator::backoff::{simulate, Backoff, SimulationResult};
+use dlq_operator::crd::{self, BackoffSpec, BackoffStrategy};
+use dlq_operator::duration::{format_ms, parse_ms, Duration};
+use dlq_operator::standalone;
+
+#[derive(Parser)]
+#[command(name = "dlq-operator", version, about = "Retry and dead-letter policies for RabbitMQ queues")]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Reconcile the manifests once against the broker and report what was created,
+    /// found in place or could not be done. Exit 0 only when everything is in place.
+    Apply {
+        /// Manifest file or directory (repeatable).
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Keep reconciling: re-read the manifests when they change and poll queue depths.
+    Run {
+        /// Run from manifest files without a Kubernetes cluster.
+        #[arg(long)]
+        standalone: bool,
+        /// Manifest file or directory (repeatable; with --standalone).
+        #[arg(short = 'f', long = "filename")]
+        files: Vec<PathBuf>,
+        /// Poll interval (e.g. 5s); default: the smallest spec.monitoring.interval.
+        #[arg(long)]
+        interval: Option<String>,
+    },
+    /// Print the planned topology without touching a broker.
+    Render {
+        /// Manifest file or directory (repeatable).
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Write the CustomResourceDefinitions as YAML.
+    Crdgen {
+        /// Directory to write `<plural>.<group>.yaml` files to; without it, print to stdout.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+    /// Models and simulations.
+    Simulate {
+        #[command(subcommand)]
+        what: SimulateCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SimulateCommand {
+    /// Thundering-herd model: N clients fail at t=0; per retry attempt, the peak number
+    /// of clients retrying within one bucket, for each strategy side by side.
+    Backoff {
+        /// Strategy to simulate (repeatable); default: all six.
+        #[arg(long)]
+        strategy: Vec<String>,
+        /// Number of clients that fail together at t=0.
+        #[arg(long, default_value_t = 1000)]
+        clients: u32,
+        /// Retry attempts per client.
+        #[arg(long, default_value_t = 6)]
+        attempts: u32,
+        /// Bucket width (a duration, e.g. 5s).
+        #[arg(long, default_value = "5s")]
+        bucket: String,
+        /// backoff.initialDelay.
+        #[arg(long, default_value = "1s")]
+        initial_delay: String,
+        /// backoff.multiplier.
+        #[arg(long, default_value_t = 2.0)]
+        multiplier: f64,
+        /// backoff.maxDelay.
+        #[arg(long, default_value = "60s")]
+        max_delay: String,
+        /// backoff.jitter for ExponentialJitter (a duration).
+        #[arg(long, conflicts_with = "jitter_ratio")]
+        jitter: Option<String>,
+        /// backoff.jitterRatio for ExponentialJitter (0..=1). Default 0.5 when neither
+        /// --jitter nor --jitter-ratio is given.
+        #[arg(long)]
+        jitter_ratio: Option<f64>,
+        /// RNG seed (same seed, same result).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(cli.command)) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn execute(command: Command) -> Result<ExitCode, String> {
+    match command {
+        Command::Apply { files } => {
+            let (_, planned) = standalone::load_and_plan(&files).map_err(|e| e.to_string())?;
+            let mut out = std::io::stdout();
+            let summary = standalone::apply_all(&planned, &mut out)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(if summary.not_ready == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Run {
+            standalone: true,
+            files,
+            interval,
+        } => {
+            if files.is_empty() {
+                return Err("run --standalone needs -f PATH (manifest file or directory)".into());
+            }
+            let interval = interval
+                .map(|s| {
+                    parse_ms(&s)
+                        .map_err(|e| format!("--interval: {e}"))
+                        .and_then(|ms| {
+                            if ms == 0 {
+                                Err("--interval: must be greater than 0".to_string())
+                            } else {
+                                Ok(std::time::Duration::from_millis(ms))
+                            }
+                        })
+                })
+                .transpose()?;
+            // Fail fast on invalid manifests at start-up; later edits are re-checked.
+            standalone::load_and_plan(&files).map_err(|e| e.to_string())?;
+            standalone::run(
+                standalone::RunOptions {
+                    paths: files,
+                    interval,
+                },
+                shutdown_signal(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run {
+            standalone: false, ..
+        } => Err(
+            "the Kubernetes controller mode is not available in this version; use `run --standalone -f PATH`"
+                .into(),
+        ),
+        Command::Render { files } => {
+            let (_, planned) = standalone::load_and_plan(&files).map_err(|e| e.to_string())?;
+            print!("{}", standalone::render(&planned).map_err(|e| e.to_string())?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Crdgen { out_dir } => {
+            for c in crd::all_crds() {
+                let yaml = crd::crd_yaml(&c).map_err(|e| e.to_string())?;
+                match &out_dir {
+                    Some(dir) => {
+                        std::fs::create_dir_all(dir)
+                            .map_err(|e| format!("{}: {e}", dir.display()))?;
+                        let path = dir.join(crd::crd_file_name(&c));
+                        std::fs::write(&path, yaml)
+                            .map_err(|e| format!("{}: {e}", path.display()))?;
+                        println!("wrote {}", path.display());
+                    }
+                    None => print!("---\n{yaml}"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Simulate {
+            what:
+                SimulateCommand::Backoff {
+                    strategy,
+                    clients,
+                    attempts,
+                    bucket,
+                    initial_delay,
+                    multiplier,
+                    max_delay,
+                    jitter,
+                    jitter_ratio,
+                    seed,
+                    output,
+                },
+        } => {
+            let strategies: Vec<BackoffStrategy> = if strategy.is_empty() {
+                BackoffStrategy::ALL.to_vec()
+            } else {
+                strategy
+                    .iter()
+                    .map(|s| s.parse())
+                    .collect::<Result<_, String>>()
+                    .map_err(|e| format!("--strategy: {e}"))?
+            };
+            let bucket_ms = parse_ms(&bucket).map_err(|e| format!("--bucket: {e}"))?;
+            if bucket_ms == 0 {
+                return Err("--bucket: must be greater than 0".into());
+            }
+            if clients == 0 || attempts == 0 {
+                return Err("--clients and --attempts must be at least 1".into());
+            }
+            let mut results: Vec<SimulationResult> = Vec::new();
+            for s in strategies {
+                let jitter_spec = s == BackoffStrategy::ExponentialJitter;
+                let spec = BackoffSpec {
+                    strategy: s,
+                    initial_delay: Duration::new(&initial_delay),
+                    multiplier,
+                    max_delay: Duration::new(&max_delay),
+                    jitter: jitter.clone().filter(|_| jitter_spec).map(Duration::new),
+                    jitter_ratio: if jitter_spec && jitter.is_none() {
+                        Some(jitter_ratio.unwrap_or(0.5))
+                    } else {
+                        None
+                    },
+                };
+                let backoff = Backoff::from_spec(&spec)
+                    .map_err(|e| e.to_string().replace("spec.backoff.", "--"))?;
+                let mut rng = StdRng::seed_from_u64(seed);
+                results.push(simulate(&backoff, clients, attempts, bucket_ms, &mut rng));
+            }
+            if output == Output::Json {
+                let json = serde_json::json!({
+                    "clients": clients,
+                    "attempts": attempts,
+                    "bucketMs": bucket_ms,
+                    "seed": seed,
+                    "strategies": results,
+                });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
+                );
+            } else {
+                println!(
+                    "peak clients retrying in one {} bucket ({clients} clients failed at t=0, seed {seed})",
+                    format_ms(bucket_ms)
+                );
+                print!("{:>8}", "attempt");
+                for r in &results {
+                    print!(" {:>18}", r.strategy.name());
+                }
+                println!();
+                for n in 0..attempts as usize {
+                    print!("{:>8}", n + 1);
+                    for r in &results {
+                        print!(" {:>18}", r.peaks.get(n).copied().unwrap_or(0));
+                    }
+                    println!();
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
     }
 }

@@ -1,1 +1,365 @@
-//! (stub)
+//! Reading resources from manifest files (the standalone driver's input).
+//!
+//! A path is a file or a directory (its `*.yaml` / `*.yml` files, sorted by name, not
+//! recursive). Each file holds one or more YAML documents (`---`); each document is a
+//! `RetryPolicy`, a `DeadLetterQueue` or a `Secret` (other kinds are an error, empty
+//! documents are skipped). Every error names the file, the document, the resource and
+//! the field — unknown fields included, as `kubectl apply --validate=strict` would.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Secret;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::crd::{DeadLetterQueue, InvalidSpec, RetryPolicy, API_GROUP, API_VERSION};
+
+/// Where an object was read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRef {
+    /// File path as given (or found in the directory).
+    pub file: PathBuf,
+    /// 1-based index of the YAML document in the file.
+    pub document: usize,
+}
+
+impl fmt::Display for SourceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (document {})", self.file.display(), self.document)
+    }
+}
+
+/// An object and where it came from.
+#[derive(Debug, Clone)]
+pub struct Loaded<T> {
+    /// Its origin.
+    pub source: SourceRef,
+    /// The object.
+    pub object: T,
+}
+
+/// Everything read from a manifest path.
+#[derive(Debug, Clone, Default)]
+pub struct Manifests {
+    /// RetryPolicies, in file order.
+    pub retry_policies: Vec<Loaded<RetryPolicy>>,
+    /// DeadLetterQueues, in file order.
+    pub dead_letter_queues: Vec<Loaded<DeadLetterQueue>>,
+    /// Secrets, in file order.
+    pub secrets: Vec<Loaded<Secret>>,
+}
+
+/// A manifest that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The path cannot be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A directory without any `*.yaml`/`*.yml` file.
+    #[error("{0}: no *.yaml or *.yml files in this directory")]
+    Empty(PathBuf),
+    /// YAML syntax error.
+    #[error("{file}: invalid YAML: {message}")]
+    Yaml {
+        /// The file.
+        file: PathBuf,
+        /// Parser message with line and column.
+        message: String,
+    },
+    /// A document that is not an object we know.
+    #[error("{at}: {message}")]
+    Document {
+        /// Where.
+        at: SourceRef,
+        /// What is wrong.
+        message: String,
+    },
+    /// A field of a resource is wrong (bad type, unknown field, invalid value).
+    #[error("{at}: {kind} {name}: {field}: {message}")]
+    Field {
+        /// Where.
+        at: SourceRef,
+        /// Resource kind.
+        kind: String,
+        /// `namespace/name`.
+        name: String,
+        /// Field path, e.g. `spec.backoff.maxDelay`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Two documents define the same resource.
+    #[error("{at}: {kind} {name} is already defined in {first}")]
+    Duplicate {
+        /// The second definition.
+        at: SourceRef,
+        /// Resource kind.
+        kind: String,
+        /// `namespace/name`.
+        name: String,
+        /// The first definition.
+        first: SourceRef,
+    },
+}
+
+impl ManifestError {
+    /// Builds [`ManifestError::Field`] errors for every field of an [`InvalidSpec`]; the
+    /// first is returned (the rest are joined into its message).
+    pub fn from_invalid(source: &SourceRef, kind: &str, name: &str, invalid: &InvalidSpec) -> Self {
+        let first = invalid.0.first();
+        let mut message = first.map(|e| e.message.clone()).unwrap_or_default();
+        for more in invalid.0.iter().skip(1) {
+            message.push_str(&format!("; also {}: {}", more.field, more.message));
+        }
+        ManifestError::Field {
+            at: source.clone(),
+            kind: kind.to_string(),
+            name: name.to_string(),
+            field: first.map(|e| e.field.clone()).unwrap_or_else(|| "spec".into()),
+            message,
+        }
+    }
+}
+
+/// `namespace/name` of an object's metadata (`default` namespace when unset).
+pub fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref().unwrap_or("")
+    )
+}
+
+/// Lists the manifest files of a path: the file itself, or a directory's `*.yaml` and
+/// `*.yml` files sorted by name.
+///
+/// # Errors
+/// [`ManifestError::Io`] when the path cannot be read, [`ManifestError::Empty`] for a
+/// directory without manifest files.
+pub fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, ManifestError> {
+    let io = |source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(io)? {
+        let p = entry.map_err(io)?.path();
+        let is_yaml = p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e == "yaml" || e == "yml");
+        if is_yaml && p.is_file() {
+            files.push(p);
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(ManifestError::Empty(path.to_path_buf()));
+    }
+    Ok(files)
+}
+
+/// Reads every resource under `paths` (files or directories).
+///
+/// Resources are checked for YAML syntax, kind, types and unknown fields, but not yet
+/// validated semantically (see [`crate::reconcile`]).
+///
+/// # Errors
+/// The first [`ManifestError`] found, naming file, document, resource and field.
+pub fn load_paths(paths: &[PathBuf]) -> Result<Manifests, ManifestError> {
+    let mut out = Manifests::default();
+    for path in paths {
+        for file in manifest_files(path)? {
+            let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Io {
+                path: file.clone(),
+                source,
+            })?;
+            load_str(&file, &text, &mut out)?;
+        }
+    }
+    check_duplicates(&out)?;
+    Ok(out)
+}
+
+/// Reads the documents of one file's text into `out`.
+///
+/// # Errors
+/// As [`load_paths`].
+pub fn load_str(file: &Path, text: &str, out: &mut Manifests) -> Result<(), ManifestError> {
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let source = SourceRef {
+            file: file.to_path_buf(),
+            document: i + 1,
+        };
+        let value = serde_yaml_ng::Value::deserialize(doc).map_err(|e| ManifestError::Yaml {
+            file: file.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        if value.is_null() {
+            continue;
+        }
+        let doc_err = |message: String| ManifestError::Document {
+            at: source.clone(),
+            message,
+        };
+        let mapping = value
+            .as_mapping()
+            .ok_or_else(|| doc_err("expected a Kubernetes object (a YAML mapping)".into()))?;
+        let field = |k: &str| {
+            mapping
+                .get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        let (api_version, kind) = (field("apiVersion"), field("kind"));
+        let ours = format!("{API_GROUP}/{API_VERSION}");
+        match (api_version.as_str(), kind.as_str()) {
+            (v, "RetryPolicy") if v == ours => {
+                let object = typed::<RetryPolicy>(&source, &kind, value)?;
+                out.retry_policies.push(Loaded { source, object });
+            }
+            (v, "DeadLetterQueue") if v == ours => {
+                let object = typed::<DeadLetterQueue>(&source, &kind, value)?;
+                out.dead_letter_queues.push(Loaded { source, object });
+            }
+            ("v1", "Secret") => {
+                let object = typed::<Secret>(&source, &kind, value)?;
+                out.secrets.push(Loaded { source, object });
+            }
+            ("", _) => return Err(doc_err("missing apiVersion".into())),
+            (_, "") => return Err(doc_err("missing kind".into())),
+            (v, k) => {
+                return Err(doc_err(format!(
+                    "unsupported object {v}/{k}; expected {ours} RetryPolicy or DeadLetterQueue, or v1 Secret"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Name of a document for messages, read leniently before typing.
+fn raw_name(value: &serde_yaml_ng::Value) -> String {
+    let meta = value.get("metadata");
+    let get = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    format!(
+        "{}/{}",
+        get("namespace").unwrap_or_else(|| "default".into()),
+        get("name").unwrap_or_else(|| "<unnamed>".into())
+    )
+}
+
+/// Deserialises a document into `T`, reporting the failing field's path and any unknown
+/// field.
+fn typed<T: DeserializeOwned>(
+    source: &SourceRef,
+    kind: &str,
+    value: serde_yaml_ng::Value,
+) -> Result<T, ManifestError> {
+    let name = raw_name(&value);
+    let field_err = |field: String, message: String| ManifestError::Field {
+        at: source.clone(),
+        kind: kind.to_string(),
+        name: name.clone(),
+        field,
+        message,
+    };
+    let mut unknown: Vec<String> = Vec::new();
+    let result: Result<T, _> = {
+        let mut record = |path: serde_ignored::Path| {
+            let p = path.to_string();
+            if p != "apiVersion" && p != "kind" {
+                unknown.push(p);
+            }
+        };
+        let de = serde_ignored::Deserializer::new(value, &mut record);
+        serde_path_to_error::deserialize(de)
+    };
+    let object = result.map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { kind.to_string() } else { path };
+        field_err(field, e.into_inner().to_string())
+    })?;
+    if let Some(first) = unknown.first() {
+        return Err(field_err(
+            first.clone(),
+            "unknown field (not in the resource's schema)".into(),
+        ));
+    }
+    if name.ends_with("/<unnamed>") {
+        return Err(field_err("metadata.name".into(), "is required".into()));
+    }
+    Ok(object)
+}
+
+fn check_duplicates(m: &Manifests) -> Result<(), ManifestError> {
+    fn check<T>(
+        items: &[Loaded<T>],
+        kind: &str,
+        meta: impl Fn(&T) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Result<(), ManifestError> {
+        let mut seen: BTreeMap<String, &SourceRef> = BTreeMap::new();
+        for item in items {
+            let key = object_key(meta(&item.object));
+            if let Some(first) = seen.get(&key) {
+                return Err(ManifestError::Duplicate {
+                    at: item.source.clone(),
+                    kind: kind.into(),
+                    name: key,
+                    first: (*first).clone(),
+                });
+            }
+            seen.insert(key, &item.source);
+        }
+        Ok(())
+    }
+    check(&m.retry_policies, "RetryPolicy", |o| &o.metadata)?;
+    check(&m.dead_letter_queues, "DeadLetterQueue", |o| &o.metadata)?;
+    check(&m.secrets, "Secret", |o| &o.metadata)
+}
+
+impl Manifests {
+    /// The RetryPolicy `name` in `namespace`.
+    pub fn retry_policy(&self, namespace: &str, name: &str) -> Option<&Loaded<RetryPolicy>> {
+        self.retry_policies
+            .iter()
+            .find(|p| object_key(&p.object.metadata) == format!("{namespace}/{name}"))
+    }
+
+    /// The Secret `name` in `namespace`.
+    pub fn secret(&self, namespace: &str, name: &str) -> Option<&Loaded<Secret>> {
+        self.secrets
+            .iter()
+            .find(|s| object_key(&s.object.metadata) == format!("{namespace}/{name}"))
+    }
+}
+
+/// The data of a Secret, with `stringData` merged over `data` (as the API server does).
+pub fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    let mut out: BTreeMap<String, Vec<u8>> = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    for (k, v) in secret.string_data.iter().flatten() {
+        out.insert(k.clone(), v.as_bytes().to_vec());
+    }
+    out
+}

@@ -1,1 +1,146 @@
-//! (stub)
+//! The reconcile core shared by every driver (standalone runner now, Kubernetes controller
+//! later), in the stages of DESIGN.md §4b: read (done by the driver) → validate → plan
+//! (pure: [`prepare`]) → apply to the broker ([`apply`]) → status (the driver writes
+//! [`Outcome`]'s conditions its own way).
+
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::backoff::ResolvedPolicy;
+use crate::broker::{ApplyReport, Broker, BrokerConnection, BrokerError};
+use crate::crd::{DeadLetterQueue, InvalidSpec, RetryPolicy};
+use crate::manifest::{object_key, secret_data};
+use crate::topology::{self, DesiredTopology};
+
+/// Why a DeadLetterQueue could not be reconciled. Each variant has a condition reason
+/// ([`ReconcileError::reason`], CamelCase per Kubernetes API conventions) and a metric
+/// label ([`ReconcileError::metric_label`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The DeadLetterQueue or its RetryPolicy fails validation.
+    #[error("{kind} {name}: invalid spec: {source}")]
+    InvalidSpec {
+        /// Kind of the invalid resource.
+        kind: &'static str,
+        /// `namespace/name`.
+        name: String,
+        /// The invalid fields.
+        source: InvalidSpec,
+    },
+    /// `spec.retryPolicyRef` names a RetryPolicy that does not exist.
+    #[error("spec.retryPolicyRef.name: RetryPolicy {0} not found")]
+    RetryPolicyNotFound(String),
+    /// `spec.broker.secretRef` names a Secret that does not exist.
+    #[error("spec.broker.secretRef.name: Secret {0} not found")]
+    SecretNotFound(String),
+    /// The broker refused or could not be reached.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+impl ReconcileError {
+    /// Condition reason for this error (e.g. `InvalidSpec`, `BrokerUnreachable`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::InvalidSpec { .. } => "InvalidSpec",
+            ReconcileError::RetryPolicyNotFound(_) => "RetryPolicyNotFound",
+            ReconcileError::SecretNotFound(_) => "SecretNotFound",
+            ReconcileError::Broker(e) => match e {
+                BrokerError::Unreachable { .. } => "BrokerUnreachable",
+                BrokerError::AuthFailed { .. } => "BrokerAuthFailed",
+                BrokerError::ArgumentConflict { .. } => "ArgumentConflict",
+                BrokerError::InvalidSecret { .. } => "InvalidSecret",
+                BrokerError::Tls { .. } => "BrokerTlsError",
+                BrokerError::NotFound { .. } => "BrokerNotFound",
+                _ => "BrokerError",
+            },
+        }
+    }
+
+    /// Metric label (`result` of `dlq_operator_reconcile_total`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ReconcileError::InvalidSpec { .. } => "invalid_spec",
+            ReconcileError::RetryPolicyNotFound(_) => "retry_policy_not_found",
+            ReconcileError::SecretNotFound(_) => "secret_not_found",
+            ReconcileError::Broker(e) => e.metric_label(),
+        }
+    }
+}
+
+/// A validated and planned DeadLetterQueue, ready to apply.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// `namespace/name` of the DeadLetterQueue.
+    pub key: String,
+    /// The resolved RetryPolicy.
+    pub policy: ResolvedPolicy,
+    /// The desired broker topology.
+    pub topology: DesiredTopology,
+    /// Broker connection settings from the Secret.
+    pub connection: BrokerConnection,
+    /// `spec.monitoring.interval` in milliseconds.
+    pub monitoring_interval_ms: Option<u64>,
+}
+
+/// Validates a DeadLetterQueue and what it references, then plans its topology. Pure:
+/// no network. `policy` and `secret` are what the driver found for `spec.retryPolicyRef`
+/// and `spec.broker.secretRef` in the resource's namespace (`None` when missing).
+///
+/// The DeadLetterQueue's own spec is validated first, so an invalid object never reaches
+/// a broker whatever its references are.
+///
+/// # Errors
+/// [`ReconcileError::InvalidSpec`] (naming the fields), `RetryPolicyNotFound`,
+/// `SecretNotFound`, or `Broker(InvalidSecret)` for an unusable Secret.
+pub fn prepare(
+    dlq: &DeadLetterQueue,
+    policy: Option<&RetryPolicy>,
+    secret: Option<&Secret>,
+) -> Result<Prepared, ReconcileError> {
+    let key = object_key(&dlq.metadata);
+    let namespace = dlq.metadata.namespace.as_deref().unwrap_or("default");
+    dlq.spec
+        .validate()
+        .map_err(|source| ReconcileError::InvalidSpec {
+            kind: "DeadLetterQueue",
+            name: key.clone(),
+            source,
+        })?;
+    let policy = policy.ok_or_else(|| {
+        ReconcileError::RetryPolicyNotFound(format!(
+            "{namespace}/{}",
+            dlq.spec.retry_policy_ref.name
+        ))
+    })?;
+    let resolved =
+        ResolvedPolicy::from_spec(&policy.spec).map_err(|source| ReconcileError::InvalidSpec {
+            kind: "RetryPolicy",
+            name: object_key(&policy.metadata),
+            source,
+        })?;
+    let secret = secret.ok_or_else(|| {
+        ReconcileError::SecretNotFound(format!("{namespace}/{}", dlq.spec.broker.secret_ref.name))
+    })?;
+    let connection = BrokerConnection::from_secret_data(
+        &dlq.spec.broker.secret_ref.name,
+        &secret_data(secret),
+    )?;
+    let topology = topology::plan(&key, &dlq.spec, &resolved);
+    Ok(Prepared {
+        key,
+        policy: resolved,
+        topology,
+        connection,
+        monitoring_interval_ms: dlq.spec.monitoring.interval.as_ms().ok(),
+    })
+}
+
+/// Applies a prepared plan to the broker (stage 4). Idempotent: a second call with the
+/// same plan makes no write calls.
+///
+/// # Errors
+/// [`ReconcileError::Broker`] when the broker cannot be reached or refuses a read or
+/// write; per-object conflicts are reported in the [`ApplyReport`], not as errors.
+pub async fn apply<B: Broker>(broker: &B, prepared: &Prepared) -> Result<ApplyReport, ReconcileError> {
+    Ok(broker.apply(&prepared.topology).await?)
+}

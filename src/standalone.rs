@@ -1,1 +1,365 @@
-//! (stub)
+//! The file-driven runner: `apply`, `run --standalone` and `render` read manifests from
+//! files and drive a real RabbitMQ through the same [`crate::reconcile`] core as the
+//! controller. Nothing here plans or talks to the broker by itself.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration as StdDuration;
+
+use serde::Serialize;
+
+use crate::broker::rabbitmq::RabbitMq;
+use crate::broker::{ApplyReport, Broker, Outcome, QueueDepth};
+use crate::crd::{DepthStatus, FieldError, InvalidSpec};
+use crate::manifest::{self, object_key, Loaded, ManifestError, Manifests, SourceRef};
+use crate::reconcile::{self, Prepared, ReconcileError};
+use crate::topology::QueueRole;
+
+/// A DeadLetterQueue from the files, validated and planned.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// Where the DeadLetterQueue was read from.
+    pub source: SourceRef,
+    /// The plan.
+    pub prepared: Prepared,
+}
+
+/// Loads manifests and validates and plans every DeadLetterQueue, without any network.
+///
+/// Every RetryPolicy in the files is validated, referenced or not.
+///
+/// # Errors
+/// The first problem as a [`ManifestError`] naming file, document, resource and field:
+/// syntax, unknown or mistyped fields, invalid values, a missing RetryPolicy or Secret,
+/// an unusable Secret.
+pub fn load_and_plan(paths: &[PathBuf]) -> Result<(Manifests, Vec<Planned>), ManifestError> {
+    let m = manifest::load_paths(paths)?;
+    for p in &m.retry_policies {
+        p.object.spec.validate().map_err(|e| {
+            ManifestError::from_invalid(&p.source, "RetryPolicy", &object_key(&p.object.metadata), &e)
+        })?;
+    }
+    let mut planned = Vec::new();
+    for d in &m.dead_letter_queues {
+        planned.push(plan_one(&m, d)?);
+    }
+    Ok((m, planned))
+}
+
+fn plan_one(
+    m: &Manifests,
+    d: &Loaded<crate::crd::DeadLetterQueue>,
+) -> Result<Planned, ManifestError> {
+    let dlq = &d.object;
+    let key = object_key(&dlq.metadata);
+    let ns = dlq.metadata.namespace.as_deref().unwrap_or("default");
+    let policy = m.retry_policy(ns, &dlq.spec.retry_policy_ref.name);
+    let secret = m.secret(ns, &dlq.spec.broker.secret_ref.name);
+    let field = |field: &str, message: String| ManifestError::Field {
+        at: d.source.clone(),
+        kind: "DeadLetterQueue".into(),
+        name: key.clone(),
+        field: field.into(),
+        message,
+    };
+    match reconcile::prepare(dlq, policy.map(|p| &p.object), secret.map(|s| &s.object)) {
+        Ok(prepared) => Ok(Planned {
+            source: d.source.clone(),
+            prepared,
+        }),
+        Err(ReconcileError::InvalidSpec { kind, name, source }) => {
+            let origin = if kind == "RetryPolicy" {
+                policy.map(|p| p.source.clone())
+            } else {
+                None
+            };
+            Err(ManifestError::from_invalid(
+                origin.as_ref().unwrap_or(&d.source),
+                kind,
+                &name,
+                &source,
+            ))
+        }
+        Err(ReconcileError::RetryPolicyNotFound(name)) => Err(field(
+            "spec.retryPolicyRef.name",
+            format!("RetryPolicy {name} not found in the manifests"),
+        )),
+        Err(ReconcileError::SecretNotFound(name)) => Err(field(
+            "spec.broker.secretRef.name",
+            format!("Secret {name} not found in the manifests"),
+        )),
+        Err(ReconcileError::Broker(crate::broker::BrokerError::InvalidSecret {
+            secret: _,
+            key: data_key,
+            reason,
+        })) => {
+            let s = secret.map(|s| s.source.clone()).unwrap_or(d.source.clone());
+            Err(ManifestError::from_invalid(
+                &s,
+                "Secret",
+                &format!("{ns}/{}", dlq.spec.broker.secret_ref.name),
+                &InvalidSpec(vec![FieldError {
+                    field: format!("data.{data_key}"),
+                    message: reason,
+                }]),
+            ))
+        }
+        Err(other) => Err(field("spec", other.to_string())),
+    }
+}
+
+/// Counts of one apply, for the summary line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// DeadLetterQueues whose topology is fully in place.
+    pub ready: usize,
+    /// DeadLetterQueues with a conflict, a shadowed policy, a failed object or a broker
+    /// error.
+    pub not_ready: usize,
+}
+
+fn outcome_counts(report: &ApplyReport) -> (usize, usize, usize) {
+    let mut c = (0, 0, 0);
+    for a in &report.actions {
+        match a.outcome {
+            Outcome::Created => c.0 += 1,
+            Outcome::Updated | Outcome::Deleted => c.1 += 1,
+            Outcome::InPlace => c.2 += 1,
+            _ => {}
+        }
+    }
+    c
+}
+
+/// Applies every planned DeadLetterQueue once and writes a human report to `out`: one
+/// line per broker object (created / updated / in place / conflict …) and a verdict per
+/// resource.
+///
+/// # Errors
+/// Only I/O errors writing to `out`; broker problems are reported in the output and the
+/// [`Summary`].
+pub async fn apply_all(planned: &[Planned], out: &mut impl Write) -> std::io::Result<Summary> {
+    let mut summary = Summary::default();
+    for p in planned {
+        let prep = &p.prepared;
+        writeln!(
+            out,
+            "DeadLetterQueue {} ({}) -> {} vhost {}",
+            prep.key,
+            p.source,
+            prep.connection.redacted_management_uri(),
+            prep.topology.vhost
+        )?;
+        let result = match RabbitMq::new(&prep.connection) {
+            Ok(broker) => reconcile::apply(&broker, prep).await,
+            Err(e) => Err(e.into()),
+        };
+        match result {
+            Ok(report) => {
+                for a in &report.actions {
+                    writeln!(out, "  {a}")?;
+                }
+                let (created, updated, in_place) = outcome_counts(&report);
+                if report.is_ready() {
+                    summary.ready += 1;
+                    writeln!(
+                        out,
+                        "  => ready ({created} created, {updated} updated, {in_place} in place)"
+                    )?;
+                } else {
+                    summary.not_ready += 1;
+                    writeln!(
+                        out,
+                        "  => NOT ready: see the conflicts above ({created} created, {updated} updated, {in_place} in place)"
+                    )?;
+                }
+            }
+            Err(e) => {
+                summary.not_ready += 1;
+                writeln!(out, "  => failed [{}]: {e}", e.reason())?;
+            }
+        }
+    }
+    writeln!(
+        out,
+        "{} DeadLetterQueue(s) ready, {} not ready",
+        summary.ready, summary.not_ready
+    )?;
+    Ok(summary)
+}
+
+/// What `render` prints for one DeadLetterQueue.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rendered<'a> {
+    /// `namespace/name`.
+    pub dead_letter_queue: &'a str,
+    /// Nominal delay per retry.
+    pub schedule: Vec<String>,
+    /// Worst-case total retry wait.
+    pub worst_case_retry_duration: String,
+    /// The planned topology.
+    pub topology: &'a crate::topology::DesiredTopology,
+}
+
+/// Renders the planned topology of every DeadLetterQueue as multi-document YAML.
+///
+/// # Errors
+/// Serialisation errors (not expected).
+pub fn render(planned: &[Planned]) -> Result<String, serde_yaml_ng::Error> {
+    let mut out = String::new();
+    for p in planned {
+        let (schedule, _, worst) = p.prepared.policy.status_strings();
+        let doc = Rendered {
+            dead_letter_queue: &p.prepared.key,
+            schedule,
+            worst_case_retry_duration: worst,
+            topology: &p.prepared.topology,
+        };
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&doc)?);
+    }
+    Ok(out)
+}
+
+/// Depths of one DeadLetterQueue's queues, from one poll of its vhost.
+pub fn depth_status(prep: &Prepared, depths: &BTreeMap<String, QueueDepth>) -> DepthStatus {
+    let mut status = DepthStatus::default();
+    for q in &prep.topology.queues {
+        let n = depths.get(&q.name).map_or(0, |d| d.messages);
+        match q.role {
+            QueueRole::Source => status.source = n,
+            QueueRole::Retry { delay_ms } => {
+                status
+                    .retry
+                    .insert(crate::duration::format_ms(delay_ms), n);
+            }
+            QueueRole::DeadLetter { .. } => status.dead_letter += n,
+        }
+    }
+    status
+}
+
+fn fingerprint(m: &Manifests) -> u64 {
+    let mut h = DefaultHasher::new();
+    for d in &m.dead_letter_queues {
+        serde_json::to_string(&d.object.spec).unwrap_or_default().hash(&mut h);
+        object_key(&d.object.metadata).hash(&mut h);
+    }
+    for p in &m.retry_policies {
+        serde_json::to_string(&p.object.spec).unwrap_or_default().hash(&mut h);
+        object_key(&p.object.metadata).hash(&mut h);
+    }
+    for s in &m.secrets {
+        object_key(&s.object.metadata).hash(&mut h);
+        manifest::secret_data(&s.object).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Options of `run --standalone`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Manifest files or directories.
+    pub paths: Vec<PathBuf>,
+    /// Poll interval; default: the smallest `spec.monitoring.interval` of the resources.
+    pub interval: Option<StdDuration>,
+}
+
+/// Keeps reconciling: re-reads the manifests every interval, applies them again when they
+/// changed (or when the last apply was not ready), and polls depths with one
+/// management-API call per broker and vhost, logging a status line per DeadLetterQueue.
+/// Returns when `shutdown` completes.
+///
+/// Invalid manifests are logged and the last valid ones stay in force (the broker is not
+/// touched for an invalid file).
+///
+/// # Errors
+/// Only I/O errors writing to stdout.
+pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = ()>) -> std::io::Result<()> {
+    tokio::pin!(shutdown);
+    let mut last_fingerprint = None;
+    let mut planned: Vec<Planned> = Vec::new();
+    let mut ready = false;
+    loop {
+        match load_and_plan(&opts.paths) {
+            Ok((m, p)) => {
+                let fp = fingerprint(&m);
+                if Some(fp) != last_fingerprint || !ready {
+                    if last_fingerprint.is_some() && Some(fp) != last_fingerprint {
+                        tracing::info!("manifests changed; reconciling");
+                    }
+                    let mut buf = Vec::new();
+                    let summary = apply_all(&p, &mut buf).await?;
+                    std::io::stdout().write_all(&buf)?;
+                    ready = summary.not_ready == 0;
+                    last_fingerprint = Some(fp);
+                    planned = p;
+                }
+            }
+            Err(e) => tracing::error!("{e} (keeping the last valid manifests)"),
+        }
+        poll_depths(&planned).await;
+        let interval = opts.interval.unwrap_or_else(|| {
+            planned
+                .iter()
+                .filter_map(|p| p.prepared_interval_ms())
+                .min()
+                .map_or(StdDuration::from_secs(15), StdDuration::from_millis)
+        });
+        tokio::select! {
+            _ = &mut shutdown => {
+                tracing::info!("shutting down");
+                return Ok(());
+            }
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+impl Planned {
+    fn prepared_interval_ms(&self) -> Option<u64> {
+        self.prepared.monitoring_interval_ms
+    }
+}
+
+/// Polls depths: one call per (broker, vhost), shared by every resource on it.
+async fn poll_depths(planned: &[Planned]) {
+    let mut groups: BTreeMap<(String, String), Vec<&Planned>> = BTreeMap::new();
+    for p in planned {
+        groups
+            .entry((
+                p.prepared.connection.redacted_management_uri(),
+                p.prepared.topology.vhost.clone(),
+            ))
+            .or_default()
+            .push(p);
+    }
+    for ((endpoint, vhost), members) in groups {
+        let Some(first) = members.first() else { continue };
+        let depths = match RabbitMq::new(&first.prepared.connection) {
+            Ok(b) => b.queue_depths(&vhost).await,
+            Err(e) => Err(e),
+        };
+        match depths {
+            Ok(depths) => {
+                for p in members {
+                    let d = depth_status(&p.prepared, &depths);
+                    let tiers: Vec<String> =
+                        d.retry.iter().map(|(t, n)| format!("{t}={n}")).collect();
+                    tracing::info!(
+                        "{}: source={} retry[{}] dead_letter={}",
+                        p.prepared.key,
+                        d.source,
+                        tiers.join(","),
+                        d.dead_letter
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("depth poll of {endpoint} vhost {vhost} failed: {e}"),
+        }
+    }
+}
