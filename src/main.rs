@@ -12,7 +12,11 @@ use dlq_operator::duration::{format_ms, parse_ms, Duration};
 use dlq_operator::standalone;
 
 #[derive(Parser)]
-#[command(name = "dlq-operator", version, about = "Retry and dead-letter policies for RabbitMQ queues")]
+#[command(
+    name = "dlq-operator",
+    version,
+    about = "Retry and dead-letter policies for RabbitMQ queues"
+)]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]

@@ -122,7 +122,9 @@ impl ManifestError {
             at: source.clone(),
             kind: kind.to_string(),
             name: name.to_string(),
-            field: first.map(|e| e.field.clone()).unwrap_or_else(|| "spec".into()),
+            field: first
+                .map(|e| e.field.clone())
+                .unwrap_or_else(|| "spec".into()),
             message,
         }
     }

@@ -121,10 +121,8 @@ pub fn prepare(
     let secret = secret.ok_or_else(|| {
         ReconcileError::SecretNotFound(format!("{namespace}/{}", dlq.spec.broker.secret_ref.name))
     })?;
-    let connection = BrokerConnection::from_secret_data(
-        &dlq.spec.broker.secret_ref.name,
-        &secret_data(secret),
-    )?;
+    let connection =
+        BrokerConnection::from_secret_data(&dlq.spec.broker.secret_ref.name, &secret_data(secret))?;
     let topology = topology::plan(&key, &dlq.spec, &resolved);
     Ok(Prepared {
         key,
@@ -141,6 +139,9 @@ pub fn prepare(
 /// # Errors
 /// [`ReconcileError::Broker`] when the broker cannot be reached or refuses a read or
 /// write; per-object conflicts are reported in the [`ApplyReport`], not as errors.
-pub async fn apply<B: Broker>(broker: &B, prepared: &Prepared) -> Result<ApplyReport, ReconcileError> {
+pub async fn apply<B: Broker>(
+    broker: &B,
+    prepared: &Prepared,
+) -> Result<ApplyReport, ReconcileError> {
     Ok(broker.apply(&prepared.topology).await?)
 }

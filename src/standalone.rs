@@ -39,7 +39,12 @@ pub fn load_and_plan(paths: &[PathBuf]) -> Result<(Manifests, Vec<Planned>), Man
     let m = manifest::load_paths(paths)?;
     for p in &m.retry_policies {
         p.object.spec.validate().map_err(|e| {
-            ManifestError::from_invalid(&p.source, "RetryPolicy", &object_key(&p.object.metadata), &e)
+            ManifestError::from_invalid(
+                &p.source,
+                "RetryPolicy",
+                &object_key(&p.object.metadata),
+                &e,
+            )
         })?;
     }
     let mut planned = Vec::new();
@@ -233,9 +238,7 @@ pub fn depth_status(prep: &Prepared, depths: &BTreeMap<String, QueueDepth>) -> D
         match q.role {
             QueueRole::Source => status.source = n,
             QueueRole::Retry { delay_ms } => {
-                status
-                    .retry
-                    .insert(crate::duration::format_ms(delay_ms), n);
+                status.retry.insert(crate::duration::format_ms(delay_ms), n);
             }
             QueueRole::DeadLetter { .. } => status.dead_letter += n,
         }
@@ -246,11 +249,15 @@ pub fn depth_status(prep: &Prepared, depths: &BTreeMap<String, QueueDepth>) -> D
 fn fingerprint(m: &Manifests) -> u64 {
     let mut h = DefaultHasher::new();
     for d in &m.dead_letter_queues {
-        serde_json::to_string(&d.object.spec).unwrap_or_default().hash(&mut h);
+        serde_json::to_string(&d.object.spec)
+            .unwrap_or_default()
+            .hash(&mut h);
         object_key(&d.object.metadata).hash(&mut h);
     }
     for p in &m.retry_policies {
-        serde_json::to_string(&p.object.spec).unwrap_or_default().hash(&mut h);
+        serde_json::to_string(&p.object.spec)
+            .unwrap_or_default()
+            .hash(&mut h);
         object_key(&p.object.metadata).hash(&mut h);
     }
     for s in &m.secrets {
@@ -279,7 +286,10 @@ pub struct RunOptions {
 ///
 /// # Errors
 /// Only I/O errors writing to stdout.
-pub async fn run(opts: RunOptions, shutdown: impl std::future::Future<Output = ()>) -> std::io::Result<()> {
+pub async fn run(
+    opts: RunOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
     tokio::pin!(shutdown);
     let mut last_fingerprint = None;
     let mut planned: Vec<Planned> = Vec::new();
@@ -339,7 +349,9 @@ async fn poll_depths(planned: &[Planned]) {
             .push(p);
     }
     for ((endpoint, vhost), members) in groups {
-        let Some(first) = members.first() else { continue };
+        let Some(first) = members.first() else {
+            continue;
+        };
         let depths = match RabbitMq::new(&first.prepared.connection) {
             Ok(b) => b.queue_depths(&vhost).await,
             Err(e) => Err(e),

@@ -1,0 +1,263 @@
+//! Bad input through the real CLI: each case gives one clear error naming the file, the
+//! resource and the field (or the broker's reason), a non-zero exit, no panic, and no
+//! message deleted.
+
+mod common;
+
+use common::*;
+
+const GOOD_POLICY: &str = "  maxRetries: 2\n  backoff:\n    strategy: Exponential\n    initialDelay: 1s\n    maxDelay: 10s\n";
+
+/// Runs `apply -f DIR` and returns (exit success, combined output).
+fn apply_dir(dir: &tempfile::TempDir) -> (bool, String) {
+    let o = cli(&["apply", "-f", &dir.path().display().to_string()]);
+    let t = text(&o);
+    assert!(!t.contains("panicked"), "panic:\n{t}");
+    (o.status.success(), t)
+}
+
+fn assert_names(t: &str, needles: &[&str]) {
+    for n in needles {
+        assert!(t.contains(n), "expected {n:?} in:\n{t}");
+    }
+}
+
+#[test]
+fn malformed_yaml_names_file_and_line() {
+    let dir = manifests(&[(
+        "bad.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata: [unclosed\n",
+    )]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(&t, &["bad.yaml", "invalid YAML", "line"]);
+}
+
+#[test]
+fn unknown_field_is_named() {
+    let policy = policy_yaml("p", "  maxRetries: 2\n  backoff:\n    initalDelay: 1s\n");
+    let dir = manifests(&[("p.yaml", &policy)]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(
+        &t,
+        &[
+            "p.yaml",
+            "RetryPolicy default/p",
+            "spec.backoff.initalDelay",
+            "unknown field",
+        ],
+    );
+}
+
+#[test]
+fn bad_durations_are_named() {
+    for bad in ["5 minutes", "-1s"] {
+        let policy = policy_yaml("p", &format!("  backoff:\n    initialDelay: \"{bad}\"\n"));
+        let dir = manifests(&[("p.yaml", &policy)]);
+        let (ok, t) = apply_dir(&dir);
+        assert!(!ok, "{bad}");
+        assert_names(
+            &t,
+            &[
+                "p.yaml",
+                "RetryPolicy default/p",
+                "spec.backoff.initialDelay",
+                bad,
+            ],
+        );
+    }
+}
+
+#[test]
+fn max_delay_below_initial_delay_is_named() {
+    let policy = policy_yaml("p", "  backoff:\n    initialDelay: 10s\n    maxDelay: 5s\n");
+    let dir = manifests(&[("p.yaml", &policy)]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(
+        &t,
+        &[
+            "RetryPolicy default/p",
+            "spec.backoff.maxDelay",
+            "maxDelay must be >= initialDelay",
+        ],
+    );
+}
+
+#[test]
+fn multiplier_below_one_is_named() {
+    let policy = policy_yaml("p", "  backoff:\n    multiplier: 0.5\n");
+    let dir = manifests(&[("p.yaml", &policy)]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(
+        &t,
+        &["RetryPolicy default/p", "spec.backoff.multiplier", "0.5"],
+    );
+}
+
+#[test]
+fn wrong_type_is_named() {
+    let policy = policy_yaml("p", "  maxRetries: three\n");
+    let dir = manifests(&[("p.yaml", &policy)]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(
+        &t,
+        &["RetryPolicy default/p", "spec.maxRetries", "invalid type"],
+    );
+}
+
+#[test]
+fn missing_retry_policy_and_secret_are_named() {
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let dlq = dlq_yaml("d", "q-missing-policy", "nope", "s", "");
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{dlq}"))]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(
+        &t,
+        &[
+            "all.yaml (document 2)",
+            "DeadLetterQueue default/d",
+            "spec.retryPolicyRef.name",
+            "RetryPolicy default/nope not found",
+        ],
+    );
+
+    let policy = policy_yaml("p", GOOD_POLICY);
+    let dlq = dlq_yaml("d", "q-missing-secret", "p", "absent", "");
+    let dir = manifests(&[("all.yaml", &format!("{policy}---\n{dlq}"))]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(
+        &t,
+        &[
+            "DeadLetterQueue default/d",
+            "spec.broker.secretRef.name",
+            "Secret default/absent not found",
+        ],
+    );
+}
+
+#[test]
+fn unknown_kind_and_missing_name_are_reported() {
+    let dir = manifests(&[(
+        "x.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n",
+    )]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(
+        &t,
+        &["x.yaml (document 1)", "unsupported object v1/ConfigMap"],
+    );
+
+    let dir = manifests(&[(
+        "y.yaml",
+        &policy_yaml("p", GOOD_POLICY).replace("  name: p\n", ""),
+    )]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(&t, &["y.yaml", "metadata.name", "is required"]);
+}
+
+#[test]
+fn missing_path_is_reported() {
+    let o = cli(&["apply", "-f", "/nonexistent/manifests"]);
+    assert!(!o.status.success());
+    assert_names(&text(&o), &["/nonexistent/manifests", "No such file"]);
+}
+
+#[tokio::test]
+async fn wrong_password_is_auth_failure_without_leaking_it() {
+    let password = "s3cr3t-Wr0ng-pa55";
+    let q = unique("badpw");
+    let secret = secret_yaml("s", "guest", password, MGMT);
+    let policy = policy_yaml("p", GOOD_POLICY);
+    let dlq = dlq_yaml("d", &q, "p", "s", "");
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok, "{t}");
+    assert_names(
+        &t,
+        &["DeadLetterQueue default/d", "BrokerAuthFailed", "guest"],
+    );
+    assert!(!t.contains(password), "password leaked:\n{t}");
+    assert!(
+        mgmt_get(&format!("/api/queues/%2F/{q}")).await.is_none(),
+        "nothing created"
+    );
+}
+
+#[test]
+fn broker_down_is_unreachable_without_leaking_password() {
+    let password = "d0wn-pa55w0rd";
+    let secret = secret_yaml("s", "guest", password, "http://127.0.0.1:1");
+    let policy = policy_yaml("p", GOOD_POLICY);
+    let dlq = dlq_yaml("d", "q-down", "p", "s", "");
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok, "{t}");
+    assert_names(
+        &t,
+        &[
+            "DeadLetterQueue default/d",
+            "BrokerUnreachable",
+            "127.0.0.1:1",
+        ],
+    );
+    assert!(!t.contains(password), "password leaked:\n{t}");
+}
+
+#[tokio::test]
+async fn existing_source_queue_with_other_arguments_is_a_conflict_and_keeps_its_messages() {
+    let q = unique("conflict");
+    // A classic queue with a max-length argument, holding one message.
+    let client = reqwest::Client::new();
+    let put = client
+        .put(format!("{MGMT}/api/queues/%2F/{q}"))
+        .basic_auth("guest", Some("guest"))
+        .json(&serde_json::json!({"durable": true, "arguments": {"x-queue-type": "classic", "x-max-length": 1000}}))
+        .send()
+        .await
+        .expect("declare");
+    assert!(put.status().is_success());
+    let publish = client
+        .post(format!("{MGMT}/api/exchanges/%2F/amq.default/publish"))
+        .basic_auth("guest", Some("guest"))
+        .json(&serde_json::json!({"properties": {"delivery_mode": 2}, "routing_key": q, "payload": "keep me", "payload_encoding": "string"}))
+        .send()
+        .await
+        .expect("publish");
+    let routed: serde_json::Value = publish.json().await.expect("json");
+    assert_eq!(routed["routed"], true);
+
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let policy = policy_yaml("p", GOOD_POLICY);
+    let dlq = dlq_yaml("d", &q, "p", "s", "");
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok, "{t}");
+    assert_names(&t, &[&q, "conflict", "NOT ready"]);
+
+    // The queue and its message are still there (AMQP passive declare is not lagged).
+    let conn = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    let declared = ch
+        .queue_declare(
+            q.as_str().into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .expect("queue still exists");
+    assert_eq!(declared.message_count(), 1, "message kept");
+    cleanup(&q).await;
+}

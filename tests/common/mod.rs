@@ -1,0 +1,136 @@
+//! Shared test helpers: temp manifest directories, running the CLI, unique names, and the
+//! local RabbitMQ (127.0.0.1, guest/guest; started by .ci/run).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Management API of the local broker.
+pub const MGMT: &str = "http://127.0.0.1:15672";
+/// AMQP URI of the local broker.
+pub const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// A unique lower-case name with the given prefix.
+pub fn unique(prefix: &str) -> String {
+    use rand::Rng;
+    let n: u32 = rand::rng().random();
+    format!("{prefix}-{n:08x}")
+}
+
+/// Runs `dlq-operator` with `args`, returning its output.
+pub fn cli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run dlq-operator")
+}
+
+/// stdout + stderr as one string.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Writes `files` (name, content) into a fresh temp dir.
+pub fn manifests(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, content) in files {
+        std::fs::write(dir.path().join(name), content).expect("write manifest");
+    }
+    dir
+}
+
+/// Path of a file in a dir as a `String`.
+pub fn path_str(dir: &Path, name: &str) -> String {
+    dir.join(name).display().to_string()
+}
+
+/// A Secret manifest for the local broker with `password`.
+pub fn secret_yaml(name: &str, user: &str, password: &str, mgmt: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\nstringData:\n  uri: amqp://{user}:{password}@127.0.0.1:5672/%2f\n  managementUri: {mgmt}\n"
+    )
+}
+
+/// A RetryPolicy manifest with the given `spec` body (indented YAML under `spec:`).
+pub fn policy_yaml(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: dlqoperator.io/v1alpha1\nkind: RetryPolicy\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n{spec}"
+    )
+}
+
+/// A DeadLetterQueue manifest for `queue` using policy `policy` and secret `secret`,
+/// with `extra` appended under `spec:` (indented by two spaces).
+pub fn dlq_yaml(name: &str, queue: &str, policy: &str, secret: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: dlqoperator.io/v1alpha1\nkind: DeadLetterQueue\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  broker:\n    secretRef:\n      name: {secret}\n  source:\n    queue: {queue}\n  retryPolicyRef:\n    name: {policy}\n{extra}"
+    )
+}
+
+/// GET a management API path as JSON (guest/guest); `None` on 404.
+pub async fn mgmt_get(path: &str) -> Option<serde_json::Value> {
+    let resp = reqwest::Client::new()
+        .get(format!("{MGMT}{path}"))
+        .basic_auth("guest", Some("guest"))
+        .send()
+        .await
+        .expect("management API reachable");
+    if resp.status() == reqwest::StatusCode::NOT_FOUND {
+        return None;
+    }
+    assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
+    Some(resp.json().await.expect("json"))
+}
+
+/// DELETE a management API path (ignores 404).
+pub async fn mgmt_delete(path: &str) {
+    let resp = reqwest::Client::new()
+        .delete(format!("{MGMT}{path}"))
+        .basic_auth("guest", Some("guest"))
+        .send()
+        .await
+        .expect("management API reachable");
+    assert!(
+        resp.status().is_success() || resp.status() == reqwest::StatusCode::NOT_FOUND,
+        "DELETE {path}: {}",
+        resp.status()
+    );
+}
+
+/// Removes every queue, exchange and operator policy whose name starts with `prefix`
+/// (test objects only). Queues are deleted only if empty unless `force`.
+pub async fn cleanup(prefix: &str) {
+    let enc = |s: &str| {
+        percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    };
+    if let Some(qs) = mgmt_get("/api/queues/%2F?columns=name").await {
+        for q in qs.as_array().into_iter().flatten() {
+            if let Some(n) = q["name"].as_str().filter(|n| n.starts_with(prefix)) {
+                mgmt_delete(&format!("/api/queues/%2F/{}", enc(n))).await;
+            }
+        }
+    }
+    if let Some(xs) = mgmt_get("/api/exchanges/%2F").await {
+        for x in xs.as_array().into_iter().flatten() {
+            if let Some(n) = x["name"].as_str().filter(|n| n.starts_with(prefix)) {
+                mgmt_delete(&format!("/api/exchanges/%2F/{}", enc(n))).await;
+            }
+        }
+    }
+    if let Some(ps) = mgmt_get("/api/policies/%2F").await {
+        for p in ps.as_array().into_iter().flatten() {
+            if let Some(n) = p["name"].as_str().filter(|n| n.contains(prefix)) {
+                mgmt_delete(&format!("/api/policies/%2F/{}", enc(n))).await;
+            }
+        }
+    }
+}
+
+/// Root of the crate (for examples/).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}

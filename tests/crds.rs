@@ -1,0 +1,209 @@
+//! The committed CRDs are what the types generate, and their schemas are structural by
+//! Kubernetes rules ("Specifying a structural schema", Kubernetes docs: every node typed,
+//! no untyped anyOf/oneOf/allOf/not, no `$ref`, `nullable` only beside a `type`, no
+//! `enum` holding null — the v1.20 trap of DESIGN.md §6).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use dlq_operator::crd::{all_crds, crd_file_name, crd_yaml};
+
+#[test]
+fn committed_crds_match_the_generated_ones() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    for crd in all_crds() {
+        let name = crd_file_name(&crd);
+        let want = crd_yaml(&crd).expect("serialise");
+        let got = std::fs::read_to_string(dir.join(&name)).unwrap_or_else(|e| {
+            panic!("crds/{name}: {e}; run `dlq-operator crdgen --out-dir crds`")
+        });
+        assert!(
+            got == want,
+            "crds/{name} differs from what the types generate; run `cargo run -- crdgen --out-dir crds`"
+        );
+    }
+    let files = std::fs::read_dir(&dir).expect("crds/").count();
+    assert_eq!(files, all_crds().len(), "stray files in crds/");
+}
+
+/// Returns every structural-schema violation under `node` (path-prefixed).
+fn violations(path: &str, node: &Value, out: &mut Vec<String>) {
+    let Some(obj) = node.as_object() else {
+        out.push(format!("{path}: schema node is not an object"));
+        return;
+    };
+    let preserve = obj.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    let int_or_string = obj.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+    for k in [
+        "$ref",
+        "definitions",
+        "$defs",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "not",
+        "$schema",
+    ] {
+        if obj.contains_key(k) {
+            out.push(format!(
+                "{path}: `{k}` is not allowed in a structural schema here"
+            ));
+        }
+    }
+    let ty = obj.get("type").and_then(Value::as_str);
+    if ty.is_none() && !preserve && !int_or_string {
+        out.push(format!("{path}: node has no `type`"));
+    }
+    if let Some(t) = ty {
+        if !["object", "array", "string", "integer", "number", "boolean"].contains(&t) {
+            out.push(format!("{path}: unknown type {t}"));
+        }
+    }
+    if obj.contains_key("nullable") && ty.is_none() {
+        out.push(format!("{path}: `nullable` without `type`"));
+    }
+    if let Some(values) = obj.get("enum").and_then(Value::as_array) {
+        for v in values {
+            let ok = match ty {
+                Some("string") => v.is_string(),
+                Some("integer") => v.is_i64() || v.is_u64(),
+                Some("number") => v.is_number(),
+                _ => false,
+            };
+            if !ok {
+                out.push(format!("{path}: enum value {v} does not match type {ty:?}"));
+            }
+        }
+    }
+    if obj.contains_key("properties") && obj.contains_key("additionalProperties") {
+        out.push(format!("{path}: both properties and additionalProperties"));
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        if ty != Some("object") {
+            out.push(format!("{path}: properties on a non-object"));
+        }
+        for (k, v) in props {
+            violations(&format!("{path}.{k}"), v, out);
+        }
+    }
+    if let Some(ap) = obj.get("additionalProperties") {
+        if ap.is_object() {
+            violations(&format!("{path}.*"), ap, out);
+        }
+    }
+    if let Some(items) = obj.get("items") {
+        if ty != Some("array") {
+            out.push(format!("{path}: items on a non-array"));
+        }
+        violations(&format!("{path}[]"), items, out);
+    } else if ty == Some("array") {
+        out.push(format!("{path}: array without items"));
+    }
+}
+
+#[test]
+fn schemas_are_structural() {
+    for crd in all_crds() {
+        let json = serde_json::to_value(&crd).expect("serialise");
+        for (i, version) in json["spec"]["versions"]
+            .as_array()
+            .expect("versions")
+            .iter()
+            .enumerate()
+        {
+            let schema = &version["schema"]["openAPIV3Schema"];
+            assert_eq!(schema["type"], "object", "root must be an object");
+            let mut out = Vec::new();
+            violations(
+                &format!("{}[{i}]", crd.metadata.name.clone().unwrap_or_default()),
+                schema,
+                &mut out,
+            );
+            assert!(out.is_empty(), "non-structural schema:\n{}", out.join("\n"));
+            assert!(
+                version["subresources"]["status"].is_object(),
+                "status subresource"
+            );
+        }
+    }
+}
+
+#[test]
+fn structural_check_catches_the_known_traps() {
+    // The checker itself must fail on what v1.20 rejects, or the test above proves nothing.
+    let bad = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "level": {"enum": ["Debug", null], "nullable": true, "type": "string"},
+            "untyped": {"description": "no type"},
+            "choice": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            "n": {"nullable": true}
+        }
+    });
+    let mut out = Vec::new();
+    violations("bad", &bad, &mut out);
+    let joined = out.join("\n");
+    for needle in [
+        "bad.level: enum value null",
+        "bad.untyped: node has no `type`",
+        "bad.choice: `anyOf`",
+        "bad.n: `nullable` without `type`",
+    ] {
+        assert!(joined.contains(needle), "missing {needle:?} in:\n{joined}");
+    }
+}
+
+#[test]
+fn crds_carry_names_columns_and_validation() {
+    let crds = all_crds();
+    let by_kind = |k: &str| {
+        crds.iter()
+            .find(|c| c.spec.names.kind == k)
+            .map(|c| serde_json::to_value(c).expect("serialise"))
+            .expect("crd")
+    };
+    let dlq = by_kind("DeadLetterQueue");
+    assert_eq!(
+        dlq["spec"]["names"]["shortNames"],
+        serde_json::json!(["dlq"])
+    );
+    assert_eq!(dlq["spec"]["scope"], "Namespaced");
+    let columns: Vec<&str> = dlq["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        columns,
+        ["Ready", "DLQ depth", "Baseline", "Ratio", "Alert", "Age"]
+    );
+    let rp = by_kind("RetryPolicy");
+    assert_eq!(rp["spec"]["names"]["shortNames"], serde_json::json!(["rp"]));
+    let spec = &rp["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert_eq!(spec["properties"]["maxRetries"]["maximum"], 100.0);
+    assert_eq!(spec["properties"]["maxRetries"]["default"], 3);
+    let backoff = &spec["properties"]["backoff"];
+    assert_eq!(
+        backoff["properties"]["initialDelay"]["pattern"],
+        dlq_operator::duration::DURATION_PATTERN
+    );
+    assert_eq!(backoff["properties"]["multiplier"]["minimum"], 1.0);
+    let rules: Vec<&str> = backoff["x-kubernetes-validations"]
+        .as_array()
+        .expect("CEL rules")
+        .iter()
+        .filter_map(|r| r["rule"].as_str())
+        .collect();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r.contains("duration(self.maxDelay) >= duration(self.initialDelay)")),
+        "{rules:?}"
+    );
+    let strategies = backoff["properties"]["strategy"]["enum"]
+        .as_array()
+        .expect("enum");
+    assert_eq!(strategies.len(), 6);
+}
