@@ -1,0 +1,146 @@
+//! `apply` twice on the shipped examples, `render` without a broker, and `run --standalone`
+//! picking up a changed file, against the real RabbitMQ.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+#[test]
+fn apply_examples_twice_second_run_changes_nothing() {
+    let examples = root().join("examples").display().to_string();
+    let first = cli(&["apply", "-f", &examples]);
+    let t1 = text(&first);
+    assert!(first.status.success(), "first apply failed:\n{t1}");
+    assert!(t1.contains("2 DeadLetterQueue(s) ready, 0 not ready"), "{t1}");
+
+    let second = cli(&["apply", "-f", &examples]);
+    let t2 = text(&second);
+    assert!(second.status.success(), "second apply failed:\n{t2}");
+    // Every object line says "in place"; no creation or update.
+    let object_lines: Vec<&str> = t2
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("  =>"))
+        .collect();
+    assert!(!object_lines.is_empty(), "{t2}");
+    for l in &object_lines {
+        assert!(l.ends_with("in place"), "second apply changed something: {l}\n{t2}");
+    }
+    assert!(t2.contains("(0 created, 0 updated,"), "{t2}");
+}
+
+#[test]
+fn render_needs_no_broker() {
+    // The Secret points at a closed port: render must not touch it.
+    let secret = secret_yaml("s", "guest", "guest", "http://127.0.0.1:1");
+    let policy = policy_yaml(
+        "p",
+        "  maxRetries: 3\n  tiers: [5s, 15s, 60s]\n",
+    );
+    let dlq = dlq_yaml("d", "render-q", "p", "s", "");
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let o = cli(&["render", "-f", &dir.path().display().to_string()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for needle in [
+        "render-q.retry.5s",
+        "render-q.retry.15s",
+        "render-q.retry.1m",
+        "render-q.dlx",
+        "render-q.dlq",
+        "dead-letter-exchange: render-q.dlx",
+    ] {
+        assert!(t.contains(needle), "missing {needle}:\n{t}");
+    }
+}
+
+async fn wait_for_queue(name: &str, deadline: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < deadline {
+        if mgmt_get(&format!("/api/queues/%2F/{name}")).await.is_some() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
+    let q = unique("runq");
+    let dir = manifests(&[]);
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let write_policy = |tiers: &str| {
+        let policy = policy_yaml("p", &format!("  maxRetries: 2\n  tiers: [{tiers}]\n"));
+        let dlq = dlq_yaml(
+            "d",
+            &q,
+            "p",
+            "s",
+            "  monitoring:\n    interval: 300ms\n",
+        );
+        std::fs::write(
+            dir.path().join("all.yaml"),
+            format!("{secret}---\n{policy}---\n{dlq}"),
+        )
+        .expect("write");
+    };
+    write_policy("1s, 2s");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["run", "--standalone", "-f", &dir.path().display().to_string()])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+
+    assert!(wait_for_queue(&format!("{q}.retry.2s"), Duration::from_secs(20)).await);
+    write_policy("1s, 3s");
+    let found = wait_for_queue(&format!("{q}.retry.3s"), Duration::from_secs(20)).await;
+    // The old, empty 2s tier is removed once the new plan is applied.
+    let start = Instant::now();
+    let mut old_gone = false;
+    while found && start.elapsed() < Duration::from_secs(20) {
+        if mgmt_get(&format!("/api/queues/%2F/{q}.retry.2s")).await.is_none() {
+            old_gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // SIGTERM: clean exit.
+    let pid = child.id().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break Some(s);
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_string(&mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = s.read_to_string(&mut err);
+    }
+    cleanup(&q).await;
+    assert!(found, "new tier queue never appeared:\n{out}\n{err}");
+    assert!(old_gone, "obsolete empty tier was not removed:\n{out}\n{err}");
+    let status = status.expect("run did not stop on SIGTERM");
+    assert!(status.success(), "exit {status:?}:\n{err}");
+    assert!(err.contains("manifests changed"), "{err}");
+    assert!(
+        err.contains(&format!("default/d: source=0 retry[")),
+        "no depth status line:\n{err}"
+    );
+}
