@@ -87,7 +87,7 @@ pub enum ManifestError {
         /// Where.
         at: SourceRef,
         /// Resource kind.
-        kind: String,
+        kind: &'static str,
         /// `namespace/name`.
         name: String,
         /// Field path, e.g. `spec.backoff.maxDelay`.
@@ -101,7 +101,7 @@ pub enum ManifestError {
         /// The second definition.
         at: SourceRef,
         /// Resource kind.
-        kind: String,
+        kind: &'static str,
         /// `namespace/name`.
         name: String,
         /// The first definition.
@@ -112,7 +112,12 @@ pub enum ManifestError {
 impl ManifestError {
     /// Builds [`ManifestError::Field`] errors for every field of an [`InvalidSpec`]; the
     /// first is returned (the rest are joined into its message).
-    pub fn from_invalid(source: &SourceRef, kind: &str, name: &str, invalid: &InvalidSpec) -> Self {
+    pub fn from_invalid(
+        source: &SourceRef,
+        kind: &'static str,
+        name: &str,
+        invalid: &InvalidSpec,
+    ) -> Self {
         let first = invalid.0.first();
         let mut message = first.map(|e| e.message.clone()).unwrap_or_default();
         for more in invalid.0.iter().skip(1) {
@@ -120,7 +125,7 @@ impl ManifestError {
         }
         ManifestError::Field {
             at: source.clone(),
-            kind: kind.to_string(),
+            kind,
             name: name.to_string(),
             field: first
                 .map(|e| e.field.clone())
@@ -229,15 +234,15 @@ pub fn load_str(file: &Path, text: &str, out: &mut Manifests) -> Result<(), Mani
         let ours = format!("{API_GROUP}/{API_VERSION}");
         match (api_version.as_str(), kind.as_str()) {
             (v, "RetryPolicy") if v == ours => {
-                let object = typed::<RetryPolicy>(&source, &kind, value)?;
+                let object = typed::<RetryPolicy>(&source, "RetryPolicy", value)?;
                 out.retry_policies.push(Loaded { source, object });
             }
             (v, "DeadLetterQueue") if v == ours => {
-                let object = typed::<DeadLetterQueue>(&source, &kind, value)?;
+                let object = typed::<DeadLetterQueue>(&source, "DeadLetterQueue", value)?;
                 out.dead_letter_queues.push(Loaded { source, object });
             }
             ("v1", "Secret") => {
-                let object = typed::<Secret>(&source, &kind, value)?;
+                let object = typed::<Secret>(&source, "Secret", value)?;
                 out.secrets.push(Loaded { source, object });
             }
             ("", _) => return Err(doc_err("missing apiVersion".into())),
@@ -271,13 +276,13 @@ fn raw_name(value: &serde_yaml_ng::Value) -> String {
 /// field.
 fn typed<T: DeserializeOwned>(
     source: &SourceRef,
-    kind: &str,
+    kind: &'static str,
     value: serde_yaml_ng::Value,
 ) -> Result<T, ManifestError> {
     let name = raw_name(&value);
     let field_err = |field: String, message: String| ManifestError::Field {
         at: source.clone(),
-        kind: kind.to_string(),
+        kind,
         name: name.clone(),
         field,
         message,
@@ -313,7 +318,7 @@ fn typed<T: DeserializeOwned>(
 fn check_duplicates(m: &Manifests) -> Result<(), ManifestError> {
     fn check<T>(
         items: &[Loaded<T>],
-        kind: &str,
+        kind: &'static str,
         meta: impl Fn(&T) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     ) -> Result<(), ManifestError> {
         let mut seen: BTreeMap<String, &SourceRef> = BTreeMap::new();
@@ -322,7 +327,7 @@ fn check_duplicates(m: &Manifests) -> Result<(), ManifestError> {
             if let Some(first) = seen.get(&key) {
                 return Err(ManifestError::Duplicate {
                     at: item.source.clone(),
-                    kind: kind.into(),
+                    kind,
                     name: key,
                     first: (*first).clone(),
                 });

@@ -65,7 +65,7 @@ fn plan_one(
     let secret = m.secret(ns, &dlq.spec.broker.secret_ref.name);
     let field = |field: &str, message: String| ManifestError::Field {
         at: d.source.clone(),
-        kind: "DeadLetterQueue".into(),
+        kind: "DeadLetterQueue",
         name: key.clone(),
         field: field.into(),
         message,

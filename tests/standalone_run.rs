@@ -15,7 +15,10 @@ fn apply_examples_twice_second_run_changes_nothing() {
     let first = cli(&["apply", "-f", &examples]);
     let t1 = text(&first);
     assert!(first.status.success(), "first apply failed:\n{t1}");
-    assert!(t1.contains("2 DeadLetterQueue(s) ready, 0 not ready"), "{t1}");
+    assert!(
+        t1.contains("2 DeadLetterQueue(s) ready, 0 not ready"),
+        "{t1}"
+    );
 
     let second = cli(&["apply", "-f", &examples]);
     let t2 = text(&second);
@@ -27,7 +30,10 @@ fn apply_examples_twice_second_run_changes_nothing() {
         .collect();
     assert!(!object_lines.is_empty(), "{t2}");
     for l in &object_lines {
-        assert!(l.ends_with("in place"), "second apply changed something: {l}\n{t2}");
+        assert!(
+            l.ends_with("in place"),
+            "second apply changed something: {l}\n{t2}"
+        );
     }
     assert!(t2.contains("(0 created, 0 updated,"), "{t2}");
 }
@@ -36,10 +42,7 @@ fn apply_examples_twice_second_run_changes_nothing() {
 fn render_needs_no_broker() {
     // The Secret points at a closed port: render must not touch it.
     let secret = secret_yaml("s", "guest", "guest", "http://127.0.0.1:1");
-    let policy = policy_yaml(
-        "p",
-        "  maxRetries: 3\n  tiers: [5s, 15s, 60s]\n",
-    );
+    let policy = policy_yaml("p", "  maxRetries: 3\n  tiers: [5s, 15s, 60s]\n");
     let dlq = dlq_yaml("d", "render-q", "p", "s", "");
     let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
     let o = cli(&["render", "-f", &dir.path().display().to_string()]);
@@ -75,13 +78,7 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
     let secret = secret_yaml("s", "guest", "guest", MGMT);
     let write_policy = |tiers: &str| {
         let policy = policy_yaml("p", &format!("  maxRetries: 2\n  tiers: [{tiers}]\n"));
-        let dlq = dlq_yaml(
-            "d",
-            &q,
-            "p",
-            "s",
-            "  monitoring:\n    interval: 300ms\n",
-        );
+        let dlq = dlq_yaml("d", &q, "p", "s", "  monitoring:\n    interval: 300ms\n");
         std::fs::write(
             dir.path().join("all.yaml"),
             format!("{secret}---\n{policy}---\n{dlq}"),
@@ -90,7 +87,12 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
     };
     write_policy("1s, 2s");
     let mut child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-        .args(["run", "--standalone", "-f", &dir.path().display().to_string()])
+        .args([
+            "run",
+            "--standalone",
+            "-f",
+            &dir.path().display().to_string(),
+        ])
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -104,7 +106,10 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
     let start = Instant::now();
     let mut old_gone = false;
     while found && start.elapsed() < Duration::from_secs(20) {
-        if mgmt_get(&format!("/api/queues/%2F/{q}.retry.2s")).await.is_none() {
+        if mgmt_get(&format!("/api/queues/%2F/{q}.retry.2s"))
+            .await
+            .is_none()
+        {
             old_gone = true;
             break;
         }
@@ -135,12 +140,15 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
     }
     cleanup(&q).await;
     assert!(found, "new tier queue never appeared:\n{out}\n{err}");
-    assert!(old_gone, "obsolete empty tier was not removed:\n{out}\n{err}");
+    assert!(
+        old_gone,
+        "obsolete empty tier was not removed:\n{out}\n{err}"
+    );
     let status = status.expect("run did not stop on SIGTERM");
     assert!(status.success(), "exit {status:?}:\n{err}");
     assert!(err.contains("manifests changed"), "{err}");
     assert!(
-        err.contains(&format!("default/d: source=0 retry[")),
+        err.contains("default/d: source=0 retry["),
         "no depth status line:\n{err}"
     );
 }
