@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlq_operator::backoff::{DeadLetterReason, ResolvedPolicy};
@@ -152,20 +154,41 @@ impl Fixture {
     }
 }
 
-async fn setup(queue_type: &str, max_retries: u32) -> Fixture {
+/// Shallow-merges `extra` into the object `base`.
+fn merged(mut base: Value, extra: Value) -> Value {
+    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+        b.extend(e);
+    }
+    base
+}
+
+/// Options of a test topology beyond the queue type.
+#[derive(Clone, Default)]
+struct Extra {
+    /// Merged into the RetryPolicy spec.
+    retry_policy: Option<Value>,
+    /// Merged into the DeadLetterQueue spec's `deadLetter`.
+    dead_letter: Option<Value>,
+}
+
+async fn setup(queue_type: &str, max_retries: u32, extra: Extra) -> Fixture {
     let suffix: u32 = rand::rng().random();
     let queue = format!("dlq-client-it-{}-{suffix:08x}", queue_type.to_lowercase());
     let dlq_spec: DeadLetterQueueSpec = serde_json::from_value(json!({
         "broker": {"secretRef": {"name": "rabbitmq"}},
         "source": {"queue": queue, "queueType": queue_type},
         "retryPolicyRef": {"name": "rp"},
+        "deadLetter": extra.dead_letter.unwrap_or_else(|| json!({})),
     }))
     .expect("DeadLetterQueue spec");
     dlq_spec.validate().expect("valid DeadLetterQueue spec");
-    let rp_spec: RetryPolicySpec = serde_json::from_value(json!({
-        "maxRetries": max_retries,
-        "backoff": {"strategy": "Exponential", "initialDelay": "200ms", "multiplier": 2, "maxDelay": "400ms"},
-    }))
+    let rp_spec: RetryPolicySpec = serde_json::from_value(merged(
+        json!({
+            "maxRetries": max_retries,
+            "backoff": {"strategy": "Exponential", "initialDelay": "200ms", "multiplier": 2, "maxDelay": "400ms"},
+        }),
+        extra.retry_policy.unwrap_or_else(|| json!({})),
+    ))
     .expect("RetryPolicy spec");
     let policy = ResolvedPolicy::from_spec(&rp_spec).expect("valid RetryPolicy spec");
     assert_eq!(policy.tiers_ms, vec![200, 400]);
@@ -264,7 +287,14 @@ async fn with_topology<F>(queue_type: &str, max_retries: u32, scenario: F)
 where
     F: for<'a> FnOnce(&'a mut Fixture) -> futures::future::BoxFuture<'a, ()>,
 {
-    let mut fx = setup(queue_type, max_retries).await;
+    with_topology_extra(queue_type, max_retries, Extra::default(), scenario).await;
+}
+
+async fn with_topology_extra<F>(queue_type: &str, max_retries: u32, extra: Extra, scenario: F)
+where
+    F: for<'a> FnOnce(&'a mut Fixture) -> futures::future::BoxFuture<'a, ()>,
+{
+    let mut fx = setup(queue_type, max_retries, extra).await;
     let result = AssertUnwindSafe(scenario(&mut fx)).catch_unwind().await;
     teardown(&fx).await;
     if let Err(panic) = result {
@@ -380,6 +410,54 @@ async fn retries_then_dead_letters(fx: &mut Fixture) {
     assert_eq!(num(&dead, FIRST_FAILED_AT), first_failed_at);
     assert_eq!(text(&dead, ORIGINAL_QUEUE).as_deref(), Some(q.as_str()));
     dead.ack(BasicAckOptions::default()).await.expect("ack");
+    assert_eq!(fx.depth(&q).await, 0);
+}
+
+/// With an injected clock: the second failure is 400 ms after the first, and another
+/// 400 ms tier would end past the 500 ms window.
+async fn retry_window_is_enforced_with_an_injected_clock(fx: &mut Fixture) {
+    let now = Arc::new(AtomicU64::new(1_000_000));
+    let clock = {
+        let now = Arc::clone(&now);
+        move || now.load(Ordering::SeqCst)
+    };
+    let handler = fx.handler().await.with_clock(clock);
+    let q = fx.source().to_string();
+    fx.publish("msg-window").await;
+    let d = fx.get(&q, WAIT).await.expect("input message");
+    let outcome = handler
+        .handle_failure(&d, ErrorClass::Overload, "busy")
+        .await
+        .expect("retry published");
+    assert!(matches!(outcome, Outcome::Retried { attempt: 1, .. }));
+    let d = fx.get(&q, WAIT).await.expect("back from the tier");
+    assert_eq!(num(&d, FIRST_FAILED_AT), Some(1_000_000));
+    assert_eq!(num(&d, LAST_FAILED_AT), Some(1_000_000));
+
+    now.store(1_000_400, Ordering::SeqCst);
+    let outcome = handler
+        .handle_failure(&d, ErrorClass::Overload, "still busy")
+        .await
+        .expect("dead letter published");
+    assert_eq!(
+        outcome,
+        Outcome::DeadLettered {
+            reason: DeadLetterReason::RetryWindowExceeded
+        }
+    );
+    // partitionBy: ErrorClass → the class's own dead-letter queue.
+    let partition = format!("{}.overload", fx.dlq());
+    let dead = fx
+        .get(&partition, WAIT)
+        .await
+        .expect("partitioned dead letter");
+    assert_same_message(&dead, "msg-window");
+    assert_eq!(text(&dead, REASON).as_deref(), Some("RetryWindowExceeded"));
+    assert_eq!(num(&dead, RETRY_COUNT), Some(1));
+    assert_eq!(num(&dead, FIRST_FAILED_AT), Some(1_000_000));
+    assert_eq!(num(&dead, LAST_FAILED_AT), Some(1_000_400));
+    dead.ack(BasicAckOptions::default()).await.expect("ack");
+    assert_eq!(fx.depth(&fx.dlq()).await, 0);
     assert_eq!(fx.depth(&q).await, 0);
 }
 
@@ -504,6 +582,29 @@ async fn classic_retries_then_dead_letters() {
 #[tokio::test]
 async fn quorum_retries_then_dead_letters() {
     with_topology("Quorum", 2, |fx| retries_then_dead_letters(fx).boxed()).await;
+}
+
+fn window_and_partitions() -> Extra {
+    Extra {
+        retry_policy: Some(json!({"maxRetryDuration": "500ms"})),
+        dead_letter: Some(json!({"partitionBy": "ErrorClass"})),
+    }
+}
+
+#[tokio::test]
+async fn classic_retry_window_and_partitioned_dlq() {
+    with_topology_extra("Classic", 5, window_and_partitions(), |fx| {
+        retry_window_is_enforced_with_an_injected_clock(fx).boxed()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn quorum_retry_window_and_partitioned_dlq() {
+    with_topology_extra("Quorum", 5, window_and_partitions(), |fx| {
+        retry_window_is_enforced_with_an_injected_clock(fx).boxed()
+    })
+    .await;
 }
 
 #[tokio::test]
