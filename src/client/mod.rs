@@ -428,3 +428,43 @@ impl RetryHandler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The handler can be shared across tasks and its future spawned on tokio.
+    #[allow(dead_code)]
+    fn handler_and_future_are_send(h: &RetryHandler, d: &lapin::message::Delivery) {
+        fn is_send_sync<T: Send + Sync>(_: &T) {}
+        fn is_send<T: Send>(_: &T) {}
+        is_send_sync(h);
+        is_send(&h.handle_failure(d, ErrorClass::Timeout, "e"));
+    }
+
+    #[test]
+    fn metric_labels_are_distinct() {
+        let errors = [
+            ClientError::UnknownTier { tier_ms: 1 },
+            ClientError::InvalidName { name: "n".into() },
+            ClientError::DeliveryUnusable,
+            ClientError::NotConfirmed { reason: "r".into() },
+            ClientError::Unroutable {
+                exchange: "x".into(),
+                routing_key: "k".into(),
+            },
+            ClientError::AckNotSent,
+        ];
+        let mut labels: Vec<&str> = errors.iter().map(ClientError::metric_label).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), errors.len());
+    }
+
+    #[test]
+    fn closures_are_clocks() {
+        let clock = || 42u64;
+        assert_eq!(Clock::now_ms(&clock), 42);
+        assert!(SystemClock.now_ms() > 1_600_000_000_000);
+    }
+}
