@@ -316,6 +316,17 @@ async fn existing_queue_with_other_arguments_is_a_conflict_and_kept() {
         other => panic!("expected a conflict, got {other}"),
     }
     assert!(!report.is_ready());
+    // Our policy is not put on a queue we do not adopt (it would change its behaviour).
+    assert!(matches!(
+        report
+            .find(ObjectKind::Policy, &format!("dlq-operator.{q}"))
+            .map(|a| &a.outcome),
+        Some(Outcome::Conflict(_))
+    ));
+    assert_eq!(
+        raw.get(&format!("policies/%2F/dlq-operator.{q}")).await.0,
+        404
+    );
     // No binding to the conflicting queue was attempted.
     assert!(report
         .actions

@@ -369,6 +369,20 @@ impl Broker for RabbitMq {
             }
         }
 
+        // Existing queues that cannot serve the plan, computed before any policy is
+        // written so that our policy is never put on a queue we will not adopt (it would
+        // change the behaviour of someone else's queue, e.g. its overflow mode).
+        let conflicts: BTreeMap<&str, Vec<String>> = plan
+            .queues
+            .iter()
+            .filter_map(|q| {
+                let existing = queue_by_name.get(q.name.as_str())?;
+                let policy = plan.policies.iter().find(|p| p.queue == q.name);
+                let reasons = queue_conflicts(existing, q, policy);
+                (!reasons.is_empty()).then_some((q.name.as_str(), reasons))
+            })
+            .collect();
+
         // 2. Policies.
         for p in &plan.policies {
             let queue_type = queue_by_name
@@ -400,6 +414,10 @@ impl Broker for RabbitMq {
                 Some(_) => None,
             };
             let mut outcome = match write {
+                Some(_) if conflicts.contains_key(p.queue.as_str()) => Outcome::Conflict(format!(
+                    "not written: queue {:?} exists with conflicting arguments",
+                    p.queue
+                )),
                 Some(outcome) => {
                     self.mgmt
                         .write(
@@ -433,7 +451,6 @@ impl Broker for RabbitMq {
 
         // 3. Queues.
         for q in &plan.queues {
-            let policy = plan.policies.iter().find(|p| p.queue == q.name);
             let outcome = match queue_by_name.get(q.name.as_str()) {
                 None if !q.declare => {
                     unusable_queues.insert(q.name.clone());
@@ -466,18 +483,16 @@ impl Broker for RabbitMq {
                         Err(e) => return Err(e),
                     }
                 }
-                Some(existing) => {
-                    let reasons = queue_conflicts(existing, q, policy);
-                    if reasons.is_empty() {
-                        Outcome::InPlace
-                    } else {
+                Some(_) => match conflicts.get(q.name.as_str()) {
+                    None => Outcome::InPlace,
+                    Some(reasons) => {
                         unusable_queues.insert(q.name.clone());
                         Outcome::Conflict(format!(
                             "{}; left untouched (queue arguments are immutable and the queue is never deleted to fix this)",
                             reasons.join("; ")
                         ))
                     }
-                }
+                },
             };
             actions.push(Action {
                 kind: ObjectKind::Queue,
@@ -603,5 +618,75 @@ impl Broker for RabbitMq {
         name: &str,
     ) -> Result<DeleteOutcome, BrokerError> {
         self.delete_if_empty_known(vhost, name, None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::QueueType;
+    use crate::topology::QueueRole;
+
+    #[test]
+    fn json_numbers_compare_numerically() {
+        assert!(json_equal(&json!(1000), &json!(1000.0)));
+        assert!(json_equal(&json!({"a": [1, 2]}), &json!({"a": [1.0, 2]})));
+        assert!(!json_equal(&json!(1000), &json!("1000")));
+        assert!(!json_equal(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
+    }
+
+    #[test]
+    fn apply_to_filters_by_queue_type() {
+        assert!(applies_to_queue("all", "quorum"));
+        assert!(applies_to_queue("queues", "classic"));
+        assert!(applies_to_queue("quorum_queues", "quorum"));
+        assert!(!applies_to_queue("classic_queues", "quorum"));
+        assert!(!applies_to_queue("exchanges", "quorum"));
+    }
+
+    fn tier_plan() -> QueuePlan {
+        QueuePlan {
+            name: "q.retry.5s".into(),
+            role: QueueRole::Retry { delay_ms: 5000 },
+            queue_type: QueueType::Quorum,
+            arguments: [("x-message-ttl".to_string(), json!(5000))].into(),
+            declare: true,
+        }
+    }
+
+    fn existing(kind: &str, args: Value) -> QueueInfo {
+        serde_json::from_value(json!({"name": "q.retry.5s", "type": kind, "arguments": args}))
+            .unwrap_or_else(|e| panic!("queue info: {e}"))
+    }
+
+    #[test]
+    fn queue_conflicts_name_type_and_arguments() {
+        let plan = tier_plan();
+        assert!(queue_conflicts(
+            &existing("quorum", json!({"x-message-ttl": 5000.0})),
+            &plan,
+            None
+        )
+        .is_empty());
+        let r = queue_conflicts(
+            &existing("classic", json!({"x-message-ttl": 6000})),
+            &plan,
+            None,
+        );
+        assert_eq!(r.len(), 2, "{r:?}");
+        assert!(r[0].contains("x-queue-type") && r[1].contains("x-message-ttl"));
+        let policy = PolicyPlan {
+            name: "dlq-operator.q.retry.5s".into(),
+            queue: "q.retry.5s".into(),
+            pattern: "^q\\.retry\\.5s$".into(),
+            priority: 100,
+            definition: [("max-length".to_string(), json!(10))].into(),
+        };
+        let r = queue_conflicts(
+            &existing("quorum", json!({"x-message-ttl": 5000, "x-max-length": 3})),
+            &plan,
+            Some(&policy),
+        );
+        assert!(r.len() == 1 && r[0].contains("x-max-length"), "{r:?}");
     }
 }
