@@ -830,3 +830,45 @@ srv.serve_forever()
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn missing_source_exchange_and_unmanaged_source_queue_fail_clearly() {
+    let q = unique("missing");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let missing_exchange = format!("{q}.orders");
+    let topology = plan(
+        "test/dlq",
+        &spec(
+            &q,
+            json!({"source": {"queue": q, "exchange": missing_exchange, "manage": false}}),
+        ),
+        &resolved(&["1s"]),
+    );
+    let report = broker.apply(&topology).await.expect("apply");
+    assert!(!report.is_ready());
+    match &report
+        .find(ObjectKind::Exchange, &missing_exchange)
+        .expect("source exchange action")
+        .outcome
+    {
+        Outcome::Failed(reason) => assert!(reason.contains("does not exist"), "{reason}"),
+        other => panic!("expected failed, got {other}"),
+    }
+    assert_eq!(
+        report
+            .find(ObjectKind::Queue, &q)
+            .map(|a| a.outcome.clone()),
+        Some(Outcome::Failed(format!(
+            "source queue {q} does not exist and spec.source.manage is false"
+        )))
+    );
+    // Neither the exchange nor the source queue was declared, and no binding to them.
+    assert!(!raw.names("exchanges/%2F").await.contains(&missing_exchange));
+    assert!(!raw.names("queues/%2F?columns=name").await.contains(&q));
+    assert!(report
+        .actions
+        .iter()
+        .all(|a| !(a.kind == ObjectKind::Binding && a.name.starts_with(&missing_exchange))));
+    raw.cleanup(&q).await;
+}
