@@ -1,110 +1,570 @@
-//! TEMPORARY stub with the adapter's interface; replaced by the real adapter (branch broker).
-#![allow(missing_docs, dead_code, unused_variables)]
-use std::collections::BTreeMap;
-use std::fmt;
-
-use crate::topology::DesiredTopology;
+//! Broker adapter: applies a [`DesiredTopology`] to a message broker and reads queue
+//! depths (DESIGN.md §3).
+//!
+//! - [`BrokerConnection`]: connection settings read from a Kubernetes Secret, with
+//!   credentials kept out of every `Debug`, `Display`, log line and error.
+//! - [`Broker`]: what the reconcile core needs from a broker (apply a plan, read all queue
+//!   depths of a vhost in one call, delete a queue only if it is empty).
+//! - [`ApplyReport`]: what an apply did, one [`Action`] per object.
+//! - [`rabbitmq`]: the RabbitMQ implementation (management HTTP API + AMQP 0-9-1 via
+//!   `lapin`).
 
 pub mod rabbitmq;
 
-#[derive(Debug, thiserror::Error)]
+use std::collections::BTreeMap;
+use std::fmt;
+
+use percent_encoding::percent_decode_str;
+use url::Url;
+
+use crate::topology::DesiredTopology;
+
+/// Errors of the broker adapter. No variant ever carries a password: endpoints are
+/// redacted ([`BrokerConnection::redacted_amqp_uri`]) and reasons are scrubbed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BrokerError {
-    #[error("broker unreachable at {endpoint}: {reason}")]
-    Unreachable { endpoint: String, reason: String },
+    /// The broker could not be reached (connection refused, DNS failure, timeout).
+    #[error("broker at {endpoint} is unreachable: {reason}")]
+    Unreachable {
+        /// Redacted endpoint URI.
+        endpoint: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The broker rejected the credentials (HTTP 401, AMQP `ACCESS_REFUSED`).
     #[error("authentication failed at {endpoint} for user {user:?}")]
-    AuthFailed { endpoint: String, user: String },
-    #[error("not found: {what}")]
-    NotFound { what: String },
-    #[error("queue {queue}: {reason}")]
-    ArgumentConflict { queue: String, reason: String },
+    AuthFailed {
+        /// Redacted endpoint URI.
+        endpoint: String,
+        /// The user name that was refused (never the password).
+        user: String,
+    },
+    /// An object the request needs does not exist (e.g. the virtual host).
+    #[error("{what} not found")]
+    NotFound {
+        /// What is missing, e.g. `vhost "/prod"`.
+        what: String,
+    },
+    /// A queue exists with arguments that differ from the requested ones (RabbitMQ
+    /// answers a re-declare with 406 `PRECONDITION_FAILED - inequivalent arg`).
+    #[error("queue {queue:?}: inequivalent arguments: {reason}")]
+    ArgumentConflict {
+        /// Queue name.
+        queue: String,
+        /// The broker's reason.
+        reason: String,
+    },
+    /// Any other non-success answer of the management HTTP API.
     #[error("{method} {path}: HTTP {status}: {reason}")]
     Api {
+        /// HTTP method.
         method: String,
+        /// Request path (no credentials, no host).
         path: String,
+        /// HTTP status code.
         status: u16,
+        /// The `reason` field of the broker's JSON error body (or the body itself).
         reason: String,
     },
+    /// The connection Secret is missing a key or a key has an invalid value.
     #[error("secret {secret:?}: key {key:?}: {reason}")]
     InvalidSecret {
+        /// Secret name.
         secret: String,
+        /// The offending key.
         key: String,
+        /// What is wrong (never the value of a credential).
         reason: String,
     },
+    /// TLS setup or handshake failed (bad CA, bad client certificate, untrusted server).
     #[error("TLS: {reason}")]
-    Tls { reason: String },
+    Tls {
+        /// What failed.
+        reason: String,
+    },
+    /// An AMQP 0-9-1 protocol error other than authentication.
     #[error("AMQP: {reason}")]
-    Amqp { reason: String },
+    Amqp {
+        /// What failed.
+        reason: String,
+    },
 }
+
 impl BrokerError {
+    /// A stable snake_case label for metrics (`dlq_operator_reconcile_total{result}` etc.),
+    /// one per variant.
     pub fn metric_label(&self) -> &'static str {
-        "x"
+        match self {
+            BrokerError::Unreachable { .. } => "unreachable",
+            BrokerError::AuthFailed { .. } => "auth_failed",
+            BrokerError::NotFound { .. } => "not_found",
+            BrokerError::ArgumentConflict { .. } => "argument_conflict",
+            BrokerError::Api { .. } => "api",
+            BrokerError::InvalidSecret { .. } => "invalid_secret",
+            BrokerError::Tls { .. } => "tls",
+            BrokerError::Amqp { .. } => "amqp",
+        }
+    }
+
+    /// `true` for errors that may go away by themselves (retry with backoff):
+    /// [`BrokerError::Unreachable`] and 5xx [`BrokerError::Api`] answers.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            BrokerError::Unreachable { .. } => true,
+            BrokerError::Api { status, .. } => *status >= 500,
+            _ => false,
+        }
     }
 }
-#[derive(Clone, Debug)]
-pub struct BrokerConnection;
+
+/// Connection settings for one broker, read from a Kubernetes Secret
+/// ([`BrokerConnection::from_secret_data`]).
+///
+/// The password is held privately; `Debug` and the `redacted_*` accessors replace it with
+/// `***`.
+#[derive(Clone)]
+pub struct BrokerConnection {
+    secret_name: String,
+    /// AMQP URI without userinfo.
+    amqp: Url,
+    /// Management base URI without userinfo, query or fragment.
+    management: Url,
+    username: String,
+    password: String,
+    ca_pem: Option<Vec<u8>>,
+    client_cert_pem: Option<Vec<u8>>,
+    client_key_pem: Option<Vec<u8>>,
+}
+
+/// Default user name of the AMQP URI specification when a URI carries none
+/// (RabbitMQ docs, "URI Specification").
+const DEFAULT_USER: &str = "guest";
+
 impl BrokerConnection {
+    /// Builds connection settings from a Secret's `data` (values already base64-decoded).
+    ///
+    /// Keys:
+    /// - `uri` (required): `amqp://` or `amqps://` URI (RabbitMQ docs, "URI
+    ///   Specification"); its userinfo gives user and password (percent-decoded).
+    /// - `managementUri` (required): `http://` or `https://` base URI of the management
+    ///   plugin (e.g. `http://rabbitmq:15672`; a path prefix is kept).
+    /// - `username`, `password` (optional): override the userinfo of `uri`. Without any
+    ///   user, `guest` is used as the URI specification says.
+    /// - `ca.crt` (optional): PEM CA certificate(s) trusted for both AMQPS and HTTPS.
+    /// - `tls.crt` + `tls.key` (optional, both or neither): PEM client certificate and
+    ///   PKCS#8 private key.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidSecret`] naming the secret and the key: missing required
+    /// key, value not UTF-8, unparsable URI, wrong scheme, only one of `tls.crt`/`tls.key`,
+    /// a PEM key without a PEM block. Values of credentials are never included.
     pub fn from_secret_data(
         secret_name: &str,
         data: &BTreeMap<String, Vec<u8>>,
     ) -> Result<Self, BrokerError> {
-        Ok(BrokerConnection)
+        let invalid = |key: &str, reason: &str| BrokerError::InvalidSecret {
+            secret: secret_name.to_string(),
+            key: key.to_string(),
+            reason: reason.to_string(),
+        };
+        let text = |key: &str| -> Result<Option<String>, BrokerError> {
+            match data.get(key) {
+                None => Ok(None),
+                Some(bytes) => String::from_utf8(bytes.clone())
+                    .map(|s| Some(s.trim().to_string()))
+                    .map_err(|_| invalid(key, "value is not UTF-8 text")),
+            }
+        };
+        let required = |key: &str| -> Result<String, BrokerError> {
+            match text(key)? {
+                Some(s) if !s.is_empty() => Ok(s),
+                Some(_) => Err(invalid(key, "value is empty")),
+                None => Err(invalid(key, "missing (required)")),
+            }
+        };
+
+        let uri = required("uri")?;
+        let mut amqp =
+            Url::parse(&uri).map_err(|e| invalid("uri", &format!("not a valid URI ({e})")))?;
+        if !matches!(amqp.scheme(), "amqp" | "amqps") {
+            return Err(invalid("uri", "not an amqp(s) URI"));
+        }
+        if amqp.host_str().is_none_or(str::is_empty) {
+            return Err(invalid("uri", "URI has no host"));
+        }
+        let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+        let uri_user = (!amqp.username().is_empty()).then(|| decode(amqp.username()));
+        let uri_password = amqp.password().map(decode);
+        strip_userinfo(&mut amqp);
+
+        let management_uri = required("managementUri")?;
+        let mut management = Url::parse(&management_uri)
+            .map_err(|e| invalid("managementUri", &format!("not a valid URI ({e})")))?;
+        if !matches!(management.scheme(), "http" | "https") {
+            return Err(invalid("managementUri", "not an http(s) URI"));
+        }
+        if management.host_str().is_none_or(str::is_empty) {
+            return Err(invalid("managementUri", "URI has no host"));
+        }
+        strip_userinfo(&mut management);
+        management.set_query(None);
+        management.set_fragment(None);
+
+        let username = match text("username")? {
+            Some(u) if !u.is_empty() => u,
+            Some(_) => return Err(invalid("username", "value is empty")),
+            None => uri_user.unwrap_or_else(|| DEFAULT_USER.to_string()),
+        };
+        // A password key overrides the URI's; no trimming of credentials beyond the
+        // trailing newline that `kubectl create secret --from-file` tends to add.
+        let password = match data.get("password") {
+            Some(bytes) => String::from_utf8(bytes.clone())
+                .map(|s| s.trim_end_matches(['\r', '\n']).to_string())
+                .map_err(|_| invalid("password", "value is not UTF-8 text"))?,
+            None => uri_password.unwrap_or_else(|| {
+                if username == DEFAULT_USER {
+                    DEFAULT_USER.to_string()
+                } else {
+                    String::new()
+                }
+            }),
+        };
+
+        let pem = |key: &str| -> Result<Option<Vec<u8>>, BrokerError> {
+            match data.get(key) {
+                None => Ok(None),
+                Some(bytes) if bytes.is_empty() => Err(invalid(key, "value is empty")),
+                Some(bytes) => {
+                    if !String::from_utf8_lossy(bytes).contains("-----BEGIN ") {
+                        return Err(invalid(key, "not PEM (no -----BEGIN block)"));
+                    }
+                    Ok(Some(bytes.clone()))
+                }
+            }
+        };
+        let ca_pem = pem("ca.crt")?;
+        let client_cert_pem = pem("tls.crt")?;
+        let client_key_pem = pem("tls.key")?;
+        match (&client_cert_pem, &client_key_pem) {
+            (Some(_), None) => {
+                return Err(invalid(
+                    "tls.key",
+                    "missing: tls.crt is set, tls.key must be too",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "tls.crt",
+                    "missing: tls.key is set, tls.crt must be too",
+                ))
+            }
+            _ => {}
+        }
+
+        Ok(BrokerConnection {
+            secret_name: secret_name.to_string(),
+            amqp,
+            management,
+            username,
+            password,
+            ca_pem,
+            client_cert_pem,
+            client_key_pem,
+        })
     }
-    pub fn redacted_management_uri(&self) -> String {
-        String::new()
+
+    /// Name of the Secret these settings came from.
+    pub fn secret_name(&self) -> &str {
+        &self.secret_name
     }
+
+    /// The user name (not secret; shown in errors).
+    pub fn username(&self) -> &str {
+        &self.username
+    }
+
+    /// `true` for an `amqps://` URI.
+    pub fn amqp_uses_tls(&self) -> bool {
+        self.amqp.scheme() == "amqps"
+    }
+
+    /// `true` for an `https://` management URI.
+    pub fn management_uses_tls(&self) -> bool {
+        self.management.scheme() == "https"
+    }
+
+    /// The AMQP URI with `user:***@` as userinfo, for logs and errors.
     pub fn redacted_amqp_uri(&self) -> String {
-        String::new()
+        with_userinfo(&self.amqp, &self.username, "***")
+    }
+
+    /// The management base URI with `user:***@` as userinfo, for logs and errors.
+    pub fn redacted_management_uri(&self) -> String {
+        with_userinfo(&self.management, &self.username, "***")
+    }
+
+    /// The management base URI without credentials (basic auth is sent as a header).
+    pub fn management_base(&self) -> &Url {
+        &self.management
+    }
+
+    /// PEM CA certificate(s) from `ca.crt`, if set.
+    pub fn ca_pem(&self) -> Option<&[u8]> {
+        self.ca_pem.as_deref()
+    }
+
+    /// PEM client certificate and key from `tls.crt` and `tls.key`, if set.
+    pub fn client_identity_pem(&self) -> Option<(&[u8], &[u8])> {
+        match (&self.client_cert_pem, &self.client_key_pem) {
+            (Some(c), Some(k)) => Some((c.as_slice(), k.as_slice())),
+            _ => None,
+        }
+    }
+
+    /// The password, for the transport layers of this module only.
+    pub(crate) fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// The AMQP URI with the real credentials, for `lapin` only. Never log it.
+    pub(crate) fn amqp_uri_with_credentials(&self) -> String {
+        with_userinfo(&self.amqp, &self.username, &self.password)
+    }
+
+    /// Like [`BrokerConnection::amqp_uri_with_credentials`] with virtual host `vhost`.
+    pub(crate) fn amqp_uri_with_credentials_for_vhost(&self, vhost: &str) -> String {
+        let mut u = self.amqp.clone();
+        u.set_path(&format!("/{}", rabbitmq::management::encode_segment(vhost)));
+        with_userinfo(&u, &self.username, &self.password)
+    }
+
+    /// Replaces every occurrence of the password (raw and percent-encoded) in `text` by
+    /// `***`, as a last line of defence for error messages of third-party libraries.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        if self.password.is_empty() {
+            return text.to_string();
+        }
+        let encoded: String = percent_encoding::utf8_percent_encode(
+            &self.password,
+            percent_encoding::NON_ALPHANUMERIC,
+        )
+        .to_string();
+        text.replace(&self.password, "***").replace(&encoded, "***")
     }
 }
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ObjectKind {
-    Exchange,
-    Queue,
-    Policy,
-    Binding,
+
+fn strip_userinfo(url: &mut Url) {
+    // Only fails for URLs that cannot have credentials, which have none to strip.
+    let _ = url.set_password(None);
+    let _ = url.set_username("");
 }
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Created,
-    Updated,
-    InPlace,
-    Conflict(String),
-    Shadowed(String),
-    Draining(String),
-    Deleted,
-    Failed(String),
+
+fn with_userinfo(url: &Url, user: &str, password: &str) -> String {
+    let mut u = url.clone();
+    if u.set_username(user).is_err() || u.set_password(Some(password)).is_err() {
+        return url.to_string();
+    }
+    u.to_string()
 }
-#[derive(Debug, Clone)]
-pub struct Action {
-    pub kind: ObjectKind,
-    pub name: String,
-    pub outcome: Outcome,
-}
-impl fmt::Display for Action {
+
+impl fmt::Debug for BrokerConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} {}: {:?}", self.kind, self.name, self.outcome)
+        f.debug_struct("BrokerConnection")
+            .field("secret", &self.secret_name)
+            .field("uri", &self.redacted_amqp_uri())
+            .field("management_uri", &self.redacted_management_uri())
+            .field("username", &self.username)
+            .field("password", &"***")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_cert", &self.client_cert_pem.is_some())
+            .finish()
     }
 }
-#[derive(Debug, Clone, Default)]
-pub struct ApplyReport {
-    pub actions: Vec<Action>,
-}
-impl ApplyReport {
-    pub fn is_ready(&self) -> bool {
-        true
-    }
-    pub fn writes(&self) -> usize {
-        0
-    }
-}
+
+/// Depth of one queue as reported by the broker's statistics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueueDepth {
+    /// Ready plus unacknowledged messages.
     pub messages: u64,
+    /// Messages ready for delivery.
     pub ready: u64,
+    /// Messages delivered but not yet acknowledged.
     pub unacked: u64,
 }
+
+/// Result of [`Broker::delete_queue_if_empty`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The queue was empty and is gone.
+    Deleted,
+    /// The broker refused: the queue still holds messages (count from the broker's
+    /// statistics, at least 1).
+    NotEmpty {
+        /// Messages left.
+        messages: u64,
+    },
+    /// There was no such queue.
+    Absent,
+}
+
+/// Kind of broker object in an [`Action`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    /// An exchange.
+    Exchange,
+    /// A queue.
+    Queue,
+    /// A policy.
+    Policy,
+    /// A binding (name `exchange -> queue [routing key]`).
+    Binding,
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ObjectKind::Exchange => "exchange",
+            ObjectKind::Queue => "queue",
+            ObjectKind::Policy => "policy",
+            ObjectKind::Binding => "binding",
+        })
+    }
+}
+
+/// What an apply did (or found) for one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Did not exist; created.
+    Created,
+    /// Existed with other settings; rewritten (policies only: queue arguments are
+    /// immutable).
+    Updated,
+    /// Already as planned; nothing written.
+    InPlace,
+    /// Exists in a form the operator must not change (e.g. a queue with other
+    /// arguments); left untouched, reason given.
+    Conflict(String),
+    /// Our policy is in place but another policy takes precedence on the queue.
+    Shadowed(String),
+    /// An obsolete queue still holds messages; unbound and removed once empty.
+    Draining(String),
+    /// An obsolete object was removed.
+    Deleted,
+    /// Could not be applied (reason given).
+    Failed(String),
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Created => f.write_str("created"),
+            Outcome::Updated => f.write_str("updated"),
+            Outcome::InPlace => f.write_str("in place"),
+            Outcome::Conflict(r) => write!(f, "conflict: {r}"),
+            Outcome::Shadowed(r) => write!(f, "shadowed: {r}"),
+            Outcome::Draining(r) => write!(f, "draining: {r}"),
+            Outcome::Deleted => f.write_str("deleted"),
+            Outcome::Failed(r) => write!(f, "failed: {r}"),
+        }
+    }
+}
+
+/// One object of an apply and its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Action {
+    /// Kind of object.
+    pub kind: ObjectKind,
+    /// Object name (bindings: `exchange -> queue [routing key]`).
+    pub name: String,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+impl fmt::Display for Action {
+    /// One human line, e.g. `queue orders.dlq: created`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.kind, self.name, self.outcome)
+    }
+}
+
+/// Everything an apply did, in apply order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// One action per object considered.
+    pub actions: Vec<Action>,
+}
+
+impl ApplyReport {
+    /// `true` when no action is [`Outcome::Conflict`], [`Outcome::Shadowed`] or
+    /// [`Outcome::Failed`] (draining obsolete queues do not block readiness).
+    pub fn is_ready(&self) -> bool {
+        !self.actions.iter().any(|a| {
+            matches!(
+                a.outcome,
+                Outcome::Conflict(_) | Outcome::Shadowed(_) | Outcome::Failed(_)
+            )
+        })
+    }
+
+    /// Number of actions that wrote to the broker (created, updated, deleted).
+    pub fn writes(&self) -> usize {
+        self.actions
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a.outcome,
+                    Outcome::Created | Outcome::Updated | Outcome::Deleted
+                )
+            })
+            .count()
+    }
+
+    /// The first action for `kind`/`name`, if any.
+    pub fn find(&self, kind: ObjectKind, name: &str) -> Option<&Action> {
+        self.actions
+            .iter()
+            .find(|a| a.kind == kind && a.name == name)
+    }
+}
+
+impl fmt::Display for ApplyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, a) in self.actions.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{a}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What the reconcile core needs from a broker.
 #[allow(async_fn_in_trait)]
 pub trait Broker {
+    /// Applies a plan: declares what is missing, updates operator-owned policies that
+    /// differ, reports conflicts without touching the conflicting objects, and drains
+    /// obsolete retry tiers. Idempotent: a second apply of the same plan writes nothing.
+    ///
+    /// # Errors
+    /// Transport, authentication and vhost errors ([`BrokerError`]); per-object problems
+    /// are reported as [`Outcome`]s in the [`ApplyReport`] instead.
     async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError>;
+
+    /// Depths of every queue of `vhost`, by queue name, read in one call.
+    ///
+    /// # Errors
+    /// Transport, authentication and vhost errors.
     async fn queue_depths(&self, vhost: &str) -> Result<BTreeMap<String, QueueDepth>, BrokerError>;
+
+    /// Deletes queue `name` of `vhost` only if it holds no messages; the broker itself
+    /// enforces the condition.
+    ///
+    /// # Errors
+    /// Transport, authentication and other API errors.
+    async fn delete_queue_if_empty(
+        &self,
+        vhost: &str,
+        name: &str,
+    ) -> Result<DeleteOutcome, BrokerError>;
 }

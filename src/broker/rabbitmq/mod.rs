@@ -1,17 +1,692 @@
-//! TEMPORARY stub.
-#![allow(missing_docs, dead_code, unused_variables)]
-use super::*;
-pub struct RabbitMq;
+//! RabbitMQ implementation of [`Broker`] over the management HTTP API (RabbitMQ docs,
+//! "Management HTTP API"), with AMQP 0-9-1 helpers in [`amqp`].
+//!
+//! Rules applied here, with their source:
+//! - Queue arguments are immutable: re-declaring with others fails with 406
+//!   `PRECONDITION_FAILED - inequivalent arg` (RabbitMQ docs, "Queues: optional
+//!   arguments"). A queue whose type or planned arguments differ is reported as
+//!   [`Outcome::Conflict`] and never deleted or redeclared.
+//! - Optional arguments set by a client take precedence over policy keys (RabbitMQ docs,
+//!   "Policies": "Combining policy definitions and optional arguments"), so a queue whose
+//!   own `x-<key>` argument would override a key of our policy is a conflict too.
+//! - Only one policy applies to a queue: the highest-priority matching one (RabbitMQ
+//!   docs, "Policies": "Policy priorities"). Higher or equal-priority policies that match
+//!   the queue shadow ours ([`Outcome::Shadowed`]); the keys of lower-priority ones that
+//!   we do not set are merged into ours so nothing the user configured is lost.
+//! - Obsolete retry tiers are unbound first, then deleted only once empty
+//!   (`DELETE /api/queues/{vhost}/{name}?if-empty=true`, the broker refuses a non-empty
+//!   queue). RabbitMQ 3.x quorum queues do not support `if-empty`; for them emptiness is
+//!   checked with an AMQP passive declare (ready count and consumers, immediate) after the
+//!   binding is gone, and the queue is deleted only if both that and the management
+//!   statistics say it is empty.
+
+pub mod amqp;
+pub mod management;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+pub use management::RequestCounts;
+use management::{
+    encode_segment as enc, BindingInfo, ExchangeInfo, ManagementClient, PolicyInfo, QueueInfo,
+};
+
+use crate::broker::{
+    Action, ApplyReport, Broker, BrokerConnection, BrokerError, DeleteOutcome, ObjectKind, Outcome,
+    QueueDepth,
+};
+use crate::topology::{BindingPlan, DesiredTopology, PolicyPlan, QueuePlan};
+
+/// `apply-to` of every operator-owned policy.
+const APPLY_TO: &str = "queues";
+
+/// A RabbitMQ broker reached through its management HTTP API.
+#[derive(Debug)]
+pub struct RabbitMq {
+    mgmt: ManagementClient,
+}
+
 impl RabbitMq {
-    pub fn new(c: &BrokerConnection) -> Result<Self, BrokerError> {
-        Ok(RabbitMq)
+    /// Builds the client (no request is made): HTTP timeouts of ~10 s, `ca.crt` as
+    /// trusted root and `tls.crt`+`tls.key` as client identity when set, basic auth.
+    ///
+    /// # Errors
+    /// [`BrokerError::Tls`] when the CA or the client certificate/key cannot be used.
+    pub fn new(conn: &BrokerConnection) -> Result<Self, BrokerError> {
+        Ok(RabbitMq {
+            mgmt: ManagementClient::new(conn)?,
+        })
+    }
+
+    /// HTTP requests made by this client so far (GET = read; PUT/POST/DELETE = write).
+    pub fn request_counts(&self) -> RequestCounts {
+        self.mgmt.request_counts()
+    }
+
+    /// The underlying management API client.
+    pub fn management(&self) -> &ManagementClient {
+        &self.mgmt
+    }
+
+    async fn list<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: &str,
+        vhost: &str,
+        query: &str,
+    ) -> Result<Vec<T>, BrokerError> {
+        self.mgmt
+            .get_json(
+                &format!("{kind}/{}{query}", enc(vhost)),
+                &format!("vhost {vhost:?}"),
+            )
+            .await
+    }
+
+    async fn delete_if_empty_known(
+        &self,
+        vhost: &str,
+        name: &str,
+        known: Option<&QueueInfo>,
+    ) -> Result<DeleteOutcome, BrokerError> {
+        let path = format!("queues/{}/{}", enc(vhost), enc(name));
+        let answer = self
+            .mgmt
+            .send(Method::DELETE, &format!("{path}?if-empty=true"), None)
+            .await?;
+        let stats_messages = known.and_then(|q| q.messages).unwrap_or(0);
+        if answer.status.is_success() {
+            return Ok(DeleteOutcome::Deleted);
+        }
+        if answer.status == StatusCode::NOT_FOUND {
+            return Ok(DeleteOutcome::Absent);
+        }
+        let reason = answer.reason();
+        if answer.status == StatusCode::BAD_REQUEST && reason.contains("not empty") {
+            return Ok(DeleteOutcome::NotEmpty {
+                messages: stats_messages.max(1),
+            });
+        }
+        if answer.status == StatusCode::BAD_REQUEST && reason.contains("not supported") {
+            // Quorum queues on RabbitMQ 3.x: check emptiness ourselves.
+            let stats = match known {
+                Some(q) => q.messages.unwrap_or(0),
+                None => {
+                    let q: QueueInfo = match self
+                        .mgmt
+                        .get_json(&format!("{path}?columns=name,messages"), "queue")
+                        .await
+                    {
+                        Ok(q) => q,
+                        Err(BrokerError::NotFound { .. }) => return Ok(DeleteOutcome::Absent),
+                        Err(e) => return Err(e),
+                    };
+                    q.messages.unwrap_or(0)
+                }
+            };
+            if stats > 0 {
+                return Ok(DeleteOutcome::NotEmpty { messages: stats });
+            }
+            match amqp::passive_queue_counts(self.mgmt.connection(), vhost, name).await? {
+                None => return Ok(DeleteOutcome::Absent),
+                Some((ready, consumers)) if ready > 0 || consumers > 0 => {
+                    return Ok(DeleteOutcome::NotEmpty {
+                        messages: u64::from(ready).max(1),
+                    })
+                }
+                Some(_) => {}
+            }
+            let answer = self.mgmt.send(Method::DELETE, &path, None).await?;
+            return if answer.status.is_success() {
+                Ok(DeleteOutcome::Deleted)
+            } else if answer.status == StatusCode::NOT_FOUND {
+                Ok(DeleteOutcome::Absent)
+            } else {
+                Err(self.mgmt.api_error(&Method::DELETE, &path, &answer))
+            };
+        }
+        Err(self
+            .mgmt
+            .api_error(&Method::DELETE, &format!("{path}?if-empty=true"), &answer))
     }
 }
-impl Broker for RabbitMq {
-    async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError> {
-        Ok(ApplyReport::default())
+
+/// Compares two JSON values, numbers numerically (`1000` equals `1000.0`).
+pub fn json_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(i), Some(j)) => i == j,
+            _ => match (x.as_u64(), y.as_u64()) {
+                (Some(i), Some(j)) => i == j,
+                _ => x.as_f64() == y.as_f64(),
+            },
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_equal(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
+        }
+        _ => a == b,
     }
+}
+
+fn maps_equal(a: &BTreeMap<String, Value>, b: &BTreeMap<String, Value>) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .all(|(k, v)| b.get(k).is_some_and(|w| json_equal(v, w)))
+}
+
+/// Whether a policy with this `apply-to` can apply to a queue of type `queue_type`.
+fn applies_to_queue(apply_to: &str, queue_type: &str) -> bool {
+    match apply_to {
+        "queues" | "all" | "" => true,
+        "classic_queues" => queue_type == "classic",
+        "quorum_queues" => queue_type == "quorum",
+        "streams" => queue_type == "stream",
+        _ => false,
+    }
+}
+
+/// Policies of the vhost other than `ours` that match `queue`: (higher-or-equal priority,
+/// lower priority), each sorted by descending priority.
+fn matching_policies<'a>(
+    policies: &'a [PolicyInfo],
+    ours: &PolicyPlan,
+    queue_type: &str,
+) -> (Vec<&'a PolicyInfo>, Vec<&'a PolicyInfo>) {
+    let mut matching: Vec<&PolicyInfo> = policies
+        .iter()
+        .filter(|p| p.name != ours.name)
+        .filter(|p| applies_to_queue(&p.apply_to, queue_type))
+        .filter(|p| {
+            regex::Regex::new(&p.pattern)
+                .map(|re| re.is_match(&ours.queue))
+                .unwrap_or(false)
+        })
+        .collect();
+    matching.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
+    matching
+        .into_iter()
+        .partition(|p| p.priority >= i64::from(ours.priority))
+}
+
+fn binding_name(b: &BindingPlan) -> String {
+    format!("{} -> {} [{}]", b.exchange, b.queue, b.routing_key)
+}
+
+/// Why an existing queue cannot serve as `plan` (empty when it can).
+fn queue_conflicts(
+    existing: &QueueInfo,
+    plan: &QueuePlan,
+    policy: Option<&PolicyPlan>,
+) -> Vec<String> {
+    let mut reasons = Vec::new();
+    let want_type = plan.queue_type.argument();
+    let have_type = existing
+        .kind
+        .clone()
+        .or_else(|| {
+            existing
+                .arguments
+                .get("x-queue-type")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "classic".to_string());
+    if have_type != want_type {
+        reasons.push(format!(
+            "queue {:?} is a {have_type} queue (x-queue-type), the plan wants {want_type}",
+            plan.name
+        ));
+    }
+    for (key, want) in &plan.arguments {
+        match existing.arguments.get(key) {
+            None => reasons.push(format!(
+                "queue {:?} has no argument {key}, the plan wants {want}",
+                plan.name
+            )),
+            Some(have) if !json_equal(have, want) => reasons.push(format!(
+                "queue {:?} has argument {key}={have}, the plan wants {want}",
+                plan.name
+            )),
+            Some(_) => {}
+        }
+    }
+    if let Some(p) = policy {
+        for key in p.definition.keys() {
+            let arg = format!("x-{key}");
+            if let Some(have) = existing.arguments.get(&arg) {
+                if !plan.arguments.contains_key(&arg) {
+                    reasons.push(format!(
+                        "queue {:?} has argument {arg}={have}, which overrides key {key} of policy {} (queue arguments take precedence over policies)",
+                        plan.name, p.name
+                    ));
+                }
+            }
+        }
+    }
+    reasons
+}
+
+impl Broker for RabbitMq {
+    /// Applies `plan` (see the module documentation for the rules): 4 reads (exchanges,
+    /// queues, policies, bindings of the vhost), then one write per object that is missing
+    /// or differs, in the plan's order (exchanges, policies, queues, bindings), then the
+    /// draining of obsolete retry tiers.
+    ///
+    /// # Errors
+    /// [`BrokerError::NotFound`] for a missing vhost, transport/authentication errors,
+    /// and [`BrokerError::Api`] for a write the broker refuses for another reason than a
+    /// conflict (conflicts are [`Outcome`]s).
+    async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError> {
+        let vhost = plan.vhost.as_str();
+        let v = enc(vhost);
+        let exchanges: Vec<ExchangeInfo> = self.list("exchanges", vhost, "").await?;
+        let queues: Vec<QueueInfo> = self
+            .list(
+                "queues",
+                vhost,
+                "?columns=name,type,durable,arguments,messages,policy",
+            )
+            .await?;
+        let policies: Vec<PolicyInfo> = self.list("policies", vhost, "").await?;
+        let bindings: Vec<BindingInfo> = self.list("bindings", vhost, "").await?;
+
+        let exchange_by_name: BTreeMap<&str, &ExchangeInfo> =
+            exchanges.iter().map(|e| (e.name.as_str(), e)).collect();
+        let queue_by_name: BTreeMap<&str, &QueueInfo> =
+            queues.iter().map(|q| (q.name.as_str(), q)).collect();
+        let policy_by_name: BTreeMap<&str, &PolicyInfo> =
+            policies.iter().map(|p| (p.name.as_str(), p)).collect();
+        let existing_bindings: BTreeSet<(&str, &str, &str)> = bindings
+            .iter()
+            .filter(|b| b.destination_type == "queue")
+            .map(|b| {
+                (
+                    b.source.as_str(),
+                    b.destination.as_str(),
+                    b.routing_key.as_str(),
+                )
+            })
+            .collect();
+
+        let mut actions = Vec::new();
+        // Exchanges and queues that bindings must skip.
+        let mut unusable: BTreeSet<String> = BTreeSet::new();
+        let mut unusable_queues: BTreeSet<String> = BTreeSet::new();
+
+        // 1. Exchanges.
+        for x in &plan.exchanges {
+            let outcome = match exchange_by_name.get(x.name.as_str()) {
+                Some(e) if e.kind == x.kind.as_str() => Outcome::InPlace,
+                Some(e) => {
+                    unusable.insert(x.name.clone());
+                    Outcome::Conflict(format!(
+                        "exchange {:?} exists with type {}, the plan wants {}",
+                        x.name,
+                        e.kind,
+                        x.kind.as_str()
+                    ))
+                }
+                None => {
+                    self.mgmt
+                        .write(
+                            Method::PUT,
+                            &format!("exchanges/{v}/{}", enc(&x.name)),
+                            Some(&json!({
+                                "type": x.kind.as_str(),
+                                "durable": true,
+                                "auto_delete": false,
+                                "internal": false,
+                                "arguments": {}
+                            })),
+                            None,
+                        )
+                        .await?;
+                    Outcome::Created
+                }
+            };
+            actions.push(Action {
+                kind: ObjectKind::Exchange,
+                name: x.name.clone(),
+                outcome,
+            });
+        }
+        if let Some(sx) = &plan.source_exchange {
+            if !exchange_by_name.contains_key(sx.as_str()) {
+                unusable.insert(sx.clone());
+                actions.push(Action {
+                    kind: ObjectKind::Exchange,
+                    name: sx.clone(),
+                    outcome: Outcome::Failed(format!(
+                        "source exchange {sx:?} does not exist in vhost {vhost:?}; the operator never declares it (spec.source.exchange)"
+                    )),
+                });
+            }
+        }
+
+        // Existing queues that cannot serve the plan, computed before any policy is
+        // written so that our policy is never put on a queue we will not adopt (it would
+        // change the behaviour of someone else's queue, e.g. its overflow mode).
+        let conflicts: BTreeMap<&str, Vec<String>> = plan
+            .queues
+            .iter()
+            .filter_map(|q| {
+                let existing = queue_by_name.get(q.name.as_str())?;
+                let policy = plan.policies.iter().find(|p| p.queue == q.name);
+                let reasons = queue_conflicts(existing, q, policy);
+                (!reasons.is_empty()).then_some((q.name.as_str(), reasons))
+            })
+            .collect();
+
+        // 2. Policies.
+        for p in &plan.policies {
+            let queue_type = queue_by_name
+                .get(p.queue.as_str())
+                .and_then(|q| q.kind.as_deref())
+                .unwrap_or_else(|| {
+                    plan.queues
+                        .iter()
+                        .find(|q| q.name == p.queue)
+                        .map_or("classic", |q| q.queue_type.argument())
+                });
+            let (higher, lower) = matching_policies(&policies, p, queue_type);
+            let mut definition = p.definition.clone();
+            for other in &lower {
+                for (k, val) in &other.definition {
+                    definition.entry(k.clone()).or_insert_with(|| val.clone());
+                }
+            }
+            let write = match policy_by_name.get(p.name.as_str()) {
+                None => Some(Outcome::Created),
+                Some(e)
+                    if e.pattern != p.pattern
+                        || e.priority != i64::from(p.priority)
+                        || e.apply_to != APPLY_TO
+                        || !maps_equal(&e.definition, &definition) =>
+                {
+                    Some(Outcome::Updated)
+                }
+                Some(_) => None,
+            };
+            let mut outcome = match write {
+                Some(_) if conflicts.contains_key(p.queue.as_str()) => Outcome::Conflict(format!(
+                    "not written: queue {:?} exists with conflicting arguments",
+                    p.queue
+                )),
+                Some(outcome) => {
+                    self.mgmt
+                        .write(
+                            Method::PUT,
+                            &format!("policies/{v}/{}", enc(&p.name)),
+                            Some(&json!({
+                                "pattern": p.pattern,
+                                "definition": definition,
+                                "priority": p.priority,
+                                "apply-to": APPLY_TO
+                            })),
+                            None,
+                        )
+                        .await?;
+                    outcome
+                }
+                None => Outcome::InPlace,
+            };
+            if let Some(top) = higher.first() {
+                outcome = Outcome::Shadowed(format!(
+                    "policy {} (priority {}) takes precedence over {} (priority {}) on queue {:?}",
+                    top.name, top.priority, p.name, p.priority, p.queue
+                ));
+            }
+            actions.push(Action {
+                kind: ObjectKind::Policy,
+                name: p.name.clone(),
+                outcome,
+            });
+        }
+
+        // 3. Queues.
+        for q in &plan.queues {
+            let outcome = match queue_by_name.get(q.name.as_str()) {
+                None if !q.declare => {
+                    unusable_queues.insert(q.name.clone());
+                    Outcome::Failed(format!(
+                        "source queue {} does not exist and spec.source.manage is false",
+                        q.name
+                    ))
+                }
+                None => {
+                    let res = self
+                        .mgmt
+                        .write(
+                            Method::PUT,
+                            &format!("queues/{v}/{}", enc(&q.name)),
+                            Some(&json!({
+                                "durable": true,
+                                "auto_delete": false,
+                                "arguments": q.declare_arguments()
+                            })),
+                            Some(&q.name),
+                        )
+                        .await;
+                    match res {
+                        Ok(()) => Outcome::Created,
+                        // Declared by someone else since our read.
+                        Err(BrokerError::ArgumentConflict { reason, .. }) => {
+                            unusable_queues.insert(q.name.clone());
+                            Outcome::Conflict(reason)
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Some(_) => match conflicts.get(q.name.as_str()) {
+                    None => Outcome::InPlace,
+                    Some(reasons) => {
+                        unusable_queues.insert(q.name.clone());
+                        Outcome::Conflict(format!(
+                            "{}; left untouched (queue arguments are immutable and the queue is never deleted to fix this)",
+                            reasons.join("; ")
+                        ))
+                    }
+                },
+            };
+            actions.push(Action {
+                kind: ObjectKind::Queue,
+                name: q.name.clone(),
+                outcome,
+            });
+        }
+
+        // 4. Bindings.
+        for b in &plan.bindings {
+            if unusable.contains(&b.exchange) || unusable_queues.contains(&b.queue) {
+                continue;
+            }
+            let outcome = if existing_bindings.contains(&(
+                b.exchange.as_str(),
+                b.queue.as_str(),
+                b.routing_key.as_str(),
+            )) {
+                Outcome::InPlace
+            } else {
+                self.mgmt
+                    .write(
+                        Method::POST,
+                        &format!("bindings/{v}/e/{}/q/{}", enc(&b.exchange), enc(&b.queue)),
+                        Some(&json!({ "routing_key": b.routing_key, "arguments": {} })),
+                        None,
+                    )
+                    .await?;
+                Outcome::Created
+            };
+            actions.push(Action {
+                kind: ObjectKind::Binding,
+                name: binding_name(b),
+                outcome,
+            });
+        }
+
+        // 5. Obsolete retry tiers: unbind, then delete once empty.
+        let retry_exchange = plan.routes.retry_exchange.as_str();
+        for name in plan.obsolete_tier_queues(queues.iter().map(|q| q.name.as_str())) {
+            for b in bindings.iter().filter(|b| {
+                b.source == retry_exchange && b.destination == name && b.destination_type == "queue"
+            }) {
+                let path = format!(
+                    "bindings/{v}/e/{}/q/{}/{}",
+                    enc(&b.source),
+                    enc(&b.destination),
+                    enc(&b.properties_key)
+                );
+                let answer = self.mgmt.send(Method::DELETE, &path, None).await?;
+                if !answer.status.is_success() && answer.status != StatusCode::NOT_FOUND {
+                    return Err(self.mgmt.api_error(&Method::DELETE, &path, &answer));
+                }
+                actions.push(Action {
+                    kind: ObjectKind::Binding,
+                    name: format!("{} -> {} [{}]", b.source, b.destination, b.routing_key),
+                    outcome: Outcome::Deleted,
+                });
+            }
+            let known = queue_by_name.get(name.as_str()).copied();
+            let stats = known.and_then(|q| q.messages).unwrap_or(0);
+            let outcome = if stats > 0 {
+                // Statistics say it holds messages: no write until they say otherwise.
+                Outcome::Draining(format!("{stats} messages left; removed once empty"))
+            } else {
+                match self.delete_if_empty_known(vhost, &name, known).await? {
+                    DeleteOutcome::Deleted | DeleteOutcome::Absent => Outcome::Deleted,
+                    DeleteOutcome::NotEmpty { messages } => {
+                        Outcome::Draining(format!("{messages} messages left; removed once empty"))
+                    }
+                }
+            };
+            actions.push(Action {
+                kind: ObjectKind::Queue,
+                name,
+                outcome,
+            });
+        }
+
+        Ok(ApplyReport { actions })
+    }
+
+    /// One `GET /api/queues/{vhost}?columns=name,messages,messages_ready,messages_unacknowledged`
+    /// (RabbitMQ docs, "Management HTTP API"). Counts lag by the broker's statistics
+    /// interval (`collect_statistics_interval`, 5 s by default); queues without statistics
+    /// yet count 0.
+    ///
+    /// # Errors
+    /// [`BrokerError::NotFound`] for a missing vhost; transport/authentication errors.
     async fn queue_depths(&self, vhost: &str) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
-        Ok(BTreeMap::new())
+        let queues: Vec<QueueInfo> = self
+            .list(
+                "queues",
+                vhost,
+                "?columns=name,messages,messages_ready,messages_unacknowledged",
+            )
+            .await?;
+        Ok(queues
+            .into_iter()
+            .map(|q| {
+                let ready = q.messages_ready.unwrap_or(0);
+                let unacked = q.messages_unacknowledged.unwrap_or(0);
+                let depth = QueueDepth {
+                    messages: q.messages.unwrap_or(ready + unacked),
+                    ready,
+                    unacked,
+                };
+                (q.name, depth)
+            })
+            .collect())
+    }
+
+    /// `DELETE /api/queues/{vhost}/{name}?if-empty=true`: the broker refuses a non-empty
+    /// queue. Quorum queues of RabbitMQ 3.x do not support `if-empty`; for them the queue
+    /// is deleted only if the management statistics and an AMQP passive declare both say
+    /// it has no messages and no consumers (unbind it first so nothing new arrives).
+    ///
+    /// # Errors
+    /// Transport/authentication errors, [`BrokerError::Api`] for other refusals.
+    async fn delete_queue_if_empty(
+        &self,
+        vhost: &str,
+        name: &str,
+    ) -> Result<DeleteOutcome, BrokerError> {
+        self.delete_if_empty_known(vhost, name, None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::QueueType;
+    use crate::topology::QueueRole;
+
+    #[test]
+    fn json_numbers_compare_numerically() {
+        assert!(json_equal(&json!(1000), &json!(1000.0)));
+        assert!(json_equal(&json!({"a": [1, 2]}), &json!({"a": [1.0, 2]})));
+        assert!(!json_equal(&json!(1000), &json!("1000")));
+        assert!(!json_equal(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
+    }
+
+    #[test]
+    fn apply_to_filters_by_queue_type() {
+        assert!(applies_to_queue("all", "quorum"));
+        assert!(applies_to_queue("queues", "classic"));
+        assert!(applies_to_queue("quorum_queues", "quorum"));
+        assert!(!applies_to_queue("classic_queues", "quorum"));
+        assert!(!applies_to_queue("exchanges", "quorum"));
+    }
+
+    fn tier_plan() -> QueuePlan {
+        QueuePlan {
+            name: "q.retry.5s".into(),
+            role: QueueRole::Retry { delay_ms: 5000 },
+            queue_type: QueueType::Quorum,
+            arguments: [("x-message-ttl".to_string(), json!(5000))].into(),
+            declare: true,
+        }
+    }
+
+    fn existing(kind: &str, args: Value) -> QueueInfo {
+        serde_json::from_value(json!({"name": "q.retry.5s", "type": kind, "arguments": args}))
+            .unwrap_or_else(|e| panic!("queue info: {e}"))
+    }
+
+    #[test]
+    fn queue_conflicts_name_type_and_arguments() {
+        let plan = tier_plan();
+        assert!(queue_conflicts(
+            &existing("quorum", json!({"x-message-ttl": 5000.0})),
+            &plan,
+            None
+        )
+        .is_empty());
+        let r = queue_conflicts(
+            &existing("classic", json!({"x-message-ttl": 6000})),
+            &plan,
+            None,
+        );
+        assert_eq!(r.len(), 2, "{r:?}");
+        assert!(r[0].contains("x-queue-type") && r[1].contains("x-message-ttl"));
+        let policy = PolicyPlan {
+            name: "dlq-operator.q.retry.5s".into(),
+            queue: "q.retry.5s".into(),
+            pattern: "^q\\.retry\\.5s$".into(),
+            priority: 100,
+            definition: [("max-length".to_string(), json!(10))].into(),
+        };
+        let r = queue_conflicts(
+            &existing("quorum", json!({"x-message-ttl": 5000, "x-max-length": 3})),
+            &plan,
+            Some(&policy),
+        );
+        assert!(r.len() == 1 && r[0].contains("x-max-length"), "{r:?}");
     }
 }

@@ -1,0 +1,116 @@
+//! AMQP 0-9-1 connections with `lapin` (publish/consume, replay, passive declares, tests).
+//!
+//! TLS for `amqps://` uses the Secret's `ca.crt` as extra trusted chain and
+//! `tls.crt`+`tls.key` (PEM, PKCS#8 key) as client identity (RabbitMQ docs, "TLS Support").
+
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
+use lapin::{Connection, ConnectionProperties};
+
+use crate::broker::{BrokerConnection, BrokerError};
+
+/// Opens an AMQP connection with the settings of `conn` (credentials from the Secret,
+/// TLS for `amqps://`).
+///
+/// # Errors
+/// [`BrokerError::AuthFailed`] when the broker refuses the credentials (`ACCESS_REFUSED`),
+/// [`BrokerError::Unreachable`] for I/O failures (connection refused, reset, DNS),
+/// [`BrokerError::Tls`] for certificate problems, [`BrokerError::Amqp`] otherwise.
+/// Endpoints are redacted and reasons scrubbed of the password.
+pub async fn connect(conn: &BrokerConnection) -> Result<Connection, BrokerError> {
+    connect_uri(conn, conn.amqp_uri_with_credentials()).await
+}
+
+/// Like [`connect`] but to virtual host `vhost` instead of the URI's.
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_vhost(
+    conn: &BrokerConnection,
+    vhost: &str,
+) -> Result<Connection, BrokerError> {
+    connect_uri(conn, conn.amqp_uri_with_credentials_for_vhost(vhost)).await
+}
+
+/// Ready messages and consumers of queue `name` in `vhost`, from an AMQP passive
+/// `queue.declare` (immediate, unlike the management statistics); `None` when the queue
+/// does not exist (RabbitMQ docs, "Queues": passive declare).
+///
+/// # Errors
+/// As [`connect`].
+pub async fn passive_queue_counts(
+    conn: &BrokerConnection,
+    vhost: &str,
+    name: &str,
+) -> Result<Option<(u32, u32)>, BrokerError> {
+    let connection = connect_vhost(conn, vhost).await?;
+    let result = async {
+        let channel = connection.create_channel().await?;
+        channel
+            .queue_declare(
+                name.into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                lapin::types::FieldTable::default(),
+            )
+            .await
+    }
+    .await;
+    let out = match result {
+        Ok(q) => Ok(Some((q.message_count(), q.consumer_count()))),
+        Err(e) if e.to_string().contains("NOT_FOUND") || e.to_string().contains("404") => Ok(None),
+        Err(e) => Err(map_error(conn, &e)),
+    };
+    // Best effort: the connection is dropped anyway.
+    let _ = connection.close(200, "bye".into()).await;
+    out
+}
+
+async fn connect_uri(conn: &BrokerConnection, uri: String) -> Result<Connection, BrokerError> {
+    let tls = OwnedTLSConfig {
+        identity: conn
+            .client_identity_pem()
+            .map(|(cert, key)| OwnedIdentity::PKCS8 {
+                pem: cert.to_vec(),
+                key: key.to_vec(),
+            }),
+        cert_chain: conn
+            .ca_pem()
+            .map(|ca| String::from_utf8_lossy(ca).into_owned()),
+    };
+    let runtime = lapin::runtime::default_runtime().map_err(|e| BrokerError::Amqp {
+        reason: format!("no async runtime: {e}"),
+    })?;
+    let props = ConnectionProperties::default()
+        .with_connection_name(format!("dlq-operator/{}", env!("CARGO_PKG_VERSION")).into());
+    Connection::connect_with_config(&uri, props, tls, runtime)
+        .await
+        .map_err(|e| map_error(conn, &e))
+}
+
+/// Maps a `lapin` error of a connection made with `conn` to a [`BrokerError`].
+pub fn map_error(conn: &BrokerConnection, e: &lapin::Error) -> BrokerError {
+    let reason = conn.scrub(&super::management::error_chain(e));
+    let lower = reason.to_ascii_lowercase();
+    let endpoint = conn.redacted_amqp_uri();
+    if lower.contains("access_refused")
+        || lower.contains("access-refused")
+        || lower.contains("authentication")
+        || lower.contains("login was refused")
+    {
+        BrokerError::AuthFailed {
+            endpoint,
+            user: conn.username().to_string(),
+        }
+    } else if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake")
+    {
+        BrokerError::Tls {
+            reason: format!("{endpoint}: {reason}"),
+        }
+    } else if e.is_io_error() {
+        BrokerError::Unreachable { endpoint, reason }
+    } else {
+        BrokerError::Amqp { reason }
+    }
+}

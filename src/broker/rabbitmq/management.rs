@@ -1,0 +1,363 @@
+//! Thin client of the RabbitMQ management HTTP API (RabbitMQ docs, "Management Plugin"
+//! and "Management HTTP API", `/api/index.html` on any broker).
+//!
+//! Every request counts as a read (GET) or a write (PUT, POST, DELETE) in
+//! [`RequestCounts`], so tests can prove that an idempotent apply writes nothing.
+//! Credentials go in a basic-auth header, never in a URL, and never in an error.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::broker::{BrokerConnection, BrokerError};
+
+/// Timeout of one whole HTTP request.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Timeout of establishing a TCP (and TLS) connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Characters percent-encoded in a path segment: everything but RFC 3986 unreserved
+/// characters, so `/` in a vhost becomes `%2F` as the management API requires.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes one path segment (vhost, queue, exchange or policy name).
+pub fn encode_segment(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+/// Requests made by one client since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    /// GET requests.
+    pub reads: u64,
+    /// PUT, POST and DELETE requests.
+    pub writes: u64,
+}
+
+/// An exchange as listed by `GET /api/exchanges/{vhost}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ExchangeInfo {
+    /// Name (`""` is the default exchange).
+    pub name: String,
+    /// Type (`direct`, `topic`, …).
+    #[serde(rename = "type", default)]
+    pub kind: String,
+}
+
+/// A queue as listed by `GET /api/queues/{vhost}?columns=…`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct QueueInfo {
+    /// Name.
+    pub name: String,
+    /// Queue type (`classic`, `quorum`, `stream`).
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    /// Declare-time arguments.
+    #[serde(default)]
+    pub arguments: BTreeMap<String, Value>,
+    /// Messages (ready + unacked), from statistics; absent until first collected.
+    #[serde(default)]
+    pub messages: Option<u64>,
+    /// Ready messages, from statistics.
+    #[serde(default)]
+    pub messages_ready: Option<u64>,
+    /// Unacknowledged messages, from statistics.
+    #[serde(default)]
+    pub messages_unacknowledged: Option<u64>,
+    /// Name of the policy that applies, from statistics (lags like the counts).
+    #[serde(default)]
+    pub policy: Option<String>,
+}
+
+/// A policy as listed by `GET /api/policies/{vhost}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PolicyInfo {
+    /// Name.
+    pub name: String,
+    /// Regular expression matched against object names.
+    #[serde(default)]
+    pub pattern: String,
+    /// `queues`, `exchanges`, `all` (and `classic_queues`, `quorum_queues`, `streams`
+    /// on newer brokers).
+    #[serde(rename = "apply-to", default)]
+    pub apply_to: String,
+    /// Policy keys.
+    #[serde(default)]
+    pub definition: BTreeMap<String, Value>,
+    /// Priority (highest wins).
+    #[serde(default)]
+    pub priority: i64,
+}
+
+/// A binding as listed by `GET /api/bindings/{vhost}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BindingInfo {
+    /// Source exchange.
+    pub source: String,
+    /// Destination name.
+    pub destination: String,
+    /// `queue` or `exchange`.
+    pub destination_type: String,
+    /// Routing key.
+    #[serde(default)]
+    pub routing_key: String,
+    /// Key identifying the binding in `DELETE /api/bindings/…/{props}`.
+    #[serde(default)]
+    pub properties_key: String,
+}
+
+/// An HTTP answer: status and body text.
+#[derive(Debug)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Body text.
+    pub body: String,
+}
+
+impl Answer {
+    /// The `reason` field of a JSON error body, or the body itself.
+    pub fn reason(&self) -> String {
+        serde_json::from_str::<Value>(&self.body)
+            .ok()
+            .and_then(|v| v.get("reason").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_else(|| self.body.chars().take(500).collect())
+    }
+}
+
+/// Management API client with request counters.
+#[derive(Debug)]
+pub struct ManagementClient {
+    http: reqwest::Client,
+    /// Base URL string without trailing slash (e.g. `http://host:15672`).
+    base: String,
+    conn: BrokerConnection,
+    reads: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl ManagementClient {
+    /// Builds a client: timeouts ([`REQUEST_TIMEOUT`], [`CONNECT_TIMEOUT`]), the Secret's
+    /// `ca.crt` as the only trusted root when set, and `tls.crt`+`tls.key` as client
+    /// identity when set.
+    ///
+    /// # Errors
+    /// [`BrokerError::Tls`] for an unusable CA or client certificate/key.
+    pub fn new(conn: &BrokerConnection) -> Result<Self, BrokerError> {
+        let mut builder = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("dlq-operator/", env!("CARGO_PKG_VERSION")));
+        if let Some(ca) = conn.ca_pem() {
+            let certs =
+                reqwest::Certificate::from_pem_bundle(ca).map_err(|e| BrokerError::Tls {
+                    reason: format!(
+                        "secret {:?}: key \"ca.crt\": not a usable PEM certificate bundle: {}",
+                        conn.secret_name(),
+                        error_chain(&e)
+                    ),
+                })?;
+            if certs.is_empty() {
+                return Err(BrokerError::Tls {
+                    reason: format!(
+                        "secret {:?}: key \"ca.crt\": no certificate found",
+                        conn.secret_name()
+                    ),
+                });
+            }
+            builder = builder.tls_certs_only(certs);
+        }
+        if let Some((cert, key)) = conn.client_identity_pem() {
+            let mut pem = cert.to_vec();
+            pem.push(b'\n');
+            pem.extend_from_slice(key);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|e| BrokerError::Tls {
+                reason: format!(
+                    "secret {:?}: keys \"tls.crt\"/\"tls.key\": not a usable client certificate and key: {}",
+                    conn.secret_name(),
+                    error_chain(&e)
+                ),
+            })?;
+            builder = builder.identity(identity);
+        }
+        let http = builder.build().map_err(|e| BrokerError::Tls {
+            reason: format!("building the HTTP client: {}", error_chain(&e)),
+        })?;
+        let base = conn
+            .management_base()
+            .as_str()
+            .trim_end_matches('/')
+            .to_string();
+        Ok(ManagementClient {
+            http,
+            base,
+            conn: conn.clone(),
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        })
+    }
+
+    /// Requests made so far.
+    pub fn request_counts(&self) -> RequestCounts {
+        RequestCounts {
+            reads: self.reads.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The connection settings.
+    pub fn connection(&self) -> &BrokerConnection {
+        &self.conn
+    }
+
+    /// Sends one request to `/api/{path}` (path already percent-encoded) and returns the
+    /// answer whatever its status, except 401 which is mapped to
+    /// [`BrokerError::AuthFailed`].
+    ///
+    /// # Errors
+    /// [`BrokerError::Unreachable`] (connect failure, timeout), [`BrokerError::Tls`]
+    /// (certificate problems), [`BrokerError::AuthFailed`] (401).
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, BrokerError> {
+        if method == Method::GET {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        let url = format!("{}/api/{}", self.base, path);
+        let mut req = self
+            .http
+            .request(method.clone(), &url)
+            .basic_auth(self.conn.username(), Some(self.conn.password()));
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        tracing::debug!(%method, path, "management API request");
+        let resp = req.send().await.map_err(|e| self.transport_error(&e))?;
+        let status = resp.status();
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(BrokerError::AuthFailed {
+                endpoint: self.conn.redacted_management_uri(),
+                user: self.conn.username().to_string(),
+            });
+        }
+        let body = resp.text().await.map_err(|e| self.transport_error(&e))?;
+        Ok(Answer { status, body })
+    }
+
+    /// GETs `/api/{path}` and decodes the JSON body. `what` names the container for a 404
+    /// (e.g. `vhost "/prod"`).
+    ///
+    /// # Errors
+    /// As [`ManagementClient::send`]; [`BrokerError::NotFound`] for 404,
+    /// [`BrokerError::Api`] for another non-2xx status or an undecodable body.
+    pub async fn get_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        what: &str,
+    ) -> Result<T, BrokerError> {
+        let answer = self.send(Method::GET, path, None).await?;
+        if answer.status == StatusCode::NOT_FOUND {
+            return Err(BrokerError::NotFound {
+                what: what.to_string(),
+            });
+        }
+        if !answer.status.is_success() {
+            return Err(self.api_error(&Method::GET, path, &answer));
+        }
+        serde_json::from_str(&answer.body).map_err(|e| BrokerError::Api {
+            method: "GET".into(),
+            path: format!("/api/{path}"),
+            status: answer.status.as_u16(),
+            reason: format!("undecodable answer: {e}"),
+        })
+    }
+
+    /// Sends a write and requires a 2xx answer. `queue` names the queue for 400
+    /// `inequivalent arg` / `PRECONDITION_FAILED` answers.
+    ///
+    /// # Errors
+    /// As [`ManagementClient::send`]; [`BrokerError::ArgumentConflict`] for inequivalent
+    /// arguments, [`BrokerError::Api`] for other non-2xx answers.
+    pub async fn write(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        queue: Option<&str>,
+    ) -> Result<(), BrokerError> {
+        let answer = self.send(method.clone(), path, body).await?;
+        if answer.status.is_success() {
+            return Ok(());
+        }
+        let reason = answer.reason();
+        if let Some(q) = queue {
+            if answer.status == StatusCode::BAD_REQUEST
+                && (reason.contains("inequivalent arg") || reason.contains("PRECONDITION_FAILED"))
+            {
+                return Err(BrokerError::ArgumentConflict {
+                    queue: q.to_string(),
+                    reason,
+                });
+            }
+        }
+        Err(self.api_error(&method, path, &answer))
+    }
+
+    /// Builds [`BrokerError::Api`] from an answer.
+    pub fn api_error(&self, method: &Method, path: &str, answer: &Answer) -> BrokerError {
+        BrokerError::Api {
+            method: method.to_string(),
+            path: format!("/api/{path}"),
+            status: answer.status.as_u16(),
+            reason: self.conn.scrub(&answer.reason()),
+        }
+    }
+
+    fn transport_error(&self, e: &reqwest::Error) -> BrokerError {
+        let reason = self.conn.scrub(&error_chain(e));
+        let lower = reason.to_ascii_lowercase();
+        if lower.contains("certificate")
+            || lower.contains("unknownissuer")
+            || lower.contains("tls")
+            || lower.contains("handshake")
+        {
+            BrokerError::Tls {
+                reason: format!("{}: {reason}", self.conn.redacted_management_uri()),
+            }
+        } else {
+            BrokerError::Unreachable {
+                endpoint: self.conn.redacted_management_uri(),
+                reason,
+            }
+        }
+    }
+}
+
+/// The error and its sources, joined with `: ` (without URLs for reqwest errors).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}

@@ -1,0 +1,874 @@
+//! Tests of the RabbitMQ broker adapter against a real RabbitMQ (127.0.0.1:5672 and
+//! management on :15672, guest/guest, vhost `/`). No mocks.
+//!
+//! Every test uses its own queue-name prefix (random suffix) and removes what it created.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use dlq_operator::backoff::ResolvedPolicy;
+use dlq_operator::broker::rabbitmq::{amqp, RabbitMq};
+use dlq_operator::broker::{
+    Broker, BrokerConnection, BrokerError, DeleteOutcome, ObjectKind, Outcome,
+};
+use dlq_operator::crd::{DeadLetterQueueSpec, RetryPolicySpec};
+use dlq_operator::topology::{plan, DesiredTopology};
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use lapin::BasicProperties;
+use serde_json::{json, Value};
+
+const AMQP_URI: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const MGMT_URI: &str = "http://127.0.0.1:15672";
+const MGMT_API: &str = "http://127.0.0.1:15672/api";
+
+fn secret(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+fn conn() -> BrokerConnection {
+    BrokerConnection::from_secret_data(
+        "rabbitmq",
+        &secret(&[("uri", AMQP_URI), ("managementUri", MGMT_URI)]),
+    )
+    .expect("valid secret")
+}
+
+fn unique(test: &str) -> String {
+    let n: u32 = rand::random();
+    format!("t-{test}-{}-{n:08x}", std::process::id())
+}
+
+fn spec(queue: &str, extra: Value) -> DeadLetterQueueSpec {
+    let mut v = json!({
+        "broker": {"secretRef": {"name": "rabbitmq"}},
+        "source": {"queue": queue},
+        "retryPolicyRef": {"name": "rp"},
+    });
+    if let (Some(obj), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+        for (k, val) in extra {
+            obj.insert(k.clone(), val.clone());
+        }
+    }
+    serde_json::from_value(v).expect("spec")
+}
+
+fn resolved(tiers: &[&str]) -> ResolvedPolicy {
+    let rp: RetryPolicySpec = serde_json::from_value(json!({
+        "maxRetries": tiers.len(),
+        "tiers": tiers,
+    }))
+    .expect("retry policy");
+    ResolvedPolicy::from_spec(&rp).expect("resolved")
+}
+
+fn topo(queue: &str, tiers: &[&str]) -> DesiredTopology {
+    plan("test/dlq", &spec(queue, json!({})), &resolved(tiers))
+}
+
+/// Raw management API access for checks and cleanup (independent of the code under test).
+struct Raw(reqwest::Client);
+
+impl Raw {
+    fn new() -> Self {
+        Raw(reqwest::Client::new())
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self
+            .0
+            .get(format!("{MGMT_API}/{path}"))
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .expect("GET");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn put(&self, path: &str, body: Value) -> u16 {
+        self.0
+            .put(format!("{MGMT_API}/{path}"))
+            .basic_auth("guest", Some("guest"))
+            .json(&body)
+            .send()
+            .await
+            .expect("PUT")
+            .status()
+            .as_u16()
+    }
+
+    async fn delete(&self, path: &str) -> u16 {
+        self.0
+            .delete(format!("{MGMT_API}/{path}"))
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .expect("DELETE")
+            .status()
+            .as_u16()
+    }
+
+    /// Deletes every queue, exchange and policy of vhost `/` whose name starts with
+    /// `prefix` or `dlq-operator.<prefix>` (this test's own objects only).
+    async fn cleanup(&self, prefix: &str) {
+        let ours = |name: &str| {
+            name.starts_with(prefix) || name.starts_with(&format!("dlq-operator.{prefix}"))
+        };
+        for (kind, list) in [
+            ("queues", "queues/%2F?columns=name"),
+            ("exchanges", "exchanges/%2F"),
+            ("policies", "policies/%2F"),
+        ] {
+            let (_, v) = self.get(list).await;
+            for item in v.as_array().cloned().unwrap_or_default() {
+                let name = item["name"].as_str().unwrap_or_default().to_string();
+                if ours(&name) {
+                    let enc: String = percent_encoding::utf8_percent_encode(
+                        &name,
+                        percent_encoding::NON_ALPHANUMERIC,
+                    )
+                    .to_string();
+                    self.delete(&format!("{kind}/%2F/{enc}")).await;
+                }
+            }
+        }
+    }
+
+    async fn names(&self, list: &str) -> Vec<String> {
+        let (_, v) = self.get(list).await;
+        v.as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|i| i["name"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    async fn policy(&self, name: &str) -> Value {
+        let (status, v) = self.get(&format!("policies/%2F/{name}")).await;
+        assert_eq!(status, 200, "policy {name} should exist");
+        v
+    }
+}
+
+async fn publish(queue: &str, body: &[u8]) {
+    let c = amqp::connect(&conn()).await.expect("amqp connect");
+    let ch = c.create_channel().await.expect("channel");
+    ch.basic_publish(
+        "".into(),
+        queue.into(),
+        BasicPublishOptions::default(),
+        body,
+        BasicProperties::default().with_delivery_mode(2),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("publish done");
+    c.close(200, "bye".into()).await.ok();
+}
+
+/// Ready messages of a queue right now (AMQP passive declare, no statistics lag).
+async fn ready_count(queue: &str) -> Option<u32> {
+    let c = amqp::connect(&conn()).await.expect("amqp connect");
+    let ch = c.create_channel().await.expect("channel");
+    let r = ch
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .ok()
+        .map(|q| q.message_count());
+    c.close(200, "bye".into()).await.ok();
+    r
+}
+
+#[tokio::test]
+async fn apply_creates_everything() {
+    let q = unique("create");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let topology = topo(&q, &["1s", "2s"]);
+    let report = broker.apply(&topology).await.expect("apply");
+
+    // Every planned object is reported Created.
+    let expected = topology.exchanges.len()
+        + topology.policies.len()
+        + topology.queues.len()
+        + topology.bindings.len();
+    assert_eq!(report.actions.len(), expected, "{report}");
+    for a in &report.actions {
+        assert_eq!(a.outcome, Outcome::Created, "{a}");
+    }
+    assert!(report.is_ready());
+    assert_eq!(report.writes(), expected);
+    assert_eq!(broker.request_counts().reads, 4);
+    assert_eq!(broker.request_counts().writes, expected as u64);
+    assert_eq!(
+        report
+            .find(ObjectKind::Queue, &format!("{q}.dlq"))
+            .map(|a| a.to_string()),
+        Some(format!("queue {q}.dlq: created"))
+    );
+
+    // Check on the broker.
+    let queues = raw.names("queues/%2F?columns=name").await;
+    for name in [
+        q.clone(),
+        format!("{q}.dlq"),
+        format!("{q}.retry.1s"),
+        format!("{q}.retry.2s"),
+    ] {
+        assert!(queues.contains(&name), "queue {name} missing");
+    }
+    let (_, tier) = raw.get(&format!("queues/%2F/{q}.retry.2s")).await;
+    assert_eq!(tier["type"], "quorum");
+    assert_eq!(tier["arguments"]["x-message-ttl"], 2000);
+    assert_eq!(tier["arguments"]["x-dead-letter-routing-key"], json!(q));
+    let exchanges = raw.names("exchanges/%2F").await;
+    assert!(exchanges.contains(&format!("{q}.dlx")));
+    assert!(exchanges.contains(&format!("{q}.retry")));
+    let source_policy = raw.policy(&format!("dlq-operator.{q}")).await;
+    let def = &source_policy["definition"];
+    assert_eq!(def["dead-letter-exchange"], json!(format!("{q}.dlx")));
+    assert_eq!(def["dead-letter-routing-key"], json!(q));
+    assert_eq!(def["delivery-limit"], 20);
+    assert_eq!(def["dead-letter-strategy"], "at-least-once");
+    assert_eq!(def["overflow"], "reject-publish");
+    assert_eq!(source_policy["apply-to"], "queues");
+    assert_eq!(source_policy["priority"], 100);
+    let dlq_policy = raw.policy(&format!("dlq-operator.{q}.dlq")).await;
+    assert_eq!(dlq_policy["definition"]["max-length"], 100_000);
+    assert_eq!(dlq_policy["definition"]["message-ttl"], 604_800_000u64);
+
+    let (_, bindings) = raw.get("bindings/%2F").await;
+    let has = |src: &str, dst: &str, key: &str| {
+        bindings.as_array().is_some_and(|bs| {
+            bs.iter()
+                .any(|b| b["source"] == src && b["destination"] == dst && b["routing_key"] == key)
+        })
+    };
+    assert!(has(&format!("{q}.dlx"), &format!("{q}.dlq"), &q));
+    assert!(has(&format!("{q}.retry"), &format!("{q}.retry.1s"), "1s"));
+    assert!(has(&format!("{q}.retry"), &format!("{q}.retry.2s"), "2s"));
+
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn second_apply_writes_nothing() {
+    let q = unique("idem");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let topology = topo(&q, &["5s"]);
+    broker.apply(&topology).await.expect("first apply");
+    let before = broker.request_counts();
+    let report = broker.apply(&topology).await.expect("second apply");
+    let after = broker.request_counts();
+    assert_eq!(after.writes, before.writes, "second apply wrote: {report}");
+    assert_eq!(after.reads, before.reads + 4);
+    assert!(!report.actions.is_empty());
+    for a in &report.actions {
+        assert_eq!(a.outcome, Outcome::InPlace, "{a}");
+    }
+    assert_eq!(report.writes(), 0);
+    assert!(report.is_ready());
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn existing_queue_with_other_arguments_is_a_conflict_and_kept() {
+    let q = unique("conflict");
+    let raw = Raw::new();
+    assert_eq!(
+        raw.put(
+            &format!("queues/%2F/{q}"),
+            json!({"durable": true, "arguments": {"x-queue-type": "classic", "x-max-length": 1000}}),
+        )
+        .await,
+        201
+    );
+    publish(&q, b"keep me").await;
+
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let report = broker.apply(&topo(&q, &["1s"])).await.expect("apply");
+    let action = report
+        .find(ObjectKind::Queue, &q)
+        .expect("source queue action");
+    match &action.outcome {
+        Outcome::Conflict(reason) => {
+            assert!(reason.contains(&q), "{reason}");
+            assert!(reason.contains("x-queue-type"), "{reason}");
+            assert!(
+                reason.contains("classic") && reason.contains("quorum"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected a conflict, got {other}"),
+    }
+    assert!(!report.is_ready());
+    // Our policy is not put on a queue we do not adopt (it would change its behaviour).
+    assert!(matches!(
+        report
+            .find(ObjectKind::Policy, &format!("dlq-operator.{q}"))
+            .map(|a| &a.outcome),
+        Some(Outcome::Conflict(_))
+    ));
+    assert_eq!(
+        raw.get(&format!("policies/%2F/dlq-operator.{q}")).await.0,
+        404
+    );
+    // No binding to the conflicting queue was attempted.
+    assert!(report
+        .actions
+        .iter()
+        .all(|a| !(a.kind == ObjectKind::Binding && a.name.contains(&format!("-> {q} ")))));
+
+    // The queue is untouched and still holds the message.
+    let (status, info) = raw.get(&format!("queues/%2F/{q}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(info["type"], "classic");
+    assert_eq!(info["arguments"]["x-max-length"], 1000);
+    assert_eq!(ready_count(&q).await, Some(1));
+
+    // A queue argument that overrides a key of our policy is a conflict too.
+    let q2 = unique("override");
+    assert_eq!(
+        raw.put(
+            &format!("queues/%2F/{q2}"),
+            json!({"durable": true, "arguments": {"x-queue-type": "quorum", "x-dead-letter-exchange": "elsewhere"}}),
+        )
+        .await,
+        201
+    );
+    let report = broker.apply(&topo(&q2, &["1s"])).await.expect("apply");
+    match &report.find(ObjectKind::Queue, &q2).expect("action").outcome {
+        Outcome::Conflict(reason) => assert!(reason.contains("x-dead-letter-exchange"), "{reason}"),
+        other => panic!("expected a conflict, got {other}"),
+    }
+    raw.cleanup(&q).await;
+    raw.cleanup(&q2).await;
+}
+
+#[tokio::test]
+async fn policy_shadowing_and_merging() {
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+
+    // A higher-priority user policy on the source queue shadows ours.
+    let q = unique("shadow");
+    let high = format!("{q}-user-high");
+    assert_eq!(
+        raw.put(
+            &format!("policies/%2F/{high}"),
+            json!({"pattern": format!("^{q}$"), "definition": {"max-length": 5}, "priority": 500, "apply-to": "queues"}),
+        )
+        .await,
+        201
+    );
+    let report = broker.apply(&topo(&q, &["1s"])).await.expect("apply");
+    match &report
+        .find(ObjectKind::Policy, &format!("dlq-operator.{q}"))
+        .expect("policy action")
+        .outcome
+    {
+        Outcome::Shadowed(reason) => {
+            assert!(reason.contains(&high) && reason.contains("500"), "{reason}")
+        }
+        other => panic!("expected shadowed, got {other}"),
+    }
+    assert!(!report.is_ready());
+
+    // A lower-priority one has its keys merged into ours (ours win on conflicts).
+    let q2 = unique("merge");
+    let low = format!("{q2}-user-low");
+    assert_eq!(
+        raw.put(
+            &format!("policies/%2F/{low}"),
+            json!({"pattern": format!("^{q2}"), "definition": {"max-length-bytes": 1_000_000, "dead-letter-exchange": "theirs"}, "priority": 1, "apply-to": "all"}),
+        )
+        .await,
+        201
+    );
+    let topology = topo(&q2, &["1s"]);
+    let report = broker.apply(&topology).await.expect("apply");
+    assert!(report.is_ready(), "{report}");
+    let p = raw.policy(&format!("dlq-operator.{q2}")).await;
+    assert_eq!(p["definition"]["max-length-bytes"], 1_000_000);
+    assert_eq!(
+        p["definition"]["dead-letter-exchange"],
+        json!(format!("{q2}.dlx"))
+    );
+    let p = raw.policy(&format!("dlq-operator.{q2}.dlq")).await;
+    assert_eq!(p["definition"]["max-length-bytes"], 1_000_000);
+    assert_eq!(p["definition"]["max-length"], 100_000);
+    // Merged definitions are stable: a second apply writes nothing.
+    let before = broker.request_counts().writes;
+    broker.apply(&topology).await.expect("apply again");
+    assert_eq!(broker.request_counts().writes, before);
+
+    raw.delete(&format!("policies/%2F/{high}")).await;
+    raw.delete(&format!("policies/%2F/{low}")).await;
+    raw.cleanup(&q).await;
+    raw.cleanup(&q2).await;
+}
+
+#[tokio::test]
+async fn obsolete_tier_drains_then_is_deleted() {
+    let q = unique("tiers");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    broker
+        .apply(&topo(&q, &["1s", "60s"]))
+        .await
+        .expect("apply with 60s tier");
+    let old = format!("{q}.retry.1m");
+    assert!(raw.names("queues/%2F?columns=name").await.contains(&old));
+    publish(&old, b"waiting").await;
+
+    let new_plan = topo(&q, &["1s"]);
+    let report = broker.apply(&new_plan).await.expect("apply without it");
+    let unbound = report
+        .actions
+        .iter()
+        .find(|a| a.kind == ObjectKind::Binding && a.name.contains(&old))
+        .expect("binding action");
+    assert_eq!(unbound.outcome, Outcome::Deleted);
+    match &report
+        .find(ObjectKind::Queue, &old)
+        .expect("queue action")
+        .outcome
+    {
+        Outcome::Draining(reason) => assert!(reason.contains("removed once empty"), "{reason}"),
+        other => panic!("expected draining, got {other}"),
+    }
+    assert!(
+        report.is_ready(),
+        "draining does not block readiness: {report}"
+    );
+    assert_eq!(ready_count(&old).await, Some(1), "message kept");
+    let (_, bindings) = raw.get("bindings/%2F").await;
+    assert!(!bindings
+        .as_array()
+        .expect("bindings")
+        .iter()
+        .any(|b| b["destination"] == json!(old) && b["source"] == json!(format!("{q}.retry"))));
+
+    // Empty it, then apply until the broker statistics catch up and it is deleted.
+    assert_eq!(raw.delete(&format!("queues/%2F/{old}/contents")).await, 204);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let report = broker.apply(&new_plan).await.expect("apply");
+        match report
+            .find(ObjectKind::Queue, &old)
+            .map(|a| a.outcome.clone())
+        {
+            Some(Outcome::Deleted) => break,
+            Some(Outcome::Draining(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await
+            }
+            other => panic!("expected deleted, got {other:?}"),
+        }
+    }
+    assert!(!raw.names("queues/%2F?columns=name").await.contains(&old));
+    // Once gone, nothing more is reported or written for it.
+    let before = broker.request_counts().writes;
+    let report = broker.apply(&new_plan).await.expect("apply");
+    assert!(report.find(ObjectKind::Queue, &old).is_none());
+    assert_eq!(broker.request_counts().writes, before);
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn delete_queue_if_empty_refuses_non_empty_classic_queue() {
+    let q = unique("delete");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    assert_eq!(
+        raw.put(
+            &format!("queues/%2F/{q}"),
+            json!({"durable": true, "arguments": {"x-queue-type": "classic"}}),
+        )
+        .await,
+        201
+    );
+    publish(&q, b"x").await;
+    assert!(matches!(
+        broker.delete_queue_if_empty("/", &q).await.expect("delete"),
+        DeleteOutcome::NotEmpty { messages } if messages >= 1
+    ));
+    assert_eq!(ready_count(&q).await, Some(1));
+    raw.delete(&format!("queues/%2F/{q}/contents")).await;
+    assert_eq!(
+        broker.delete_queue_if_empty("/", &q).await.expect("delete"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        broker.delete_queue_if_empty("/", &q).await.expect("delete"),
+        DeleteOutcome::Absent
+    );
+}
+
+#[tokio::test]
+async fn auth_failure_and_unreachable_never_leak_the_password() {
+    let password = "s3cr3t-Wr0ng-pw";
+    let bad = BrokerConnection::from_secret_data(
+        "rabbitmq",
+        &secret(&[
+            ("uri", AMQP_URI),
+            ("managementUri", MGMT_URI),
+            ("password", password),
+        ]),
+    )
+    .expect("secret");
+    let check = |e: &BrokerError| {
+        assert!(!e.to_string().contains(password), "{e}");
+        assert!(!format!("{e:?}").contains(password), "{e:?}");
+    };
+
+    let err = RabbitMq::new(&bad)
+        .expect("client")
+        .queue_depths("/")
+        .await
+        .expect_err("wrong password");
+    assert!(
+        matches!(&err, BrokerError::AuthFailed { user, .. } if user == "guest"),
+        "{err:?}"
+    );
+    assert_eq!(err.metric_label(), "auth_failed");
+    check(&err);
+
+    let err = amqp::connect(&bad).await.expect_err("wrong password");
+    assert!(matches!(&err, BrokerError::AuthFailed { .. }), "{err:?}");
+    check(&err);
+
+    let down = BrokerConnection::from_secret_data(
+        "rabbitmq",
+        &secret(&[
+            ("uri", &format!("amqp://guest:{password}@127.0.0.1:1/%2f")),
+            ("managementUri", "http://127.0.0.1:1"),
+        ]),
+    )
+    .expect("secret");
+    let err = RabbitMq::new(&down)
+        .expect("client")
+        .queue_depths("/")
+        .await
+        .expect_err("down");
+    assert!(matches!(&err, BrokerError::Unreachable { .. }), "{err:?}");
+    assert!(err.is_transient());
+    check(&err);
+    let err = amqp::connect(&down).await.expect_err("down");
+    assert!(matches!(&err, BrokerError::Unreachable { .. }), "{err:?}");
+    check(&err);
+
+    // A missing vhost is NotFound.
+    let err = RabbitMq::new(&conn())
+        .expect("client")
+        .queue_depths("no-such-vhost-dlq-test")
+        .await
+        .expect_err("no vhost");
+    assert!(matches!(&err, BrokerError::NotFound { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn queue_depths_reads_all_queues_in_one_call() {
+    let q = unique("depth");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let topology = topo(&q, &["1s"]);
+    broker.apply(&topology).await.expect("apply");
+    publish(&format!("{q}.dlq"), b"dead").await;
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let before = broker.request_counts();
+        let depths = broker.queue_depths("/").await.expect("depths");
+        let after = broker.request_counts();
+        assert_eq!(after.reads, before.reads + 1);
+        assert_eq!(after.writes, before.writes);
+        for p in &topology.queues {
+            assert!(depths.contains_key(&p.name), "{} missing", p.name);
+        }
+        let d = depths[&format!("{q}.dlq")];
+        if d.messages == 1 {
+            assert_eq!(d.ready + d.unacked, 1);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "depth not seen within 15 s: {d:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    raw.cleanup(&q).await;
+}
+
+#[test]
+fn secret_validation() {
+    let err = |pairs: &[(&str, &str)]| {
+        BrokerConnection::from_secret_data("rabbitmq", &secret(pairs)).expect_err("invalid")
+    };
+    let key_of = |e: BrokerError| match e {
+        BrokerError::InvalidSecret { secret, key, .. } => {
+            assert_eq!(secret, "rabbitmq");
+            key
+        }
+        other => panic!("expected InvalidSecret, got {other:?}"),
+    };
+    assert_eq!(key_of(err(&[("managementUri", MGMT_URI)])), "uri");
+    assert_eq!(key_of(err(&[("uri", AMQP_URI)])), "managementUri");
+    let e = err(&[("uri", AMQP_URI), ("managementUri", "ftp://x:15672")]);
+    assert_eq!(
+        e.to_string(),
+        r#"secret "rabbitmq": key "managementUri": not an http(s) URI"#
+    );
+    assert_eq!(e.metric_label(), "invalid_secret");
+    assert_eq!(
+        key_of(err(&[("uri", "http://x"), ("managementUri", MGMT_URI)])),
+        "uri"
+    );
+    let pem = "-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n";
+    assert_eq!(
+        key_of(err(&[
+            ("uri", AMQP_URI),
+            ("managementUri", MGMT_URI),
+            ("tls.crt", pem)
+        ])),
+        "tls.key"
+    );
+    assert_eq!(
+        key_of(err(&[
+            ("uri", AMQP_URI),
+            ("managementUri", MGMT_URI),
+            ("ca.crt", "not pem")
+        ])),
+        "ca.crt"
+    );
+
+    // Userinfo is percent-decoded; username/password keys override it; Debug redacts.
+    let c = BrokerConnection::from_secret_data(
+        "rabbitmq",
+        &secret(&[
+            ("uri", "amqps://app:p%40ss-w0rd@rabbit.example:5671/prod"),
+            ("managementUri", "https://rabbit.example:15671"),
+        ]),
+    )
+    .expect("valid");
+    assert_eq!(c.username(), "app");
+    let dbg = format!("{c:?}");
+    assert!(
+        !dbg.contains("p%40ss-w0rd") && !dbg.contains("p@ss-w0rd"),
+        "{dbg}"
+    );
+    assert!(c.redacted_amqp_uri().contains("app:***@rabbit.example"));
+    assert!(!c.redacted_amqp_uri().contains("w0rd"));
+    assert!(!c.redacted_management_uri().contains("w0rd"));
+    assert!(c.amqp_uses_tls() && c.management_uses_tls());
+
+    let c = BrokerConnection::from_secret_data(
+        "rabbitmq",
+        &secret(&[
+            ("uri", "amqp://app:old@rabbit:5672/%2f"),
+            ("managementUri", "http://rabbit:15672"),
+            ("username", "ops"),
+            ("password", "hunter2-secret"),
+        ]),
+    )
+    .expect("valid");
+    assert_eq!(c.username(), "ops");
+    assert!(!format!("{c:?}").contains("hunter2-secret"));
+    assert!(!c.redacted_amqp_uri().contains("hunter2-secret"));
+}
+
+/// HTTPS management endpoint with a private CA: works with `ca.crt`, fails without.
+#[tokio::test]
+async fn https_management_with_private_ca() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=dlq-test-ca",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(
+        d.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.crt",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    std::fs::write(
+        d.join("server.py"),
+        r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'[{"name":"tls.q","messages":7,"messages_ready":5,"messages_unacknowledged":2}]'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain("srv.crt", "srv.key")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#,
+    )
+    .expect("server.py");
+    let mut child = Command::new("python3")
+        .arg("server.py")
+        .current_dir(d)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("port");
+    let port: u16 = line.trim().parse().expect("port number");
+    let ca = std::fs::read_to_string(d.join("ca.crt")).expect("ca");
+    let mgmt = format!("https://localhost:{port}");
+
+    let with_ca = BrokerConnection::from_secret_data(
+        "rabbitmq",
+        &secret(&[("uri", AMQP_URI), ("managementUri", &mgmt), ("ca.crt", &ca)]),
+    )
+    .expect("secret");
+    let ok = RabbitMq::new(&with_ca)
+        .expect("client")
+        .queue_depths("/")
+        .await;
+    let without_ca = BrokerConnection::from_secret_data(
+        "rabbitmq",
+        &secret(&[("uri", AMQP_URI), ("managementUri", &mgmt)]),
+    )
+    .expect("secret");
+    let bad = RabbitMq::new(&without_ca)
+        .expect("client")
+        .queue_depths("/")
+        .await;
+    child.kill().ok();
+    child.wait().ok();
+
+    let depths = ok.expect("depths over https with ca.crt");
+    let d = depths["tls.q"];
+    assert_eq!((d.messages, d.ready, d.unacked), (7, 5, 2));
+    let err = bad.expect_err("untrusted server certificate");
+    assert!(
+        matches!(&err, BrokerError::Tls { reason } if reason.to_lowercase().contains("certificate")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn missing_source_exchange_and_unmanaged_source_queue_fail_clearly() {
+    let q = unique("missing");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let missing_exchange = format!("{q}.orders");
+    let topology = plan(
+        "test/dlq",
+        &spec(
+            &q,
+            json!({"source": {"queue": q, "exchange": missing_exchange, "manage": false}}),
+        ),
+        &resolved(&["1s"]),
+    );
+    let report = broker.apply(&topology).await.expect("apply");
+    assert!(!report.is_ready());
+    match &report
+        .find(ObjectKind::Exchange, &missing_exchange)
+        .expect("source exchange action")
+        .outcome
+    {
+        Outcome::Failed(reason) => assert!(reason.contains("does not exist"), "{reason}"),
+        other => panic!("expected failed, got {other}"),
+    }
+    assert_eq!(
+        report
+            .find(ObjectKind::Queue, &q)
+            .map(|a| a.outcome.clone()),
+        Some(Outcome::Failed(format!(
+            "source queue {q} does not exist and spec.source.manage is false"
+        )))
+    );
+    // Neither the exchange nor the source queue was declared, and no binding to them.
+    assert!(!raw.names("exchanges/%2F").await.contains(&missing_exchange));
+    assert!(!raw.names("queues/%2F?columns=name").await.contains(&q));
+    assert!(report
+        .actions
+        .iter()
+        .all(|a| !(a.kind == ObjectKind::Binding && a.name.starts_with(&missing_exchange))));
+    raw.cleanup(&q).await;
+}
