@@ -152,7 +152,7 @@ pub async fn apply_all(planned: &[Planned], out: &mut impl Write) -> std::io::Re
         let prep = &p.prepared;
         writeln!(
             out,
-            "DeadLetterQueue {} ({}) -> {} vhost {}",
+            "DeadLetterQueue {} from {} -> {} vhost {}",
             prep.key,
             p.source,
             prep.connection.redacted_management_uri(),
