@@ -243,21 +243,6 @@ async fn existing_source_queue_with_other_arguments_is_a_conflict_and_keeps_its_
     assert_names(&t, &[&q, "conflict", "NOT ready"]);
 
     // The queue and its message are still there (AMQP passive declare is not lagged).
-    let conn = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
-        .await
-        .expect("amqp");
-    let ch = conn.create_channel().await.expect("channel");
-    let declared = ch
-        .queue_declare(
-            q.as_str().into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            lapin::types::FieldTable::default(),
-        )
-        .await
-        .expect("queue still exists");
-    assert_eq!(declared.message_count(), 1, "message kept");
+    assert_eq!(passive_ready_count(AMQP, &q).await, 1, "message kept");
     cleanup(&q).await;
 }

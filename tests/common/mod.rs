@@ -134,3 +134,25 @@ pub async fn cleanup(prefix: &str) {
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// Ready-message count of `queue` from an AMQP passive declare (immediate, unlike the
+/// management statistics); panics if the queue does not exist.
+pub async fn passive_ready_count(uri: &str, queue: &str) -> u32 {
+    let conn = lapin::Connection::connect(uri, lapin::ConnectionProperties::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    let declared = ch
+        .queue_declare(
+            queue.into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("queue {queue} should exist: {e}"));
+    let _ = conn.close(200, "bye".into()).await;
+    declared.message_count()
+}
