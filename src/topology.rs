@@ -4,7 +4,7 @@
 //! For source queue `Q` the plan is:
 //! - `Q.dlx` (direct exchange) → `Q.dlq` bound with routing key `Q` (the explicit
 //!   dead-letter routing key), plus with `partitionBy: ErrorClass` one queue per class
-//!   (`Q.dlq.timeout` …) bound with the class slug as routing key.
+//!   (`Q.dlq.timeout` …) bound with its own queue name as routing key.
 //! - `Q.retry` (direct exchange) → one queue per tier `Q.retry.<tier>` bound with routing
 //!   key `<tier>`; each has a queue-level message TTL and dead-letters back to `Q` through
 //!   the default exchange. These arguments never change for a given tier queue, so they
@@ -16,9 +16,12 @@
 //! - Each dead-letter queue: retention (message TTL), max length and overflow in the
 //!   policy `dlq-operator.<dlq>`.
 //!
-//! Apply order (see [`DesiredTopology`]): exchanges, then policies (they may exist before
-//! their queues, so a queue gets its dead-letter settings at birth), then queues with
-//! dead-letter queues first, then bindings with the dead-letter route first.
+//! Apply order ([`DesiredTopology::steps`]): exchanges; then the whole dead-letter route
+//! (each dead-letter queue's policy and queue, then the dead-letter exchange's bindings);
+//! only then the source queue's policy (which points it at the dead-letter exchange) and
+//! queue; then the retry tiers and the remaining bindings. A policy goes before its queue
+//! (policies may exist before the queues they match), so a new queue has its settings from
+//! birth, and an existing source queue is never pointed at a route that is not complete.
 
 use std::collections::BTreeMap;
 
@@ -237,6 +240,62 @@ impl DesiredTopology {
     }
 }
 
+/// One broker object to put in place, in apply order (see [`DesiredTopology::steps`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step<'a> {
+    /// Declare an exchange.
+    Exchange(&'a ExchangePlan),
+    /// Write a policy.
+    Policy(&'a PolicyPlan),
+    /// Declare a queue.
+    Queue(&'a QueuePlan),
+    /// Create a binding.
+    Binding(&'a BindingPlan),
+}
+
+impl DesiredTopology {
+    /// Every object of the plan exactly once, in the order they must be applied so that
+    /// no message is ever dead-lettered into a route that does not exist yet (DESIGN.md
+    /// §3: "create the dead-letter route before pointing a queue at it"):
+    /// 1. exchanges;
+    /// 2. per dead-letter queue: its policy, then the queue;
+    /// 3. the dead-letter exchange's bindings;
+    /// 4. the source queue's policy, then the source queue;
+    /// 5. per retry tier: the queue (its dead-letter target, the source queue, exists now);
+    /// 6. the remaining bindings (retry tiers, then the source exchange).
+    pub fn steps<'a>(&'a self) -> Vec<Step<'a>> {
+        let dlx = self.routes.dead_letter_exchange.as_str();
+        let mut steps: Vec<Step<'a>> = self.exchanges.iter().map(Step::Exchange).collect();
+        let queues_of = |steps: &mut Vec<Step<'a>>, wanted: fn(&QueueRole) -> bool| {
+            for q in self.queues.iter().filter(|q| wanted(&q.role)) {
+                steps.extend(
+                    self.policies
+                        .iter()
+                        .filter(|p| p.queue == q.name)
+                        .map(Step::Policy),
+                );
+                steps.push(Step::Queue(q));
+            }
+        };
+        queues_of(&mut steps, |r| matches!(r, QueueRole::DeadLetter { .. }));
+        steps.extend(
+            self.bindings
+                .iter()
+                .filter(|b| b.exchange == dlx)
+                .map(Step::Binding),
+        );
+        queues_of(&mut steps, |r| *r == QueueRole::Source);
+        queues_of(&mut steps, |r| matches!(r, QueueRole::Retry { .. }));
+        steps.extend(
+            self.bindings
+                .iter()
+                .filter(|b| b.exchange != dlx)
+                .map(Step::Binding),
+        );
+        steps
+    }
+}
+
 /// Name of the operator's policy for `queue`.
 pub fn policy_name(queue: &str) -> String {
     format!("{POLICY_PREFIX}{queue}")
@@ -277,8 +336,12 @@ pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) ->
     let mut partitions = BTreeMap::new();
     if spec.dead_letter.partition_by == PartitionBy::ErrorClass {
         for class in ErrorClass::ALL {
-            dead_letter_queues.push((format!("{dlq}.{}", class.slug()), Some(class)));
-            partitions.insert(class, class.slug().to_string());
+            // The partition's routing key is its queue name: unlike a bare class slug it
+            // can never equal the default key (the source queue's name), which validation
+            // keeps distinct from every planned queue name.
+            let name = format!("{dlq}.{}", class.slug());
+            partitions.insert(class, name.clone());
+            dead_letter_queues.push((name, Some(class)));
         }
     }
 
@@ -305,7 +368,11 @@ pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) ->
         bindings.push(BindingPlan {
             exchange: dlx.clone(),
             queue: name.clone(),
-            routing_key: class.map_or_else(|| q.to_string(), |c| c.slug().to_string()),
+            routing_key: if class.is_some() {
+                name.clone()
+            } else {
+                q.to_string()
+            },
         });
     }
 

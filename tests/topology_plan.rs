@@ -381,3 +381,87 @@ fn planning_is_deterministic() {
         vec!["order-events.retry.30s".to_string()]
     );
 }
+
+#[test]
+fn apply_steps_complete_the_dead_letter_route_before_pointing_the_source_at_it() {
+    use dlq_operator::topology::Step;
+    for (p, _) in all_plans() {
+        let steps = p.steps();
+        // Every object exactly once.
+        let count = p.exchanges.len() + p.policies.len() + p.queues.len() + p.bindings.len();
+        assert_eq!(steps.len(), count);
+        let pos = |pred: &dyn Fn(&Step) -> bool| steps.iter().position(pred);
+        let source = &p.routes.source_queue;
+        let source_policy = pos(&|s| matches!(s, Step::Policy(x) if &x.queue == source))
+            .expect("source policy step");
+        let source_queue =
+            pos(&|s| matches!(s, Step::Queue(q) if &q.name == source)).expect("source queue step");
+        assert!(source_policy < source_queue, "policy before its queue");
+        let dlx = &p.routes.dead_letter_exchange;
+        let is_dead_letter_queue = |name: &str| {
+            p.queues
+                .iter()
+                .any(|q| q.name == name && matches!(q.role, QueueRole::DeadLetter { .. }))
+        };
+        for (i, s) in steps.iter().enumerate() {
+            let part_of_route = match s {
+                Step::Exchange(x) => &x.name == dlx,
+                Step::Queue(q) => is_dead_letter_queue(&q.name),
+                Step::Policy(x) => is_dead_letter_queue(&x.queue),
+                Step::Binding(b) => &b.exchange == dlx,
+            };
+            if part_of_route {
+                assert!(i < source_policy, "{s:?} comes after the source policy");
+            }
+        }
+        // Tier queues (which dead-letter into the source) come after the source queue.
+        for (i, s) in steps.iter().enumerate() {
+            if let Step::Queue(q) = s {
+                if matches!(q.role, QueueRole::Retry { .. }) {
+                    assert!(i > source_queue, "{} before the source queue", q.name);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn partition_routing_keys_never_equal_the_default_key() {
+    let p = payment_callback_plan();
+    assert_eq!(p.routes.partitions.len(), 9);
+    for key in p.routes.partitions.values() {
+        assert_ne!(key, &p.routes.dead_letter_routing_key);
+        // The key routes to exactly one queue on the dead-letter exchange.
+        let targets: Vec<_> = p
+            .bindings
+            .iter()
+            .filter(|b| b.exchange == p.routes.dead_letter_exchange && &b.routing_key == key)
+            .collect();
+        assert_eq!(targets.len(), 1, "{key}");
+    }
+}
+
+#[test]
+fn colliding_names_are_rejected() {
+    let (mut spec, _) = payment_callback();
+    spec.source.queue = "x.dlq.timeout".into();
+    spec.dead_letter.queue = Some("x.dlq".into());
+    let err = spec
+        .validate()
+        .expect_err("partition named like the source");
+    assert!(err.to_string().contains("spec.deadLetter.queue"), "{err}");
+
+    let (mut spec, _) = order_events();
+    spec.dead_letter.queue = Some(spec.source.queue.clone());
+    assert!(spec.validate().is_err());
+
+    let (mut spec, _) = order_events();
+    spec.dead_letter.exchange = Some(format!("{}.retry", spec.source.queue));
+    let err = spec
+        .validate()
+        .expect_err("dlx named like the retry exchange");
+    assert!(
+        err.to_string().contains("spec.deadLetter.exchange"),
+        "{err}"
+    );
+}

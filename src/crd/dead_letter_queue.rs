@@ -478,6 +478,41 @@ impl DeadLetterQueueSpec {
                 );
             }
         }
+        // Planned names must not collide (topology.rs): the dead-letter route, the retry
+        // exchange and the source must be distinct objects.
+        let q = self.source.queue.as_str();
+        let dlq = self
+            .dead_letter
+            .queue
+            .clone()
+            .unwrap_or_else(|| format!("{q}.dlq"));
+        let dlx = self
+            .dead_letter
+            .exchange
+            .clone()
+            .unwrap_or_else(|| format!("{q}.dlx"));
+        if dlq == q || dlq.starts_with(&format!("{q}.retry.")) {
+            errs.push(
+                "spec.deadLetter.queue",
+                format!("{dlq:?} collides with the source queue or its retry tiers"),
+            );
+        }
+        if self.dead_letter.partition_by == PartitionBy::ErrorClass
+            && crate::crd::ErrorClass::ALL
+                .iter()
+                .any(|c| format!("{dlq}.{}", c.slug()) == q)
+        {
+            errs.push(
+                "spec.deadLetter.queue",
+                format!("a partition {dlq:?}.<class> would be named like the source queue {q:?}"),
+            );
+        }
+        if dlx == format!("{q}.retry") || Some(&dlx) == self.source.exchange.as_ref() {
+            errs.push(
+                "spec.deadLetter.exchange",
+                format!("{dlx:?} collides with the retry exchange or spec.source.exchange"),
+            );
+        }
         if self.source.delivery_limit == 0 {
             errs.push("spec.source.deliveryLimit", "must be at least 1");
         }

@@ -37,7 +37,7 @@ use crate::broker::{
     Action, ApplyReport, Broker, BrokerConnection, BrokerError, DeleteOutcome, ObjectKind, Outcome,
     QueueDepth,
 };
-use crate::topology::{BindingPlan, DesiredTopology, PolicyPlan, QueuePlan};
+use crate::topology::{BindingPlan, DesiredTopology, PolicyPlan, QueuePlan, Step};
 
 /// `apply-to` of every operator-owned policy.
 const APPLY_TO: &str = "queues";
@@ -319,43 +319,7 @@ impl Broker for RabbitMq {
         let mut unusable: BTreeSet<String> = BTreeSet::new();
         let mut unusable_queues: BTreeSet<String> = BTreeSet::new();
 
-        // 1. Exchanges.
-        for x in &plan.exchanges {
-            let outcome = match exchange_by_name.get(x.name.as_str()) {
-                Some(e) if e.kind == x.kind.as_str() => Outcome::InPlace,
-                Some(e) => {
-                    unusable.insert(x.name.clone());
-                    Outcome::Conflict(format!(
-                        "exchange {:?} exists with type {}, the plan wants {}",
-                        x.name,
-                        e.kind,
-                        x.kind.as_str()
-                    ))
-                }
-                None => {
-                    self.mgmt
-                        .write(
-                            Method::PUT,
-                            &format!("exchanges/{v}/{}", enc(&x.name)),
-                            Some(&json!({
-                                "type": x.kind.as_str(),
-                                "durable": true,
-                                "auto_delete": false,
-                                "internal": false,
-                                "arguments": {}
-                            })),
-                            None,
-                        )
-                        .await?;
-                    Outcome::Created
-                }
-            };
-            actions.push(Action {
-                kind: ObjectKind::Exchange,
-                name: x.name.clone(),
-                outcome,
-            });
-        }
+        // The source exchange is never declared: it must exist.
         if let Some(sx) = &plan.source_exchange {
             if !exchange_by_name.contains_key(sx.as_str()) {
                 unusable.insert(sx.clone());
@@ -383,154 +347,192 @@ impl Broker for RabbitMq {
             })
             .collect();
 
-        // 2. Policies.
-        for p in &plan.policies {
-            let queue_type = queue_by_name
-                .get(p.queue.as_str())
-                .and_then(|q| q.kind.as_deref())
-                .unwrap_or_else(|| {
-                    plan.queues
-                        .iter()
-                        .find(|q| q.name == p.queue)
-                        .map_or("classic", |q| q.queue_type.argument())
-                });
-            let (higher, lower) = matching_policies(&policies, p, queue_type);
-            let mut definition = p.definition.clone();
-            for other in &lower {
-                for (k, val) in &other.definition {
-                    definition.entry(k.clone()).or_insert_with(|| val.clone());
-                }
-            }
-            let write = match policy_by_name.get(p.name.as_str()) {
-                None => Some(Outcome::Created),
-                Some(e)
-                    if e.pattern != p.pattern
-                        || e.priority != i64::from(p.priority)
-                        || e.apply_to != APPLY_TO
-                        || !maps_equal(&e.definition, &definition) =>
-                {
-                    Some(Outcome::Updated)
-                }
-                Some(_) => None,
-            };
-            let mut outcome = match write {
-                Some(_) if conflicts.contains_key(p.queue.as_str()) => Outcome::Conflict(format!(
-                    "not written: queue {:?} exists with conflicting arguments",
-                    p.queue
-                )),
-                Some(outcome) => {
-                    self.mgmt
-                        .write(
-                            Method::PUT,
-                            &format!("policies/{v}/{}", enc(&p.name)),
-                            Some(&json!({
-                                "pattern": p.pattern,
-                                "definition": definition,
-                                "priority": p.priority,
-                                "apply-to": APPLY_TO
-                            })),
-                            None,
-                        )
-                        .await?;
-                    outcome
-                }
-                None => Outcome::InPlace,
-            };
-            if let Some(top) = higher.first() {
-                outcome = Outcome::Shadowed(format!(
-                    "policy {} (priority {}) takes precedence over {} (priority {}) on queue {:?}",
-                    top.name, top.priority, p.name, p.priority, p.queue
-                ));
-            }
-            actions.push(Action {
-                kind: ObjectKind::Policy,
-                name: p.name.clone(),
-                outcome,
-            });
-        }
-
-        // 3. Queues.
-        for q in &plan.queues {
-            let outcome = match queue_by_name.get(q.name.as_str()) {
-                None if !q.declare => {
-                    unusable_queues.insert(q.name.clone());
-                    Outcome::Failed(format!(
-                        "source queue {} does not exist and spec.source.manage is false",
-                        q.name
-                    ))
-                }
-                None => {
-                    let res = self
-                        .mgmt
-                        .write(
-                            Method::PUT,
-                            &format!("queues/{v}/{}", enc(&q.name)),
-                            Some(&json!({
-                                "durable": true,
-                                "auto_delete": false,
-                                "arguments": q.declare_arguments()
-                            })),
-                            Some(&q.name),
-                        )
-                        .await;
-                    match res {
-                        Ok(()) => Outcome::Created,
-                        // Declared by someone else since our read.
-                        Err(BrokerError::ArgumentConflict { reason, .. }) => {
-                            unusable_queues.insert(q.name.clone());
-                            Outcome::Conflict(reason)
+        // Every object in the plan's apply order (dead-letter route first).
+        for step in plan.steps() {
+            match step {
+                Step::Exchange(x) => {
+                    let outcome = match exchange_by_name.get(x.name.as_str()) {
+                        Some(e) if e.kind == x.kind.as_str() => Outcome::InPlace,
+                        Some(e) => {
+                            unusable.insert(x.name.clone());
+                            Outcome::Conflict(format!(
+                                "exchange {:?} exists with type {}, the plan wants {}",
+                                x.name,
+                                e.kind,
+                                x.kind.as_str()
+                            ))
                         }
-                        Err(e) => return Err(e),
-                    }
+                        None => {
+                            self.mgmt
+                                .write(
+                                    Method::PUT,
+                                    &format!("exchanges/{v}/{}", enc(&x.name)),
+                                    Some(&json!({
+                                        "type": x.kind.as_str(),
+                                        "durable": true,
+                                        "auto_delete": false,
+                                        "internal": false,
+                                        "arguments": {}
+                                    })),
+                                    None,
+                                )
+                                .await?;
+                            Outcome::Created
+                        }
+                    };
+                    actions.push(Action {
+                        kind: ObjectKind::Exchange,
+                        name: x.name.clone(),
+                        outcome,
+                    });
                 }
-                Some(_) => match conflicts.get(q.name.as_str()) {
-                    None => Outcome::InPlace,
-                    Some(reasons) => {
-                        unusable_queues.insert(q.name.clone());
-                        Outcome::Conflict(format!(
-                            "{}; left untouched (queue arguments are immutable and the queue is never deleted to fix this)",
-                            reasons.join("; ")
-                        ))
+                Step::Policy(p) => {
+                    let queue_type = queue_by_name
+                        .get(p.queue.as_str())
+                        .and_then(|q| q.kind.as_deref())
+                        .unwrap_or_else(|| {
+                            plan.queues
+                                .iter()
+                                .find(|q| q.name == p.queue)
+                                .map_or("classic", |q| q.queue_type.argument())
+                        });
+                    let (higher, lower) = matching_policies(&policies, p, queue_type);
+                    let mut definition = p.definition.clone();
+                    for other in &lower {
+                        for (k, val) in &other.definition {
+                            definition.entry(k.clone()).or_insert_with(|| val.clone());
+                        }
                     }
-                },
-            };
-            actions.push(Action {
-                kind: ObjectKind::Queue,
-                name: q.name.clone(),
-                outcome,
-            });
-        }
-
-        // 4. Bindings.
-        for b in &plan.bindings {
-            if unusable.contains(&b.exchange) || unusable_queues.contains(&b.queue) {
-                continue;
+                    let write = match policy_by_name.get(p.name.as_str()) {
+                        None => Some(Outcome::Created),
+                        Some(e)
+                            if e.pattern != p.pattern
+                                || e.priority != i64::from(p.priority)
+                                || e.apply_to != APPLY_TO
+                                || !maps_equal(&e.definition, &definition) =>
+                        {
+                            Some(Outcome::Updated)
+                        }
+                        Some(_) => None,
+                    };
+                    let mut outcome = match write {
+                        Some(_) if conflicts.contains_key(p.queue.as_str()) => {
+                            Outcome::Conflict(format!(
+                                "not written: queue {:?} exists with conflicting arguments",
+                                p.queue
+                            ))
+                        }
+                        Some(outcome) => {
+                            self.mgmt
+                                .write(
+                                    Method::PUT,
+                                    &format!("policies/{v}/{}", enc(&p.name)),
+                                    Some(&json!({
+                                        "pattern": p.pattern,
+                                        "definition": definition,
+                                        "priority": p.priority,
+                                        "apply-to": APPLY_TO
+                                    })),
+                                    None,
+                                )
+                                .await?;
+                            outcome
+                        }
+                        None => Outcome::InPlace,
+                    };
+                    if let Some(top) = higher.first() {
+                        outcome = Outcome::Shadowed(format!(
+                            "policy {} (priority {}) takes precedence over {} (priority {}) on queue {:?}",
+                            top.name, top.priority, p.name, p.priority, p.queue
+                        ));
+                    }
+                    actions.push(Action {
+                        kind: ObjectKind::Policy,
+                        name: p.name.clone(),
+                        outcome,
+                    });
+                }
+                Step::Queue(q) => {
+                    let outcome = match queue_by_name.get(q.name.as_str()) {
+                        None if !q.declare => {
+                            unusable_queues.insert(q.name.clone());
+                            Outcome::Failed(format!(
+                                "source queue {} does not exist and spec.source.manage is false",
+                                q.name
+                            ))
+                        }
+                        None => {
+                            let res = self
+                                .mgmt
+                                .write(
+                                    Method::PUT,
+                                    &format!("queues/{v}/{}", enc(&q.name)),
+                                    Some(&json!({
+                                        "durable": true,
+                                        "auto_delete": false,
+                                        "arguments": q.declare_arguments()
+                                    })),
+                                    Some(&q.name),
+                                )
+                                .await;
+                            match res {
+                                Ok(()) => Outcome::Created,
+                                // Declared by someone else since our read.
+                                Err(BrokerError::ArgumentConflict { reason, .. }) => {
+                                    unusable_queues.insert(q.name.clone());
+                                    Outcome::Conflict(reason)
+                                }
+                                Err(e) => return Err(e),
+                            }
+                        }
+                        Some(_) => match conflicts.get(q.name.as_str()) {
+                            None => Outcome::InPlace,
+                            Some(reasons) => {
+                                unusable_queues.insert(q.name.clone());
+                                Outcome::Conflict(format!(
+                                    "{}; left untouched (queue arguments are immutable and the queue is never deleted to fix this)",
+                                    reasons.join("; ")
+                                ))
+                            }
+                        },
+                    };
+                    actions.push(Action {
+                        kind: ObjectKind::Queue,
+                        name: q.name.clone(),
+                        outcome,
+                    });
+                }
+                Step::Binding(b) => {
+                    if unusable.contains(&b.exchange) || unusable_queues.contains(&b.queue) {
+                        continue;
+                    }
+                    let outcome = if existing_bindings.contains(&(
+                        b.exchange.as_str(),
+                        b.queue.as_str(),
+                        b.routing_key.as_str(),
+                    )) {
+                        Outcome::InPlace
+                    } else {
+                        self.mgmt
+                            .write(
+                                Method::POST,
+                                &format!("bindings/{v}/e/{}/q/{}", enc(&b.exchange), enc(&b.queue)),
+                                Some(&json!({ "routing_key": b.routing_key, "arguments": {} })),
+                                None,
+                            )
+                            .await?;
+                        Outcome::Created
+                    };
+                    actions.push(Action {
+                        kind: ObjectKind::Binding,
+                        name: binding_name(b),
+                        outcome,
+                    });
+                }
             }
-            let outcome = if existing_bindings.contains(&(
-                b.exchange.as_str(),
-                b.queue.as_str(),
-                b.routing_key.as_str(),
-            )) {
-                Outcome::InPlace
-            } else {
-                self.mgmt
-                    .write(
-                        Method::POST,
-                        &format!("bindings/{v}/e/{}/q/{}", enc(&b.exchange), enc(&b.queue)),
-                        Some(&json!({ "routing_key": b.routing_key, "arguments": {} })),
-                        None,
-                    )
-                    .await?;
-                Outcome::Created
-            };
-            actions.push(Action {
-                kind: ObjectKind::Binding,
-                name: binding_name(b),
-                outcome,
-            });
         }
 
-        // 5. Obsolete retry tiers: unbind, then delete once empty.
+        // Obsolete retry tiers: unbind, then delete once empty.
         let retry_exchange = plan.routes.retry_exchange.as_str();
         for name in plan.obsolete_tier_queues(queues.iter().map(|q| q.name.as_str())) {
             for b in bindings.iter().filter(|b| {
