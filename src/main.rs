@@ -57,6 +57,10 @@ enum Command {
         /// Poll interval (e.g. 5s); default: the smallest spec.monitoring.interval.
         #[arg(long)]
         interval: Option<String>,
+        /// Re-apply unchanged manifests at least this often (repairs objects changed on
+        /// the broker behind the operator's back).
+        #[arg(long, default_value = "5m")]
+        resync: String,
     },
     /// Print the planned topology without touching a broker.
     Render {
@@ -82,7 +86,8 @@ enum SimulateCommand {
     /// Thundering-herd model: N clients fail at t=0; per retry attempt, the peak number
     /// of clients retrying within one bucket, for each strategy side by side.
     Backoff {
-        /// Strategy to simulate (repeatable); default: all six.
+        /// Strategy to simulate (repeatable): Fixed, Exponential, ExponentialJitter,
+        /// FullJitter, EqualJitter, DecorrelatedJitter; default: all six.
         #[arg(long)]
         strategy: Vec<String>,
         /// Number of clients that fail together at t=0.
@@ -103,7 +108,8 @@ enum SimulateCommand {
         /// backoff.maxDelay.
         #[arg(long, default_value = "60s")]
         max_delay: String,
-        /// backoff.jitter for ExponentialJitter (a duration).
+        /// backoff.jitter for ExponentialJitter (a duration; the other strategies take no
+        /// jitter).
         #[arg(long, conflicts_with = "jitter_ratio")]
         jitter: Option<String>,
         /// backoff.jitterRatio for ExponentialJitter (0..=1). Default 0.5 when neither
@@ -124,6 +130,7 @@ fn init_tracing(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -168,6 +175,7 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
             standalone: true,
             files,
             interval,
+            resync,
         } => {
             if files.is_empty() {
                 return Err("run --standalone needs -f PATH (manifest file or directory)".into());
@@ -185,12 +193,18 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
                         })
                 })
                 .transpose()?;
+            let resync = match parse_ms(&resync) {
+                Ok(ms) if ms > 0 => std::time::Duration::from_millis(ms),
+                Ok(_) => return Err("--resync: must be greater than 0".into()),
+                Err(e) => return Err(format!("--resync: {e}")),
+            };
             // Fail fast on invalid manifests at start-up; later edits are re-checked.
             standalone::load_and_plan(&files).map_err(|e| e.to_string())?;
             standalone::run(
                 standalone::RunOptions {
                     paths: files,
                     interval,
+                    resync,
                 },
                 shutdown_signal(),
             )

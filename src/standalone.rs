@@ -12,8 +12,8 @@ use std::time::Duration as StdDuration;
 use serde::Serialize;
 
 use crate::broker::rabbitmq::RabbitMq;
-use crate::broker::{ApplyReport, Broker, Outcome, QueueDepth};
-use crate::crd::{DepthStatus, FieldError, InvalidSpec};
+use crate::broker::{ApplyReport, Broker, Outcome};
+use crate::crd::{FieldError, InvalidSpec};
 use crate::manifest::{self, object_key, Loaded, ManifestError, Manifests, SourceRef};
 use crate::reconcile::{self, Prepared, ReconcileError};
 use crate::topology::QueueRole;
@@ -126,17 +126,45 @@ pub struct Summary {
     pub not_ready: usize,
 }
 
-fn outcome_counts(report: &ApplyReport) -> (usize, usize, usize) {
-    let mut c = (0, 0, 0);
-    for a in &report.actions {
-        match a.outcome {
-            Outcome::Created => c.0 += 1,
-            Outcome::Updated | Outcome::Deleted => c.1 += 1,
-            Outcome::InPlace => c.2 += 1,
-            _ => {}
+/// How many objects one apply created, updated, deleted, found in place, or left draining.
+#[derive(Debug, Default)]
+struct Counts {
+    created: usize,
+    updated: usize,
+    deleted: usize,
+    in_place: usize,
+    draining: usize,
+}
+
+impl Counts {
+    fn of(report: &ApplyReport) -> Self {
+        let mut c = Counts::default();
+        for a in &report.actions {
+            match a.outcome {
+                Outcome::Created => c.created += 1,
+                Outcome::Updated => c.updated += 1,
+                Outcome::Deleted => c.deleted += 1,
+                Outcome::InPlace => c.in_place += 1,
+                Outcome::Draining(_) => c.draining += 1,
+                _ => {}
+            }
         }
+        c
     }
-    c
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} created, {} updated, {} deleted, {} in place",
+            self.created, self.updated, self.deleted, self.in_place
+        )?;
+        if self.draining > 0 {
+            write!(f, ", {} draining", self.draining)?;
+        }
+        Ok(())
+    }
 }
 
 /// Applies every planned DeadLetterQueue once and writes a human report to `out`: one
@@ -167,19 +195,13 @@ pub async fn apply_all(planned: &[Planned], out: &mut impl Write) -> std::io::Re
                 for a in &report.actions {
                     writeln!(out, "  {a}")?;
                 }
-                let (created, updated, in_place) = outcome_counts(&report);
+                let counts = Counts::of(&report);
                 if report.is_ready() {
                     summary.ready += 1;
-                    writeln!(
-                        out,
-                        "  => ready ({created} created, {updated} updated, {in_place} in place)"
-                    )?;
+                    writeln!(out, "  => ready ({counts})")?;
                 } else {
                     summary.not_ready += 1;
-                    writeln!(
-                        out,
-                        "  => NOT ready: see the conflicts above ({created} created, {updated} updated, {in_place} in place)"
-                    )?;
+                    writeln!(out, "  => NOT ready: see the conflicts above ({counts})")?;
                 }
             }
             Err(e) => {
@@ -204,6 +226,10 @@ pub struct Rendered<'a> {
     pub dead_letter_queue: &'a str,
     /// Nominal delay per retry.
     pub schedule: Vec<String>,
+    /// The tier (delay queue) each retry's nominal delay waits in.
+    pub waits: Vec<String>,
+    /// Every tier.
+    pub tiers: Vec<String>,
     /// Worst-case total retry wait.
     pub worst_case_retry_duration: String,
     /// The planned topology.
@@ -217,10 +243,19 @@ pub struct Rendered<'a> {
 pub fn render(planned: &[Planned]) -> Result<String, serde_yaml_ng::Error> {
     let mut out = String::new();
     for p in planned {
-        let (schedule, _, worst) = p.prepared.policy.status_strings();
+        let policy = &p.prepared.policy;
+        let (schedule, tiers, worst) = policy.status_strings();
+        let waits = policy
+            .schedule_ms()
+            .into_iter()
+            .filter_map(|d| policy.tier_for(d))
+            .map(crate::duration::format_ms)
+            .collect();
         let doc = Rendered {
             dead_letter_queue: &p.prepared.key,
             schedule,
+            waits,
+            tiers,
             worst_case_retry_duration: worst,
             topology: &p.prepared.topology,
         };
@@ -228,22 +263,6 @@ pub fn render(planned: &[Planned]) -> Result<String, serde_yaml_ng::Error> {
         out.push_str(&serde_yaml_ng::to_string(&doc)?);
     }
     Ok(out)
-}
-
-/// Depths of one DeadLetterQueue's queues, from one poll of its vhost.
-pub fn depth_status(prep: &Prepared, depths: &BTreeMap<String, QueueDepth>) -> DepthStatus {
-    let mut status = DepthStatus::default();
-    for q in &prep.topology.queues {
-        let n = depths.get(&q.name).map_or(0, |d| d.messages);
-        match q.role {
-            QueueRole::Source => status.source = n,
-            QueueRole::Retry { delay_ms } => {
-                status.retry.insert(crate::duration::format_ms(delay_ms), n);
-            }
-            QueueRole::DeadLetter { .. } => status.dead_letter += n,
-        }
-    }
-    status
 }
 
 fn fingerprint(m: &Manifests) -> u64 {
@@ -274,15 +293,18 @@ pub struct RunOptions {
     pub paths: Vec<PathBuf>,
     /// Poll interval; default: the smallest `spec.monitoring.interval` of the resources.
     pub interval: Option<StdDuration>,
+    /// Re-apply unchanged manifests at least this often, to repair broker objects changed
+    /// or deleted behind the operator's back (like a controller's periodic resync).
+    pub resync: StdDuration,
 }
 
-/// Keeps reconciling: re-reads the manifests every interval, applies them again when they
-/// changed (or when the last apply was not ready), and polls depths with one
-/// management-API call per broker and vhost, logging a status line per DeadLetterQueue.
-/// Returns when `shutdown` completes.
+/// Keeps reconciling: re-reads the manifests every interval and applies them again when
+/// they changed, when the last apply was not ready, when a poll finds a planned queue
+/// missing, or every `resync`; polls depths with one management-API call per broker and
+/// vhost, logging a status line per DeadLetterQueue. Returns when `shutdown` completes.
 ///
 /// Invalid manifests are logged and the last valid ones stay in force (the broker is not
-/// touched for an invalid file).
+/// touched for an invalid file). An apply of an unchanged, intact topology writes nothing.
 ///
 /// # Errors
 /// Only I/O errors writing to stdout.
@@ -294,12 +316,16 @@ pub async fn run(
     let mut last_fingerprint = None;
     let mut planned: Vec<Planned> = Vec::new();
     let mut ready = false;
+    let mut missing = false;
+    let mut last_apply = tokio::time::Instant::now();
     loop {
         match load_and_plan(&opts.paths) {
             Ok((m, p)) => {
                 let fp = fingerprint(&m);
-                if Some(fp) != last_fingerprint || !ready {
-                    if last_fingerprint.is_some() && Some(fp) != last_fingerprint {
+                let changed = last_fingerprint.is_some() && Some(fp) != last_fingerprint;
+                let due = last_apply.elapsed() >= opts.resync;
+                if last_fingerprint.is_none() || changed || !ready || missing || due {
+                    if changed {
                         tracing::info!("manifests changed; reconciling");
                     }
                     let mut buf = Vec::new();
@@ -307,16 +333,17 @@ pub async fn run(
                     std::io::stdout().write_all(&buf)?;
                     ready = summary.not_ready == 0;
                     last_fingerprint = Some(fp);
+                    last_apply = tokio::time::Instant::now();
                     planned = p;
                 }
             }
             Err(e) => tracing::error!("{e} (keeping the last valid manifests)"),
         }
-        poll_depths(&planned).await;
+        missing = poll_depths(&planned).await;
         let interval = opts.interval.unwrap_or_else(|| {
             planned
                 .iter()
-                .filter_map(|p| p.prepared_interval_ms())
+                .filter_map(|p| p.prepared.monitoring_interval_ms)
                 .min()
                 .map_or(StdDuration::from_secs(15), StdDuration::from_millis)
         });
@@ -330,14 +357,10 @@ pub async fn run(
     }
 }
 
-impl Planned {
-    fn prepared_interval_ms(&self) -> Option<u64> {
-        self.prepared.monitoring_interval_ms
-    }
-}
-
-/// Polls depths: one call per (broker, vhost), shared by every resource on it.
-async fn poll_depths(planned: &[Planned]) {
+/// Polls depths: one call per (broker, vhost), shared by every resource on it. Logs a
+/// line per DeadLetterQueue (tiers shortest first) and returns whether a planned queue
+/// is missing on the broker.
+async fn poll_depths(planned: &[Planned]) -> bool {
     let mut groups: BTreeMap<(String, String), Vec<&Planned>> = BTreeMap::new();
     for p in planned {
         groups
@@ -348,6 +371,7 @@ async fn poll_depths(planned: &[Planned]) {
             .or_default()
             .push(p);
     }
+    let mut any_missing = false;
     for ((endpoint, vhost), members) in groups {
         let Some(first) = members.first() else {
             continue;
@@ -356,22 +380,54 @@ async fn poll_depths(planned: &[Planned]) {
             Ok(b) => b.queue_depths(&vhost).await,
             Err(e) => Err(e),
         };
-        match depths {
-            Ok(depths) => {
-                for p in members {
-                    let d = depth_status(&p.prepared, &depths);
-                    let tiers: Vec<String> =
-                        d.retry.iter().map(|(t, n)| format!("{t}={n}")).collect();
-                    tracing::info!(
-                        "{}: source={} retry[{}] dead_letter={}",
-                        p.prepared.key,
-                        d.source,
-                        tiers.join(","),
-                        d.dead_letter
-                    );
+        let depths = match depths {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("depth poll of {endpoint} vhost {vhost} failed: {e}");
+                continue;
+            }
+        };
+        for p in members {
+            let shown = |name: &str| {
+                depths
+                    .get(name)
+                    .map_or_else(|| "missing".to_string(), |d| d.messages.to_string())
+            };
+            let mut tiers = Vec::new();
+            let mut dead_letter = 0;
+            let mut missing = Vec::new();
+            for q in &p.prepared.topology.queues {
+                if !depths.contains_key(&q.name) {
+                    missing.push(q.name.as_str());
+                }
+                match q.role {
+                    QueueRole::Retry { delay_ms } => tiers.push(format!(
+                        "{}={}",
+                        crate::duration::format_ms(delay_ms),
+                        shown(&q.name)
+                    )),
+                    QueueRole::DeadLetter { .. } => {
+                        dead_letter += depths.get(&q.name).map_or(0, |d| d.messages)
+                    }
+                    QueueRole::Source => {}
                 }
             }
-            Err(e) => tracing::warn!("depth poll of {endpoint} vhost {vhost} failed: {e}"),
+            tracing::info!(
+                "{}: source={} retry[{}] dead_letter={}",
+                p.prepared.key,
+                shown(&p.prepared.topology.routes.source_queue),
+                tiers.join(","),
+                dead_letter
+            );
+            if !missing.is_empty() {
+                any_missing = true;
+                tracing::warn!(
+                    "{}: queue(s) missing on the broker: {}; re-applying",
+                    p.prepared.key,
+                    missing.join(", ")
+                );
+            }
         }
     }
+    any_missing
 }

@@ -35,7 +35,7 @@ fn apply_examples_twice_second_run_changes_nothing() {
             "second apply changed something: {l}\n{t2}"
         );
     }
-    assert!(t2.contains("(0 created, 0 updated,"), "{t2}");
+    assert!(t2.contains("(0 created, 0 updated, 0 deleted,"), "{t2}");
 }
 
 #[test]
@@ -116,6 +116,11 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    // A planned queue deleted behind the operator's back is noticed by the depth poll
+    // and declared again.
+    mgmt_delete(&format!("/api/queues/%2F/{q}.retry.1s")).await;
+    let repaired = wait_for_queue(&format!("{q}.retry.1s"), Duration::from_secs(20)).await;
+
     // SIGTERM: clean exit.
     let pid = child.id().to_string();
     let _ = Command::new("kill").args(["-TERM", &pid]).status();
@@ -144,6 +149,11 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
         old_gone,
         "obsolete empty tier was not removed:\n{out}\n{err}"
     );
+    assert!(
+        repaired,
+        "deleted tier queue was not declared again:\n{out}\n{err}"
+    );
+    assert!(err.contains("missing on the broker"), "{err}");
     let status = status.expect("run did not stop on SIGTERM");
     assert!(status.success(), "exit {status:?}:\n{err}");
     assert!(err.contains("manifests changed"), "{err}");

@@ -45,7 +45,7 @@ pub async fn passive_queue_counts(
     let connection = connect_vhost(conn, vhost).await?;
     let result = async {
         let channel = connection.create_channel().await?;
-        channel
+        let declared = channel
             .queue_declare(
                 name.into(),
                 lapin::options::QueueDeclareOptions {
@@ -54,7 +54,11 @@ pub async fn passive_queue_counts(
                 },
                 lapin::types::FieldTable::default(),
             )
-            .await
+            .await?;
+        // Close the channel before the connection (a channel dropped while the connection
+        // closes makes lapin log a spurious error). On NOT_FOUND the broker closed it.
+        let _ = channel.close(200, "bye".into()).await;
+        Ok::<_, lapin::Error>(declared)
     }
     .await;
     let out = match result {

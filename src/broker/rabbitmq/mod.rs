@@ -39,6 +39,12 @@ use crate::broker::{
 };
 use crate::topology::{BindingPlan, DesiredTopology, PolicyPlan, QueuePlan, Step};
 
+/// "N message(s) left" for a draining tier queue.
+fn messages_left(n: u64) -> String {
+    let plural = if n == 1 { "" } else { "s" };
+    format!("{n} message{plural} left; removed once empty")
+}
+
 /// `apply-to` of every operator-owned policy.
 const APPLY_TO: &str = "queues";
 
@@ -558,12 +564,12 @@ impl Broker for RabbitMq {
             let stats = known.and_then(|q| q.messages).unwrap_or(0);
             let outcome = if stats > 0 {
                 // Statistics say it holds messages: no write until they say otherwise.
-                Outcome::Draining(format!("{stats} messages left; removed once empty"))
+                Outcome::Draining(messages_left(stats))
             } else {
                 match self.delete_if_empty_known(vhost, &name, known).await? {
                     DeleteOutcome::Deleted | DeleteOutcome::Absent => Outcome::Deleted,
                     DeleteOutcome::NotEmpty { messages } => {
-                        Outcome::Draining(format!("{messages} messages left; removed once empty"))
+                        Outcome::Draining(messages_left(messages))
                     }
                 }
             };
