@@ -81,7 +81,7 @@ fn diff_all(new: &[DesiredTopology], old: &[DesiredTopology]) -> (usize, usize) 
             changed += 1;
         }
         obsolete += n
-            .obsolete_tier_queues(o.queues.iter().map(|q| q.name.as_str()))
+            .obsolete_tier_queues(o.queues.iter().map(|q| (q.name.as_str(), &q.arguments)))
             .len();
     }
     (changed, obsolete)

@@ -220,22 +220,36 @@ impl DesiredTopology {
         }
     }
 
-    /// Names of retry tier queues of this source queue that the plan no longer wants
-    /// (`existing` are the queue names present on the broker). They are unbound and
-    /// deleted only once empty.
+    /// Names of retry tier queues of this source queue that the plan no longer wants.
+    /// `existing` are the queues on the broker with their declare-time arguments. A queue
+    /// counts as one of ours only if it carries a tier's signature — name
+    /// `<Q>.retry.<duration>`, `x-message-ttl` equal to that duration, dead-lettering to
+    /// the default exchange with routing key `<Q>` — so a user's queue that merely looks
+    /// like a tier by name is never touched. They are unbound and deleted only once empty.
     pub fn obsolete_tier_queues<'a>(
         &self,
-        existing: impl IntoIterator<Item = &'a str>,
+        existing: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, Value>)>,
     ) -> Vec<String> {
         let prefix = format!("{}.", self.routes.retry_exchange);
+        let source = self.routes.source_queue.as_str();
         existing
             .into_iter()
-            .filter(|name| {
-                name.strip_prefix(&prefix)
-                    .is_some_and(|tier| crate::duration::parse_ms(tier).is_ok())
+            .filter(|(name, args)| {
+                let Some(ttl) = name
+                    .strip_prefix(&prefix)
+                    .and_then(|tier| crate::duration::parse_ms(tier).ok())
+                else {
+                    return false;
+                };
+                args.get("x-message-ttl").and_then(Value::as_u64) == Some(ttl)
+                    && args.get("x-dead-letter-exchange").and_then(Value::as_str) == Some("")
+                    && args
+                        .get("x-dead-letter-routing-key")
+                        .and_then(Value::as_str)
+                        == Some(source)
                     && !self.queues.iter().any(|q| q.name == *name)
             })
-            .map(str::to_string)
+            .map(|(name, _)| name.to_string())
             .collect()
     }
 }

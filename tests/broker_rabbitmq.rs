@@ -69,6 +69,11 @@ fn topo(queue: &str, tiers: &[&str]) -> DesiredTopology {
     plan("test/dlq", &spec(queue, json!({})), &resolved(tiers))
 }
 
+fn topo_classic(queue: &str, tiers: &[&str]) -> DesiredTopology {
+    let classic = json!({"source": {"queue": queue, "queueType": "Classic"}});
+    plan("test/dlq", &spec(queue, classic), &resolved(tiers))
+}
+
 /// Raw management API access for checks and cleanup (independent of the code under test).
 struct Raw(reqwest::Client);
 
@@ -428,14 +433,14 @@ async fn obsolete_tier_drains_then_is_deleted() {
     let raw = Raw::new();
     let broker = RabbitMq::new(&conn()).expect("client");
     broker
-        .apply(&topo(&q, &["1s", "60s"]))
+        .apply(&topo_classic(&q, &["1s", "60s"]))
         .await
         .expect("apply with 60s tier");
     let old = format!("{q}.retry.1m");
     assert!(raw.names("queues/%2F?columns=name").await.contains(&old));
     publish(&old, b"waiting").await;
 
-    let new_plan = topo(&q, &["1s"]);
+    let new_plan = topo_classic(&q, &["1s"]);
     let report = broker.apply(&new_plan).await.expect("apply without it");
     let unbound = report
         .actions
@@ -485,6 +490,65 @@ async fn obsolete_tier_drains_then_is_deleted() {
     let report = broker.apply(&new_plan).await.expect("apply");
     assert!(report.find(ObjectKind::Queue, &old).is_none());
     assert_eq!(broker.request_counts().writes, before);
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn obsolete_quorum_tier_is_unbound_and_retained_never_deleted() {
+    let q = unique("qtiers");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    broker
+        .apply(&topo(&q, &["1s", "60s"]))
+        .await
+        .expect("apply with 60s tier");
+    let old = format!("{q}.retry.1m");
+    publish(&old, b"waiting").await;
+    let new_plan = topo(&q, &["1s"]);
+    let report = broker.apply(&new_plan).await.expect("apply without it");
+    match &report
+        .find(ObjectKind::Queue, &old)
+        .expect("queue action")
+        .outcome
+    {
+        Outcome::Retained(reason) => assert!(reason.contains("quorum"), "{reason}"),
+        other => panic!("expected retained, got {other}"),
+    }
+    assert!(report.is_ready(), "{report}");
+    assert_eq!(ready_count(&old).await, Some(1), "message kept");
+    // Even once empty it is kept, and re-applying writes nothing for it.
+    assert_eq!(raw.delete(&format!("queues/%2F/{old}/contents")).await, 204);
+    let before = broker.request_counts().writes;
+    let report = broker.apply(&new_plan).await.expect("apply");
+    assert!(matches!(
+        report.find(ObjectKind::Queue, &old).map(|a| &a.outcome),
+        Some(Outcome::Retained(_))
+    ));
+    assert_eq!(broker.request_counts().writes, before, "{report}");
+    assert!(raw.names("queues/%2F?columns=name").await.contains(&old));
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn user_queue_named_like_a_tier_is_never_touched() {
+    let q = unique("lookalike");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let user = format!("{q}.retry.7s");
+    assert_eq!(
+        raw.put(
+            &format!("queues/%2F/{user}"),
+            json!({"durable": true, "arguments": {"x-queue-type": "classic"}}),
+        )
+        .await,
+        201
+    );
+    let report = broker
+        .apply(&topo_classic(&q, &["1s"]))
+        .await
+        .expect("apply");
+    assert!(report.find(ObjectKind::Queue, &user).is_none(), "{report}");
+    assert!(raw.names("queues/%2F?columns=name").await.contains(&user));
     raw.cleanup(&q).await;
 }
 

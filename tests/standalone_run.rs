@@ -78,7 +78,12 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
     let secret = secret_yaml("s", "guest", "guest", MGMT);
     let write_policy = |tiers: &str| {
         let policy = policy_yaml("p", &format!("  maxRetries: 2\n  tiers: [{tiers}]\n"));
-        let dlq = dlq_yaml("d", &q, "p", "s", "  monitoring:\n    interval: 300ms\n");
+        // Classic queues: RabbitMQ deletes an obsolete classic tier only-if-empty itself
+        // (quorum tiers are unbound and retained, see tests/broker_rabbitmq.rs).
+        let dlq = dlq_yaml("d", &q, "p", "s", "  monitoring:\n    interval: 300ms\n").replace(
+            &format!("    queue: {q}\n"),
+            &format!("    queue: {q}\n    queueType: Classic\n"),
+        );
         std::fs::write(
             dir.path().join("all.yaml"),
             format!("{secret}---\n{policy}---\n{dlq}"),

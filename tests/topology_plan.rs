@@ -368,15 +368,36 @@ fn planning_is_deterministic() {
     let a = serde_yaml_ng::to_string(&payment_callback_plan()).expect("yaml");
     let b = serde_yaml_ng::to_string(&payment_callback_plan()).expect("yaml");
     assert_eq!(a, b);
-    // A plan wants none of its own tier queues removed, and flags foreign tiers only.
+    // A plan wants none of its own tier queues removed, and flags only queues that carry
+    // a tier's signature (name, TTL, dead-letter target) of this source queue.
     let t = order_events_plan();
-    let own: Vec<&str> = t.queues.iter().map(|q| q.name.as_str()).collect();
+    let own: Vec<(&str, &std::collections::BTreeMap<String, Value>)> = t
+        .queues
+        .iter()
+        .map(|q| (q.name.as_str(), &q.arguments))
+        .collect();
     assert!(t.obsolete_tier_queues(own.iter().copied()).is_empty());
+    let tier = |ttl: u64, key: &str| -> std::collections::BTreeMap<String, Value> {
+        serde_json::from_value(json!({
+            "x-queue-type": "quorum",
+            "x-message-ttl": ttl,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": key,
+        }))
+        .expect("args")
+    };
+    let ours = tier(30_000, "order-events");
+    let wrong_ttl = tier(7_000, "order-events");
+    let wrong_target = tier(30_000, "elsewhere");
+    let plain = std::collections::BTreeMap::new();
     assert_eq!(
         t.obsolete_tier_queues([
-            "order-events.retry.30s",
-            "order-events.retry.notatier",
-            "other.retry.30s"
+            ("order-events.retry.30s", &ours),
+            ("order-events.retry.notatier", &ours),
+            ("other.retry.30s", &ours),
+            ("order-events.retry.7s", &plain),
+            ("order-events.retry.9s", &wrong_ttl),
+            ("order-events.retry.30000ms", &wrong_target),
         ]),
         vec!["order-events.retry.30s".to_string()]
     );

@@ -393,7 +393,7 @@ pub struct QueueDepth {
 }
 
 /// Result of [`Broker::delete_queue_if_empty`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeleteOutcome {
     /// The queue was empty and is gone.
     Deleted,
@@ -405,6 +405,12 @@ pub enum DeleteOutcome {
     },
     /// There was no such queue.
     Absent,
+    /// Not deleted: the broker cannot delete this queue only-if-empty (quorum queues on
+    /// RabbitMQ 3.x), and any check of ours would race with messages in flight.
+    Unsupported {
+        /// The broker's reason.
+        reason: String,
+    },
 }
 
 /// Kind of broker object in an [`Action`].
@@ -448,6 +454,9 @@ pub enum Outcome {
     Shadowed(String),
     /// An obsolete queue still holds messages; unbound and removed once empty.
     Draining(String),
+    /// An obsolete queue that the operator unbound but will not delete (reason given,
+    /// e.g. the broker cannot delete it only-if-empty); delete it by hand once empty.
+    Retained(String),
     /// An obsolete object was removed.
     Deleted,
     /// Could not be applied (reason given).
@@ -463,6 +472,7 @@ impl fmt::Display for Outcome {
             Outcome::Conflict(r) => write!(f, "conflict: {r}"),
             Outcome::Shadowed(r) => write!(f, "shadowed: {r}"),
             Outcome::Draining(r) => write!(f, "draining: {r}"),
+            Outcome::Retained(r) => write!(f, "retained: {r}"),
             Outcome::Deleted => f.write_str("deleted"),
             Outcome::Failed(r) => write!(f, "failed: {r}"),
         }

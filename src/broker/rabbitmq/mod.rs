@@ -39,6 +39,9 @@ use crate::broker::{
 };
 use crate::topology::{BindingPlan, DesiredTopology, PolicyPlan, QueuePlan, Step};
 
+/// Why an obsolete quorum tier queue is kept.
+const QUORUM_RETAINED: &str = "unbound, so no new retries enter it; its messages still return to the source queue. Kept because RabbitMQ cannot delete a quorum queue only-if-empty: delete it once its depth is 0";
+
 /// "N message(s) left" for a draining tier queue.
 fn messages_left(n: u64) -> String {
     let plural = if n == 1 { "" } else { "s" };
@@ -99,7 +102,11 @@ impl RabbitMq {
         let path = format!("queues/{}/{}", enc(vhost), enc(name));
         let answer = self
             .mgmt
-            .send(Method::DELETE, &format!("{path}?if-empty=true"), None)
+            .send(
+                Method::DELETE,
+                &format!("{path}?if-empty=true&if-unused=true"),
+                None,
+            )
             .await?;
         let stats_messages = known.and_then(|q| q.messages).unwrap_or(0);
         if answer.status.is_success() {
@@ -109,52 +116,24 @@ impl RabbitMq {
             return Ok(DeleteOutcome::Absent);
         }
         let reason = answer.reason();
-        if answer.status == StatusCode::BAD_REQUEST && reason.contains("not empty") {
+        if answer.status == StatusCode::BAD_REQUEST
+            && (reason.contains("not empty") || reason.contains("in use"))
+        {
             return Ok(DeleteOutcome::NotEmpty {
                 messages: stats_messages.max(1),
             });
         }
         if answer.status == StatusCode::BAD_REQUEST && reason.contains("not supported") {
-            // Quorum queues on RabbitMQ 3.x: check emptiness ourselves.
-            let stats = match known {
-                Some(q) => q.messages.unwrap_or(0),
-                None => {
-                    let q: QueueInfo = match self
-                        .mgmt
-                        .get_json(&format!("{path}?columns=name,messages"), "queue")
-                        .await
-                    {
-                        Ok(q) => q,
-                        Err(BrokerError::NotFound { .. }) => return Ok(DeleteOutcome::Absent),
-                        Err(e) => return Err(e),
-                    };
-                    q.messages.unwrap_or(0)
-                }
-            };
-            if stats > 0 {
-                return Ok(DeleteOutcome::NotEmpty { messages: stats });
-            }
-            match amqp::passive_queue_counts(self.mgmt.connection(), vhost, name).await? {
-                None => return Ok(DeleteOutcome::Absent),
-                Some((ready, consumers)) if ready > 0 || consumers > 0 => {
-                    return Ok(DeleteOutcome::NotEmpty {
-                        messages: u64::from(ready).max(1),
-                    })
-                }
-                Some(_) => {}
-            }
-            let answer = self.mgmt.send(Method::DELETE, &path, None).await?;
-            return if answer.status.is_success() {
-                Ok(DeleteOutcome::Deleted)
-            } else if answer.status == StatusCode::NOT_FOUND {
-                Ok(DeleteOutcome::Absent)
-            } else {
-                Err(self.mgmt.api_error(&Method::DELETE, &path, &answer))
-            };
+            // Quorum queues on RabbitMQ 3.x. Checking emptiness ourselves would race: the
+            // statistics lag and a passive declare does not count messages waiting to be
+            // dead-lettered (at-least-once), so a message could be deleted. Keep it.
+            return Ok(DeleteOutcome::Unsupported { reason });
         }
-        Err(self
-            .mgmt
-            .api_error(&Method::DELETE, &format!("{path}?if-empty=true"), &answer))
+        Err(self.mgmt.api_error(
+            &Method::DELETE,
+            &format!("{path}?if-empty=true&if-unused=true"),
+            &answer,
+        ))
     }
 }
 
@@ -540,7 +519,9 @@ impl Broker for RabbitMq {
 
         // Obsolete retry tiers: unbind, then delete once empty.
         let retry_exchange = plan.routes.retry_exchange.as_str();
-        for name in plan.obsolete_tier_queues(queues.iter().map(|q| q.name.as_str())) {
+        for name in
+            plan.obsolete_tier_queues(queues.iter().map(|q| (q.name.as_str(), &q.arguments)))
+        {
             for b in bindings.iter().filter(|b| {
                 b.source == retry_exchange && b.destination == name && b.destination_type == "queue"
             }) {
@@ -562,7 +543,10 @@ impl Broker for RabbitMq {
             }
             let known = queue_by_name.get(name.as_str()).copied();
             let stats = known.and_then(|q| q.messages).unwrap_or(0);
-            let outcome = if stats > 0 {
+            let outcome = if known.and_then(|q| q.kind.as_deref()) == Some("quorum") {
+                // No request: the broker cannot delete a quorum queue only-if-empty.
+                Outcome::Retained(QUORUM_RETAINED.into())
+            } else if stats > 0 {
                 // Statistics say it holds messages: no write until they say otherwise.
                 Outcome::Draining(messages_left(stats))
             } else {
@@ -571,6 +555,7 @@ impl Broker for RabbitMq {
                     DeleteOutcome::NotEmpty { messages } => {
                         Outcome::Draining(messages_left(messages))
                     }
+                    DeleteOutcome::Unsupported { .. } => Outcome::Retained(QUORUM_RETAINED.into()),
                 }
             };
             actions.push(Action {
