@@ -29,6 +29,10 @@ use crate::crd::{
 };
 use crate::duration::format_ms;
 
+/// Most retry tiers (delay queues) one policy may have, explicit or derived (as the
+/// schema's `maxItems` for `spec.tiers`).
+pub const MAX_TIERS: usize = 32;
+
 /// Random delay added by `ExponentialJitter`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Jitter {
@@ -242,7 +246,8 @@ impl ResolvedPolicy {
     /// delays of attempts `1..=maxRetries`.
     ///
     /// # Errors
-    /// [`InvalidSpec`] from [`RetryPolicySpec::validate`].
+    /// [`InvalidSpec`] from [`RetryPolicySpec::validate`], or naming `spec.tiers` when the
+    /// schedule derives more than [`MAX_TIERS`] tiers.
     pub fn from_spec(spec: &RetryPolicySpec) -> Result<Self, InvalidSpec> {
         spec.validate()?;
         let backoff = Backoff::from_valid(&spec.backoff);
@@ -254,6 +259,15 @@ impl ResolvedPolicy {
         };
         tiers_ms.sort_unstable();
         tiers_ms.dedup();
+        if tiers_ms.len() > MAX_TIERS {
+            return Err(InvalidSpec(vec![crate::crd::FieldError {
+                field: "spec.tiers".into(),
+                message: format!(
+                    "the schedule derives {} distinct tiers (one queue each), more than {MAX_TIERS}; list the tiers explicitly",
+                    tiers_ms.len()
+                ),
+            }]));
+        }
         Ok(ResolvedPolicy {
             max_retries: spec.max_retries,
             backoff,

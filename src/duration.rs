@@ -19,6 +19,12 @@ pub const DURATION_PATTERN: &str = "^([0-9]{1,9}(ms|s|m|h|d|w))+$";
 /// Maximum length in characters of a duration string (schema `maxLength`).
 pub const DURATION_MAX_LENGTH: usize = 64;
 
+/// Longest message TTL the operator sets on a queue (retention, tier delays), in
+/// milliseconds: 365 days. RabbitMQ 3.10.8 accepts far larger values but its expiry
+/// timers misbehave with them (a `999999999w` retention crash-loops a quorum queue and
+/// loses the message, tried by hand), so the operator refuses anything beyond a year.
+pub const MAX_TTL_MS: u64 = 365 * 86_400_000;
+
 /// Why a duration string was rejected by [`parse_ms`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {

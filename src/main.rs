@@ -97,24 +97,24 @@ enum SimulateCommand {
         #[arg(long, default_value_t = 6)]
         attempts: u32,
         /// Bucket width (a duration, e.g. 5s).
-        #[arg(long, default_value = "5s")]
+        #[arg(long, default_value = "5s", allow_hyphen_values = true)]
         bucket: String,
         /// backoff.initialDelay.
-        #[arg(long, default_value = "1s")]
+        #[arg(long, default_value = "1s", allow_hyphen_values = true)]
         initial_delay: String,
         /// backoff.multiplier.
-        #[arg(long, default_value_t = 2.0)]
+        #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
         multiplier: f64,
         /// backoff.maxDelay.
-        #[arg(long, default_value = "60s")]
+        #[arg(long, default_value = "60s", allow_hyphen_values = true)]
         max_delay: String,
         /// backoff.jitter for ExponentialJitter (a duration; the other strategies take no
         /// jitter).
-        #[arg(long, conflicts_with = "jitter_ratio")]
+        #[arg(long, conflicts_with = "jitter_ratio", allow_hyphen_values = true)]
         jitter: Option<String>,
         /// backoff.jitterRatio for ExponentialJitter (0..=1). Default 0.5 when neither
         /// --jitter nor --jitter-ratio is given.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         jitter_ratio: Option<f64>,
         /// RNG seed (same seed, same result).
         #[arg(long, default_value_t = 1)]
@@ -269,8 +269,11 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
             if bucket_ms == 0 {
                 return Err("--bucket: must be greater than 0".into());
             }
-            if clients == 0 || attempts == 0 {
-                return Err("--clients and --attempts must be at least 1".into());
+            if !(1..=10_000_000).contains(&clients) {
+                return Err("--clients must be between 1 and 10000000".into());
+            }
+            if !(1..=100).contains(&attempts) {
+                return Err("--attempts must be between 1 and 100 (maxRetries' range)".into());
             }
             let mut results: Vec<SimulationResult> = Vec::new();
             for s in strategies {
@@ -287,8 +290,13 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
                         None
                     },
                 };
-                let backoff = Backoff::from_spec(&spec)
-                    .map_err(|e| e.to_string().replace("spec.backoff.", "--"))?;
+                let backoff = Backoff::from_spec(&spec).map_err(|e| {
+                    e.to_string()
+                        .replace("spec.backoff.initialDelay", "--initial-delay")
+                        .replace("spec.backoff.maxDelay", "--max-delay")
+                        .replace("spec.backoff.jitterRatio", "--jitter-ratio")
+                        .replace("spec.backoff.", "--")
+                })?;
                 let mut rng = StdRng::seed_from_u64(seed);
                 results.push(simulate(&backoff, clients, attempts, bucket_ms, &mut rng));
             }

@@ -62,6 +62,17 @@ pub enum ManifestError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The manifests hold no DeadLetterQueue (an empty or truncated file, say).
+    #[error("{0}: no DeadLetterQueue in these manifests (empty or truncated file?)")]
+    NoDeadLetterQueue(String),
+    /// A manifest that is not a regular file or is too large.
+    #[error("{path}: {reason}")]
+    Unreadable {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// A directory without any `*.yaml`/`*.yml` file.
     #[error("{0}: no *.yaml or *.yml files in this directory")]
     Empty(PathBuf),
@@ -186,17 +197,53 @@ pub fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, ManifestError> {
 /// The first [`ManifestError`] found, naming file, document, resource and field.
 pub fn load_paths(paths: &[PathBuf]) -> Result<Manifests, ManifestError> {
     let mut out = Manifests::default();
+    let mut seen = std::collections::BTreeSet::new();
     for path in paths {
         for file in manifest_files(path)? {
-            let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Io {
-                path: file.clone(),
-                source,
-            })?;
+            // The same file named twice (e.g. `-f dir -f dir/a.yaml`) is read once.
+            let canonical = std::fs::canonicalize(&file).unwrap_or_else(|_| file.clone());
+            if !seen.insert(canonical) {
+                continue;
+            }
+            let text = read_manifest(&file)?;
             load_str(&file, &text, &mut out)?;
         }
     }
     check_duplicates(&out)?;
     Ok(out)
+}
+
+/// Largest manifest file read, in bytes (16 MiB): a path to a device or a runaway file
+/// gets a clear error instead of exhausting memory.
+pub const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
+
+fn read_manifest(file: &Path) -> Result<String, ManifestError> {
+    let io = |source| ManifestError::Io {
+        path: file.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(file).map_err(io)?;
+    if !meta.is_file() {
+        return Err(ManifestError::Unreadable {
+            path: file.to_path_buf(),
+            reason: "not a regular file".into(),
+        });
+    }
+    if meta.len() > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::Unreadable {
+            path: file.to_path_buf(),
+            reason: format!(
+                "{} bytes is larger than the limit of {MAX_MANIFEST_BYTES}",
+                meta.len()
+            ),
+        });
+    }
+    let text = std::fs::read_to_string(file).map_err(io)?;
+    // A UTF-8 byte-order mark (some editors write one) is not part of the YAML.
+    Ok(text
+        .strip_prefix('\u{feff}')
+        .map(str::to_string)
+        .unwrap_or(text))
 }
 
 /// Reads the documents of one file's text into `out`.
@@ -301,7 +348,13 @@ fn typed<T: DeserializeOwned>(
     let object = result.map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { kind.to_string() } else { path };
-        field_err(field, e.into_inner().to_string())
+        let message = if kind == "Secret" {
+            // Serde quotes the offending value, and a Secret's values are credentials.
+            "invalid value (not shown: Secret values are never printed); `stringData` takes strings, `data` takes base64 strings".to_string()
+        } else {
+            e.into_inner().to_string()
+        };
+        field_err(field, message)
     })?;
     if let Some(first) = unknown.first() {
         return Err(field_err(

@@ -38,7 +38,7 @@ pub struct Planned {
 pub fn load_and_plan(paths: &[PathBuf]) -> Result<(Manifests, Vec<Planned>), ManifestError> {
     let m = manifest::load_paths(paths)?;
     for p in &m.retry_policies {
-        p.object.spec.validate().map_err(|e| {
+        crate::backoff::ResolvedPolicy::from_spec(&p.object.spec).map_err(|e| {
             ManifestError::from_invalid(
                 &p.source,
                 "RetryPolicy",
@@ -47,11 +47,73 @@ pub fn load_and_plan(paths: &[PathBuf]) -> Result<(Manifests, Vec<Planned>), Man
             )
         })?;
     }
+    if m.dead_letter_queues.is_empty() {
+        return Err(ManifestError::NoDeadLetterQueue(
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ));
+    }
     let mut planned = Vec::new();
     for d in &m.dead_letter_queues {
         planned.push(plan_one(&m, d)?);
     }
+    check_ownership(&planned)?;
     Ok((m, planned))
+}
+
+/// Every queue and exchange the operator declares belongs to exactly one DeadLetterQueue
+/// per broker and vhost: two resources planning the same name would overwrite each
+/// other's policies (e.g. one's dead-letter queue being another's source queue).
+///
+/// # Errors
+/// [`ManifestError::Field`] on the second resource, naming the shared object and the
+/// first owner.
+fn check_ownership(planned: &[Planned]) -> Result<(), ManifestError> {
+    let mut owners: BTreeMap<(String, String, &str, &str), &Planned> = BTreeMap::new();
+    for p in planned {
+        let t = &p.prepared.topology;
+        let endpoint = p.prepared.connection.redacted_management_uri();
+        // The source queue first, so two resources on one source are reported as such.
+        let mut queues: Vec<&crate::topology::QueuePlan> = t.queues.iter().collect();
+        queues.sort_by_key(|q| q.role != QueueRole::Source);
+        let objects = queues
+            .into_iter()
+            .map(|q| {
+                let field = match q.role {
+                    QueueRole::DeadLetter { .. } => "spec.deadLetter.queue",
+                    _ => "spec.source.queue",
+                };
+                ("queue", q.name.as_str(), field)
+            })
+            .chain(t.exchanges.iter().map(|x| {
+                let field = if x.name == t.routes.dead_letter_exchange {
+                    "spec.deadLetter.exchange"
+                } else {
+                    "spec.source.queue"
+                };
+                ("exchange", x.name.as_str(), field)
+            }));
+        for (kind, name, field) in objects {
+            let key = (endpoint.clone(), t.vhost.clone(), kind, name);
+            if let Some(first) = owners.get(&key) {
+                return Err(ManifestError::Field {
+                    at: p.source.clone(),
+                    kind: "DeadLetterQueue",
+                    name: p.prepared.key.clone(),
+                    field: field.into(),
+                    message: format!(
+                        "{kind} {name:?} is also planned by DeadLetterQueue {} ({}); each queue and exchange belongs to one DeadLetterQueue",
+                        first.prepared.key, first.source
+                    ),
+                });
+            }
+            owners.insert(key, p);
+        }
+    }
+    Ok(())
 }
 
 fn plan_one(

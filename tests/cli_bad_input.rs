@@ -246,3 +246,108 @@ async fn existing_source_queue_with_other_arguments_is_a_conflict_and_keeps_its_
     assert_eq!(passive_ready_count(AMQP, &q).await, 1, "message kept");
     cleanup(&q).await;
 }
+
+#[test]
+fn one_resources_dead_letter_queue_cannot_be_anothers_source_queue() {
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let policy = policy_yaml("p", GOOD_POLICY);
+    let a = dlq_yaml("a", "shared-a", "p", "s", "");
+    let b = dlq_yaml(
+        "b",
+        "shared-b",
+        "p",
+        "s",
+        "  deadLetter:\n    queue: shared-a\n",
+    );
+    let dir = manifests(&[(
+        "all.yaml",
+        &format!("{secret}---\n{policy}---\n{a}---\n{b}"),
+    )]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok, "{t}");
+    assert_names(
+        &t,
+        &[
+            "DeadLetterQueue default/b",
+            "spec.deadLetter.queue",
+            "\"shared-a\" is also planned by DeadLetterQueue default/a",
+        ],
+    );
+
+    let c = dlq_yaml("c", "shared-a", "p", "s", "");
+    let dir = manifests(&[(
+        "all.yaml",
+        &format!("{secret}---\n{policy}---\n{a}---\n{c}"),
+    )]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok, "{t}");
+    assert_names(
+        &t,
+        &[
+            "DeadLetterQueue default/c",
+            "spec.source.queue",
+            "also planned by DeadLetterQueue default/a",
+        ],
+    );
+}
+
+#[test]
+fn secret_values_are_never_printed_even_when_mistyped() {
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  uri: amqp://127.0.0.1\n  managementUri: http://127.0.0.1:15672\n  password: 98765431\n";
+    let dir = manifests(&[("s.yaml", secret)]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(
+        &t,
+        &["Secret default/s", "stringData.password", "not shown"],
+    );
+    assert!(!t.contains("98765431"), "password leaked:\n{t}");
+}
+
+#[test]
+fn names_with_control_characters_and_oversized_ttls_are_rejected() {
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let policy = policy_yaml("p", GOOD_POLICY);
+    let dlq = dlq_yaml("d", "\"ctl\\nq\"", "p", "s", "");
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(&t, &["spec.source.queue", "control characters"]);
+
+    let dlq = dlq_yaml(
+        "d",
+        "ttl-q",
+        "p",
+        "s",
+        "  deadLetter:\n    retention: 999999999w\n",
+    );
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(&t, &["spec.deadLetter.retention", "365d"]);
+}
+
+#[test]
+fn manifests_without_a_dead_letter_queue_are_an_error() {
+    let dir = manifests(&[("empty.yaml", "# nothing here\n")]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(&t, &["no DeadLetterQueue"]);
+}
+
+#[test]
+fn simulate_rejects_out_of_range_flags() {
+    for args in [
+        vec!["simulate", "backoff", "--attempts", "4294967295"],
+        vec!["simulate", "backoff", "--clients", "100000000"],
+        vec!["simulate", "backoff", "--multiplier", "-1"],
+        vec!["simulate", "backoff", "--initial-delay", "-1s"],
+    ] {
+        let o = cli(&args);
+        let t = text(&o);
+        assert!(!o.status.success(), "{args:?}: {t}");
+        assert!(!t.contains("panicked"), "{t}");
+    }
+    let o = cli(&["simulate", "backoff", "--initial-delay", "-1s"]);
+    assert!(text(&o).contains("--initial-delay"), "{}", text(&o));
+}

@@ -440,6 +440,11 @@ fn check_name(errs: &mut Errors, field: &str, name: &str) {
             field,
             "names starting with \"amq.\" are reserved by RabbitMQ",
         );
+    } else if name.chars().any(char::is_control) {
+        errs.push(
+            field,
+            "must not contain control characters (RabbitMQ strips them, so the operator's exact-name policy would not match)",
+        );
     }
 }
 
@@ -513,8 +518,36 @@ impl DeadLetterQueueSpec {
                 format!("{dlx:?} collides with the retry exchange or spec.source.exchange"),
             );
         }
-        if self.source.delivery_limit == 0 {
-            errs.push("spec.source.deliveryLimit", "must be at least 1");
+        if !(1..=1_000_000).contains(&self.source.delivery_limit) {
+            errs.push(
+                "spec.source.deliveryLimit",
+                format!("{} is out of range 1..=1000000", self.source.delivery_limit),
+            );
+        }
+        if let Some(key) = &self.source.routing_key {
+            if self.source.exchange.is_none() {
+                errs.push(
+                    "spec.source.routingKey",
+                    "applies only with spec.source.exchange (the binding it names)",
+                );
+            }
+            if key.len() > MAX_NAME_BYTES {
+                errs.push(
+                    "spec.source.routingKey",
+                    format!(
+                        "{} bytes is longer than AMQP's limit of {MAX_NAME_BYTES}",
+                        key.len()
+                    ),
+                );
+            }
+        }
+        if self.dead_letter.partition_by == PartitionBy::ErrorClass
+            && dlq.len() + ".connection-refused".len() > MAX_NAME_BYTES
+        {
+            errs.push(
+                "spec.deadLetter.queue",
+                format!("too long for partitions: {dlq:?}.<class> would exceed RabbitMQ's {MAX_NAME_BYTES}-byte limit"),
+            );
         }
         if self.retry_policy_ref.name.is_empty() {
             errs.push("spec.retryPolicyRef.name", "must not be empty");
@@ -525,8 +558,16 @@ impl DeadLetterQueueSpec {
         if let Some(x) = &self.dead_letter.exchange {
             check_name(&mut errs, "spec.deadLetter.exchange", x);
         }
-        if errs.duration("spec.deadLetter.retention", &self.dead_letter.retention) == Some(0) {
-            errs.push("spec.deadLetter.retention", "must be greater than 0");
+        match errs.duration("spec.deadLetter.retention", &self.dead_letter.retention) {
+            Some(0) => errs.push("spec.deadLetter.retention", "must be greater than 0"),
+            Some(ms) if ms > crate::duration::MAX_TTL_MS => errs.push(
+                "spec.deadLetter.retention",
+                format!(
+                    "{} is longer than the maximum of 365d",
+                    self.dead_letter.retention
+                ),
+            ),
+            _ => {}
         }
         if self.dead_letter.max_length == 0 {
             errs.push("spec.deadLetter.maxLength", "must be at least 1");

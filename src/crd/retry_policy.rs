@@ -350,6 +350,15 @@ impl RetryPolicySpec {
         if initial == Some(0) {
             errs.push("spec.backoff.initialDelay", "must be greater than 0");
         }
+        if self.tiers.is_none() && max.is_some_and(|m| m > crate::duration::MAX_TTL_MS) {
+            errs.push(
+                "spec.backoff.maxDelay",
+                format!(
+                    "{} is longer than the maximum tier of 365d (tiers are derived from the schedule)",
+                    b.max_delay
+                ),
+            );
+        }
         if let (Some(i), Some(m)) = (initial, max) {
             if m < i {
                 errs.push(
@@ -415,8 +424,12 @@ impl RetryPolicySpec {
             }
             for (i, t) in tiers.iter().enumerate() {
                 let field = format!("spec.tiers[{i}]");
-                if errs.duration(&field, t) == Some(0) {
-                    errs.push(field, "must be greater than 0");
+                match errs.duration(&field, t) {
+                    Some(0) => errs.push(field, "must be greater than 0"),
+                    Some(ms) if ms > crate::duration::MAX_TTL_MS => {
+                        errs.push(field, format!("{t} is longer than the maximum of 365d"))
+                    }
+                    _ => {}
                 }
             }
         }

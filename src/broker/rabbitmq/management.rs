@@ -24,11 +24,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Characters percent-encoded in a path segment: everything but RFC 3986 unreserved
 /// characters, so `/` in a vhost becomes `%2F` as the management API requires.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
+/// `.` stays encoded: a vhost named `.` or `..` would otherwise be read as a relative
+/// path segment and normalised away by the HTTP client.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'~');
 
 /// Percent-encodes one path segment (vhost, queue, exchange or policy name).
 pub fn encode_segment(s: &str) -> String {
