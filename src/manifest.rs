@@ -150,9 +150,17 @@ impl ManifestError {
 pub fn object_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     format!(
         "{}/{}",
-        meta.namespace.as_deref().unwrap_or("default"),
+        namespace_of(meta),
         meta.name.as_deref().unwrap_or("")
     )
+}
+
+/// The object's namespace: `default` when unset or empty (as kubectl does).
+pub fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("default")
 }
 
 /// Lists the manifest files of a path: the file itself, or a directory's `*.yaml` and
@@ -277,6 +285,11 @@ pub fn load_str(file: &Path, text: &str, out: &mut Manifests) -> Result<(), Mani
                 .unwrap_or("")
                 .to_string()
         };
+        for key in ["apiVersion", "kind"] {
+            if mapping.get(key).is_some_and(|v| !v.is_string()) {
+                return Err(doc_err(format!("{key} must be a string")));
+            }
+        }
         let (api_version, kind) = (field("apiVersion"), field("kind"));
         let ours = format!("{API_GROUP}/{API_VERSION}");
         match (api_version.as_str(), kind.as_str()) {
@@ -314,7 +327,9 @@ fn raw_name(value: &serde_yaml_ng::Value) -> String {
     };
     format!(
         "{}/{}",
-        get("namespace").unwrap_or_else(|| "default".into()),
+        get("namespace")
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".into()),
         get("name").unwrap_or_else(|| "<unnamed>".into())
     )
 }

@@ -98,7 +98,7 @@ pub fn prepare(
     secret: Option<&Secret>,
 ) -> Result<Prepared, ReconcileError> {
     let key = object_key(&dlq.metadata);
-    let namespace = dlq.metadata.namespace.as_deref().unwrap_or("default");
+    let namespace = crate::manifest::namespace_of(&dlq.metadata);
     dlq.spec
         .validate()
         .map_err(|source| ReconcileError::InvalidSpec {

@@ -122,7 +122,7 @@ fn plan_one(
 ) -> Result<Planned, ManifestError> {
     let dlq = &d.object;
     let key = object_key(&dlq.metadata);
-    let ns = dlq.metadata.namespace.as_deref().unwrap_or("default");
+    let ns = crate::manifest::namespace_of(&dlq.metadata);
     let policy = m.retry_policy(ns, &dlq.spec.retry_policy_ref.name);
     let secret = m.secret(ns, &dlq.spec.broker.secret_ref.name);
     let field = |field: &str, message: String| ManifestError::Field {

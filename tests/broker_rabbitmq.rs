@@ -795,3 +795,53 @@ async fn missing_source_exchange_and_unmanaged_source_queue_fail_clearly() {
         .all(|a| !(a.kind == ObjectKind::Binding && a.name.starts_with(&missing_exchange))));
     raw.cleanup(&q).await;
 }
+
+/// Lowering a dead-letter queue's max-length below its depth with overflow DropHead would
+/// drop dead letters at once: refused as a conflict, nothing written, nothing dropped.
+#[tokio::test]
+async fn shrinking_a_drop_head_dead_letter_queue_below_its_depth_is_refused() {
+    let q = unique("shrink");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let with = |max: u64| {
+        let extra = json!({"source": {"queue": q, "queueType": "Classic"},
+            "deadLetter": {"maxLength": max, "overflow": "DropHead"}});
+        plan("test/dlq", &spec(&q, extra), &resolved(&["1s"]))
+    };
+    broker.apply(&with(100)).await.expect("apply");
+    let dlq = format!("{q}.dlq");
+    for _ in 0..3 {
+        publish(&dlq, b"dead letter").await;
+    }
+    // Wait until the management statistics (what apply reads) show the depth.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while broker
+        .queue_depths("/")
+        .await
+        .expect("depths")
+        .get(&dlq)
+        .map_or(0, |d| d.messages)
+        < 3
+    {
+        assert!(
+            Instant::now() < deadline,
+            "statistics never showed the depth"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let before = broker.request_counts().writes;
+    let report = broker.apply(&with(1)).await.expect("apply");
+    let policy = format!("dlq-operator.{dlq}");
+    match &report
+        .find(ObjectKind::Policy, &policy)
+        .expect("policy action")
+        .outcome
+    {
+        Outcome::Conflict(reason) => assert!(reason.contains("DropHead"), "{reason}"),
+        other => panic!("expected conflict, got {other}"),
+    }
+    assert!(!report.is_ready());
+    assert_eq!(broker.request_counts().writes, before, "nothing written");
+    assert_eq!(ready_count(&dlq).await, Some(3), "no dead letter dropped");
+    raw.cleanup(&q).await;
+}

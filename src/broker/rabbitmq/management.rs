@@ -247,14 +247,22 @@ impl ManagementClient {
         tracing::debug!(%method, path, "management API request");
         let resp = req.send().await.map_err(|e| self.transport_error(&e))?;
         let status = resp.status();
-        if status == StatusCode::UNAUTHORIZED {
-            return Err(BrokerError::AuthFailed {
-                endpoint: self.conn.redacted_management_uri(),
-                user: self.conn.username().to_string(),
-            });
-        }
         let body = resp.text().await.map_err(|e| self.transport_error(&e))?;
-        Ok(Answer { status, body })
+        let answer = Answer { status, body };
+        if status == StatusCode::UNAUTHORIZED {
+            // RabbitMQ answers 401 both for a failed login ("Login failed") and for a
+            // user without permission on the vhost or object ("Access refused"): only
+            // the first is an authentication failure.
+            let reason = answer.reason();
+            if reason.is_empty() || reason.to_ascii_lowercase().contains("login failed") {
+                return Err(BrokerError::AuthFailed {
+                    endpoint: self.conn.redacted_management_uri(),
+                    user: self.conn.username().to_string(),
+                });
+            }
+            return Err(self.api_error(&method, path, &answer));
+        }
+        Ok(answer)
     }
 
     /// GETs `/api/{path}` and decodes the JSON body. `what` names the container for a 404

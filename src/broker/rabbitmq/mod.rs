@@ -400,7 +400,24 @@ impl Broker for RabbitMq {
                         }
                         Some(_) => None,
                     };
+                    // Lowering max-length below the current depth with overflow
+                    // drop-head would make the broker drop dead letters at once.
+                    let held = queue_by_name
+                        .get(p.queue.as_str())
+                        .and_then(|q| q.messages)
+                        .unwrap_or(0);
+                    let drops = definition.get("overflow").and_then(Value::as_str)
+                        == Some("drop-head")
+                        && definition
+                            .get("max-length")
+                            .and_then(Value::as_u64)
+                            .is_some_and(|max| held > max);
                     let mut outcome = match write {
+                        Some(_) if drops => Outcome::Conflict(format!(
+                            "not written: queue {:?} holds {held} messages, more than the new max-length {}; with overflow DropHead RabbitMQ would drop the oldest at once. Drain or replay the queue first, or raise maxLength",
+                            p.queue,
+                            definition.get("max-length").and_then(Value::as_u64).unwrap_or(0)
+                        )),
                         Some(_) if conflicts.contains_key(p.queue.as_str()) => {
                             Outcome::Conflict(format!(
                                 "not written: queue {:?} exists with conflicting arguments",
