@@ -323,17 +323,9 @@ pub fn policy_name(queue: &str) -> String {
 pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) -> DesiredTopology {
     let q = spec.source.queue.as_str();
     let qtype = spec.source.queue_type;
-    let dlx = spec
-        .dead_letter
-        .exchange
-        .clone()
-        .unwrap_or_else(|| format!("{q}.dlx"));
-    let dlq = spec
-        .dead_letter
-        .queue
-        .clone()
-        .unwrap_or_else(|| format!("{q}.dlq"));
-    let retry_exchange = format!("{q}.retry");
+    let dlx = spec.dead_letter_exchange_name();
+    let dlq = spec.dead_letter_queue_name();
+    let retry_exchange = spec.retry_exchange_name();
     let priority = spec.broker.policy_priority;
 
     let exact = |name: &str| format!("^{}$", regex::escape(name));

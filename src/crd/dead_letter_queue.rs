@@ -449,6 +449,29 @@ fn check_name(errs: &mut Errors, field: &str, name: &str) {
 }
 
 impl DeadLetterQueueSpec {
+    /// The dead-letter queue's name: `spec.deadLetter.queue`, default `<source>.dlq`.
+    pub fn dead_letter_queue_name(&self) -> String {
+        self.dead_letter
+            .queue
+            .clone()
+            .unwrap_or_else(|| format!("{}.dlq", self.source.queue))
+    }
+
+    /// The dead-letter exchange's name: `spec.deadLetter.exchange`, default
+    /// `<source>.dlx`.
+    pub fn dead_letter_exchange_name(&self) -> String {
+        self.dead_letter
+            .exchange
+            .clone()
+            .unwrap_or_else(|| format!("{}.dlx", self.source.queue))
+    }
+
+    /// The retry exchange's name: `<source>.retry` (its tier queues are
+    /// `<source>.retry.<tier>`).
+    pub fn retry_exchange_name(&self) -> String {
+        format!("{}.retry", self.source.queue)
+    }
+
     /// Checks every rule the schema states (and those it cannot), naming each bad field.
     ///
     /// # Errors
@@ -486,17 +509,9 @@ impl DeadLetterQueueSpec {
         // Planned names must not collide (topology.rs): the dead-letter route, the retry
         // exchange and the source must be distinct objects.
         let q = self.source.queue.as_str();
-        let dlq = self
-            .dead_letter
-            .queue
-            .clone()
-            .unwrap_or_else(|| format!("{q}.dlq"));
-        let dlx = self
-            .dead_letter
-            .exchange
-            .clone()
-            .unwrap_or_else(|| format!("{q}.dlx"));
-        if dlq == q || dlq.starts_with(&format!("{q}.retry.")) {
+        let dlq = self.dead_letter_queue_name();
+        let dlx = self.dead_letter_exchange_name();
+        if dlq == q || dlq.starts_with(&format!("{}.", self.retry_exchange_name())) {
             errs.push(
                 "spec.deadLetter.queue",
                 format!("{dlq:?} collides with the source queue or its retry tiers"),
@@ -512,7 +527,7 @@ impl DeadLetterQueueSpec {
                 format!("a partition {dlq:?}.<class> would be named like the source queue {q:?}"),
             );
         }
-        if dlx == format!("{q}.retry") || Some(&dlx) == self.source.exchange.as_ref() {
+        if dlx == self.retry_exchange_name() || Some(&dlx) == self.source.exchange.as_ref() {
             errs.push(
                 "spec.deadLetter.exchange",
                 format!("{dlx:?} collides with the retry exchange or spec.source.exchange"),
