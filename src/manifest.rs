@@ -65,7 +65,7 @@ pub enum ManifestError {
     /// The manifests hold no DeadLetterQueue (an empty or truncated file, say).
     #[error("{0}: no DeadLetterQueue in these manifests (empty or truncated file?)")]
     NoDeadLetterQueue(String),
-    /// A manifest that is not a regular file or is too large.
+    /// A manifest that is too large or not UTF-8 text.
     #[error("{path}: {reason}")]
     Unreadable {
         /// The path.
@@ -226,27 +226,28 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Manifests, ManifestError> {
 pub const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
 
 fn read_manifest(file: &Path) -> Result<String, ManifestError> {
+    use std::io::Read;
     let io = |source| ManifestError::Io {
         path: file.to_path_buf(),
         source,
     };
-    let meta = std::fs::metadata(file).map_err(io)?;
-    if !meta.is_file() {
+    // Pipes and /dev/stdin are fine; whatever it is, read at most the limit.
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .map_err(io)?
+        .take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(ManifestError::Unreadable {
             path: file.to_path_buf(),
-            reason: "not a regular file".into(),
+            reason: format!("larger than the limit of {MAX_MANIFEST_BYTES} bytes"),
         });
     }
-    if meta.len() > MAX_MANIFEST_BYTES {
-        return Err(ManifestError::Unreadable {
-            path: file.to_path_buf(),
-            reason: format!(
-                "{} bytes is larger than the limit of {MAX_MANIFEST_BYTES}",
-                meta.len()
-            ),
-        });
-    }
-    let text = std::fs::read_to_string(file).map_err(io)?;
+    let text = String::from_utf8(bytes).map_err(|e| ManifestError::Unreadable {
+        path: file.to_path_buf(),
+        reason: format!("not UTF-8 text: {e}"),
+    })?;
     // A UTF-8 byte-order mark (some editors write one) is not part of the YAML.
     Ok(text
         .strip_prefix('\u{feff}')

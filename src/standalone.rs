@@ -474,8 +474,25 @@ async fn poll_depths(planned: &[Planned]) -> bool {
                     QueueRole::Source => {}
                 }
             }
+            // Tier queues of this source that the plan no longer has (retained quorum
+            // tiers, draining classic ones): their depth tells when they can go.
+            let prefix = format!("{}.", p.prepared.topology.routes.retry_exchange);
+            let retired: Vec<String> = depths
+                .iter()
+                .filter(|(name, _)| {
+                    name.strip_prefix(&prefix)
+                        .is_some_and(|t| crate::duration::parse_ms(t).is_ok())
+                        && !p.prepared.topology.queues.iter().any(|q| &q.name == *name)
+                })
+                .map(|(name, d)| format!("{}={}", &name[prefix.len()..], d.messages))
+                .collect();
+            let retired = if retired.is_empty() {
+                String::new()
+            } else {
+                format!(" retired[{}]", retired.join(","))
+            };
             tracing::info!(
-                "{}: source={} retry[{}] dead_letter={}",
+                "{}: source={} retry[{}]{retired} dead_letter={}",
                 p.prepared.key,
                 shown(&p.prepared.topology.routes.source_queue),
                 tiers.join(","),

@@ -351,3 +351,46 @@ fn simulate_rejects_out_of_range_flags() {
     let o = cli(&["simulate", "backoff", "--initial-delay", "-1s"]);
     assert!(text(&o).contains("--initial-delay"), "{}", text(&o));
 }
+
+#[test]
+fn dot_vhosts_are_rejected() {
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let policy = policy_yaml("p", GOOD_POLICY);
+    for vhost in [".", ".."] {
+        let dlq = dlq_yaml("d", "dot-q", "p", "s", "").replace(
+            "      name: s\n",
+            &format!("      name: s\n    vhost: \"{vhost}\"\n"),
+        );
+        let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+        let (ok, t) = apply_dir(&dir);
+        assert!(!ok, "{vhost}: {t}");
+        assert_names(&t, &["spec.broker.vhost"]);
+    }
+}
+
+#[test]
+fn manifests_can_be_piped_on_stdin() {
+    use std::io::Write;
+    let all = std::fs::read_dir(root().join("examples"))
+        .expect("examples")
+        .map(|e| std::fs::read_to_string(e.expect("entry").path()).expect("read"))
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["render", "-f", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(all.as_bytes())
+        .expect("write");
+    let o = child.wait_with_output().expect("wait");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("order-events.retry.5s"), "{t}");
+}

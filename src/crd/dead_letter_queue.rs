@@ -483,6 +483,13 @@ impl DeadLetterQueueSpec {
         }
         if self.broker.vhost.is_empty() {
             errs.push("spec.broker.vhost", "must not be empty");
+        } else if self.broker.vhost == "." || self.broker.vhost == ".." {
+            errs.push(
+                "spec.broker.vhost",
+                "\".\" and \"..\" cannot be addressed through the management API's URLs",
+            );
+        } else if self.broker.vhost.chars().any(char::is_control) {
+            errs.push("spec.broker.vhost", "must not contain control characters");
         }
         if !(0..=10_000).contains(&self.broker.policy_priority) {
             errs.push(
@@ -499,6 +506,12 @@ impl DeadLetterQueueSpec {
             );
         }
         if let Some(e) = &self.source.exchange {
+            if e.chars().any(char::is_control) {
+                errs.push(
+                    "spec.source.exchange",
+                    "must not contain control characters",
+                );
+            }
             if e.is_empty() {
                 errs.push(
                     "spec.source.exchange",
@@ -540,6 +553,12 @@ impl DeadLetterQueueSpec {
             );
         }
         if let Some(key) = &self.source.routing_key {
+            if key.chars().any(char::is_control) {
+                errs.push(
+                    "spec.source.routingKey",
+                    "must not contain control characters",
+                );
+            }
             if self.source.exchange.is_none() {
                 errs.push(
                     "spec.source.routingKey",

@@ -14,11 +14,9 @@
 //!   the queue shadow ours ([`Outcome::Shadowed`]); the keys of lower-priority ones that
 //!   we do not set are merged into ours so nothing the user configured is lost.
 //! - Obsolete retry tiers are unbound first, then deleted only once empty
-//!   (`DELETE /api/queues/{vhost}/{name}?if-empty=true`, the broker refuses a non-empty
-//!   queue). RabbitMQ 3.x quorum queues do not support `if-empty`; for them emptiness is
-//!   checked with an AMQP passive declare (ready count and consumers, immediate) after the
-//!   binding is gone, and the queue is deleted only if both that and the management
-//!   statistics say it is empty.
+//!   (`DELETE /api/queues/{vhost}/{name}?if-empty=true&if-unused=true`, the broker refuses
+//!   a non-empty queue). RabbitMQ 3.x quorum queues do not support `if-empty`: they are
+//!   unbound and retained (see docs/ARCHITECTURE.md), never deleted by the operator.
 
 pub mod amqp;
 pub mod management;
@@ -402,21 +400,30 @@ impl Broker for RabbitMq {
                     };
                     // Lowering max-length below the current depth with overflow
                     // drop-head would make the broker drop dead letters at once.
-                    let held = queue_by_name
+                    let new_max = definition.get("max-length").and_then(Value::as_u64);
+                    let drop_head =
+                        definition.get("overflow").and_then(Value::as_str) == Some("drop-head");
+                    let mut held = queue_by_name
                         .get(p.queue.as_str())
                         .and_then(|q| q.messages)
                         .unwrap_or(0);
-                    let drops = definition.get("overflow").and_then(Value::as_str)
-                        == Some("drop-head")
-                        && definition
-                            .get("max-length")
-                            .and_then(Value::as_u64)
-                            .is_some_and(|max| held > max);
+                    if write.is_some() && drop_head && queue_by_name.contains_key(p.queue.as_str())
+                    {
+                        // The statistics lag (or are absent for a new queue): also ask the
+                        // broker directly for the ready count.
+                        if let Some((ready, _)) =
+                            amqp::passive_queue_counts(self.mgmt.connection(), vhost, &p.queue)
+                                .await?
+                        {
+                            held = held.max(u64::from(ready));
+                        }
+                    }
+                    let drops = drop_head && new_max.is_some_and(|max| held > max);
                     let mut outcome = match write {
                         Some(_) if drops => Outcome::Conflict(format!(
                             "not written: queue {:?} holds {held} messages, more than the new max-length {}; with overflow DropHead RabbitMQ would drop the oldest at once. Drain or replay the queue first, or raise maxLength",
                             p.queue,
-                            definition.get("max-length").and_then(Value::as_u64).unwrap_or(0)
+                            new_max.unwrap_or(0)
                         )),
                         Some(_) if conflicts.contains_key(p.queue.as_str()) => {
                             Outcome::Conflict(format!(
@@ -534,11 +541,19 @@ impl Broker for RabbitMq {
             }
         }
 
-        // Obsolete retry tiers: unbind, then delete once empty.
+        // Obsolete retry tiers: unbind, then delete once empty. Not while a planned tier
+        // could not be put in place: the old ones keep serving until the new ones do.
         let retry_exchange = plan.routes.retry_exchange.as_str();
-        for name in
-            plan.obsolete_tier_queues(queues.iter().map(|q| (q.name.as_str(), &q.arguments)))
-        {
+        let tiers_in_place = plan
+            .queues
+            .iter()
+            .filter(|q| matches!(q.role, crate::topology::QueueRole::Retry { .. }))
+            .all(|q| !unusable_queues.contains(&q.name));
+        let existing_for_retirement = queues
+            .iter()
+            .filter(|_| tiers_in_place)
+            .map(|q| (q.name.as_str(), &q.arguments));
+        for name in plan.obsolete_tier_queues(existing_for_retirement) {
             for b in bindings.iter().filter(|b| {
                 b.source == retry_exchange && b.destination == name && b.destination_type == "queue"
             }) {
