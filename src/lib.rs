@@ -9,6 +9,7 @@
 pub mod backoff;
 pub mod broker;
 pub mod client;
+pub mod controller;
 pub mod crd;
 pub mod duration;
 pub mod manifest;

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::broker::rabbitmq::RabbitMq;
 use crate::broker::{ApplyReport, Broker, Outcome};
+use crate::controller::conditions;
 use crate::crd::{FieldError, InvalidSpec};
 use crate::manifest::{self, object_key, Loaded, ManifestError, Manifests, SourceRef};
 use crate::reconcile::{self, Prepared, ReconcileError};
@@ -252,23 +253,30 @@ pub async fn apply_all(planned: &[Planned], out: &mut impl Write) -> std::io::Re
             Ok(broker) => reconcile::apply(&broker, prep).await,
             Err(e) => Err(e.into()),
         };
-        match result {
-            Ok(report) => {
-                for a in &report.actions {
-                    writeln!(out, "  {a}")?;
-                }
-                let counts = Counts::of(&report);
-                if report.is_ready() {
-                    summary.ready += 1;
-                    writeln!(out, "  => ready ({counts})")?;
-                } else {
-                    summary.not_ready += 1;
-                    writeln!(out, "  => NOT ready: see the conflicts above ({counts})")?;
-                }
+        if let Ok(report) = &result {
+            for a in &report.actions {
+                writeln!(out, "  {a}")?;
             }
-            Err(e) => {
+        }
+        // The verdict is the resource's Ready condition, as the controller writes it.
+        let [_, ready] = conditions::for_reconcile(&result);
+        let counts = result.as_ref().ok().map(Counts::of);
+        match (ready.status, counts) {
+            (true, Some(counts)) => {
+                summary.ready += 1;
+                writeln!(out, "  => ready ({counts})")?;
+            }
+            (_, Some(counts)) => {
                 summary.not_ready += 1;
-                writeln!(out, "  => failed [{}]: {e}", e.reason())?;
+                writeln!(
+                    out,
+                    "  => NOT ready [{}]: {} ({counts})",
+                    ready.reason, ready.message
+                )?;
+            }
+            (_, None) => {
+                summary.not_ready += 1;
+                writeln!(out, "  => failed [{}]: {}", ready.reason, ready.message)?;
             }
         }
     }

@@ -1,0 +1,190 @@
+//! Status conditions following the Kubernetes API conventions ("API Conventions",
+//! Typical status properties: `metav1.Condition`): `type`, `status` (`True` / `False` /
+//! `Unknown`), a CamelCase `reason`, a human `message`, `observedGeneration`, and a
+//! `lastTransitionTime` that changes only when `status` changes. Pure: the caller passes
+//! the time, so a steady state produces no change and no status write.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::broker::{ApplyReport, Outcome};
+use crate::reconcile::ReconcileError;
+
+/// Condition type: the resource is fully in place.
+pub const READY: &str = "Ready";
+/// Condition type: the broker topology is in place.
+pub const TOPOLOGY_READY: &str = "TopologyReady";
+
+/// The desired state of one condition, before timestamps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    /// Condition type (e.g. [`READY`]).
+    pub type_: &'static str,
+    /// `true` for `True`, `false` for `False`.
+    pub status: bool,
+    /// CamelCase reason (e.g. `TopologyApplied`, `ArgumentConflict`).
+    pub reason: &'static str,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+/// Sets `desired` in `conditions` for `generation` at time `now`; returns whether
+/// anything changed (so the caller writes status only then).
+///
+/// `lastTransitionTime` is set to `now` only when the condition is new or its status
+/// changes; a changed reason or message alone keeps the previous transition time.
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    desired: &Desired,
+    generation: Option<i64>,
+    now: &Time,
+) -> bool {
+    let status = if desired.status { "True" } else { "False" };
+    match conditions.iter_mut().find(|c| c.type_ == desired.type_) {
+        Some(c) => {
+            let transition = c.status != status;
+            let changed = transition
+                || c.reason != desired.reason
+                || c.message != desired.message
+                || c.observed_generation != generation;
+            if changed {
+                if transition {
+                    c.last_transition_time = now.clone();
+                }
+                c.status = status.to_string();
+                c.reason = desired.reason.to_string();
+                c.message = desired.message.clone();
+                c.observed_generation = generation;
+            }
+            changed
+        }
+        None => {
+            conditions.push(Condition {
+                type_: desired.type_.to_string(),
+                status: status.to_string(),
+                reason: desired.reason.to_string(),
+                message: desired.message.clone(),
+                observed_generation: generation,
+                last_transition_time: now.clone(),
+            });
+            true
+        }
+    }
+}
+
+/// `TopologyReady` and `Ready` for the result of one reconcile of a DeadLetterQueue.
+///
+/// Reasons: `TopologyApplied` when everything is in place; `ArgumentConflict`,
+/// `PolicyShadowed` or `ApplyFailed` from the first object that is not (in that order of
+/// precedence); for an error, [`ReconcileError::reason`] (`InvalidSpec`,
+/// `BrokerUnreachable`, …).
+pub fn for_reconcile(result: &Result<ApplyReport, ReconcileError>) -> [Desired; 2] {
+    let (status, reason, message) = match result {
+        Ok(report) if report.is_ready() => (
+            true,
+            "TopologyApplied",
+            format!("all {} broker objects in place", report.actions.len()),
+        ),
+        Ok(report) => {
+            let first =
+                |want: fn(&Outcome) -> bool| report.actions.iter().find(|a| want(&a.outcome));
+            let (reason, action) = if let Some(a) = first(|o| matches!(o, Outcome::Conflict(_))) {
+                ("ArgumentConflict", a)
+            } else if let Some(a) = first(|o| matches!(o, Outcome::Shadowed(_))) {
+                ("PolicyShadowed", a)
+            } else if let Some(a) = first(|o| matches!(o, Outcome::Failed(_))) {
+                ("ApplyFailed", a)
+            } else {
+                // is_ready() is false only for the three outcomes above.
+                return ready_pair(false, "ApplyFailed", "not ready".into());
+            };
+            (false, reason, action.to_string())
+        }
+        Err(e) => (false, e.reason(), e.to_string()),
+    };
+    ready_pair(status, reason, message)
+}
+
+fn ready_pair(status: bool, reason: &'static str, message: String) -> [Desired; 2] {
+    [
+        Desired {
+            type_: TOPOLOGY_READY,
+            status,
+            reason,
+            message: message.clone(),
+        },
+        Desired {
+            type_: READY,
+            status,
+            reason,
+            message,
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::{Action, ObjectKind};
+
+    fn at(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid timestamp"))
+    }
+
+    fn report(outcomes: Vec<Outcome>) -> ApplyReport {
+        ApplyReport {
+            actions: outcomes
+                .into_iter()
+                .enumerate()
+                .map(|(i, outcome)| Action {
+                    kind: ObjectKind::Queue,
+                    name: format!("q{i}"),
+                    outcome,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn transition_time_changes_only_with_status() {
+        let mut conds = Vec::new();
+        let ok = &for_reconcile(&Ok(report(vec![Outcome::Created])))[1];
+        assert!(set(&mut conds, ok, Some(1), &at(100)));
+        assert_eq!(conds[0].status, "True");
+        assert_eq!(conds[0].last_transition_time, at(100));
+        // Same state later: no change at all.
+        let ok_again = &for_reconcile(&Ok(report(vec![Outcome::InPlace])))[1];
+        assert!(!set(&mut conds, ok_again, Some(1), &at(200)));
+        assert_eq!(conds[0].last_transition_time, at(100));
+        // A conflict flips the status: new transition time and reason.
+        let bad = &for_reconcile(&Ok(report(vec![
+            Outcome::InPlace,
+            Outcome::Conflict("x-queue-type differs".into()),
+        ])))[1];
+        assert!(set(&mut conds, bad, Some(2), &at(300)));
+        assert_eq!(conds[0].status, "False");
+        assert_eq!(conds[0].reason, "ArgumentConflict");
+        assert!(conds[0].message.contains("x-queue-type differs"));
+        assert_eq!(conds[0].observed_generation, Some(2));
+        assert_eq!(conds[0].last_transition_time, at(300));
+        // Same status, other reason: transition time kept.
+        let shadowed = &for_reconcile(&Ok(report(vec![Outcome::Shadowed("policy p".into())])))[1];
+        assert!(set(&mut conds, shadowed, Some(2), &at(400)));
+        assert_eq!(conds[0].reason, "PolicyShadowed");
+        assert_eq!(conds[0].last_transition_time, at(300));
+        // Exactly the same desired state: nothing changes, nothing to write.
+        assert!(!set(&mut conds, shadowed, Some(2), &at(500)));
+        assert_eq!(conds.len(), 1);
+    }
+
+    #[test]
+    fn errors_carry_their_reason() {
+        let err: Result<ApplyReport, ReconcileError> =
+            Err(ReconcileError::RetryPolicyNotFound("default/p".into()));
+        let [topology, ready] = for_reconcile(&err);
+        assert_eq!(topology.type_, TOPOLOGY_READY);
+        assert_eq!(ready.type_, READY);
+        assert!(!ready.status);
+        assert_eq!(ready.reason, "RetryPolicyNotFound");
+        assert!(ready.message.contains("default/p"));
+    }
+}
