@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, QueueDeclareOptions,
+    ConfirmSelectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
@@ -288,18 +288,7 @@ async fn examples_retry_and_dead_letter_100_messages_on_real_rabbitmq() {
 
     // The DLQ really holds exactly those messages, once each, with the contract headers.
     let reader = conn.create_channel().await.expect("channel");
-    let count = reader
-        .queue_declare(
-            dlq.as_str().into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .expect("dlq exists")
-        .message_count();
+    let count = passive_ready_count(AMQP, &dlq).await;
     assert_eq!(count as usize, want_dead.len(), "DLQ depth");
     let mut in_dlq = BTreeSet::new();
     while let Some(msg) = reader

@@ -72,11 +72,6 @@ impl RabbitMq {
         self.mgmt.request_counts()
     }
 
-    /// The underlying management API client.
-    pub fn management(&self) -> &ManagementClient {
-        &self.mgmt
-    }
-
     async fn list<T: serde::de::DeserializeOwned>(
         &self,
         kind: &str,
