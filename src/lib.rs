@@ -1,8 +1,8 @@
 //! dlq-operator: retry and dead-letter policies for RabbitMQ queues as Kubernetes custom
 //! resources. See DESIGN.md (shared) and docs/ARCHITECTURE.md for the contract.
 //!
-//! Pure cores: [`duration`], [`backoff`], [`topology`]. Drivers: [`standalone`] (and,
-//! later, the Kubernetes controller) over the shared [`reconcile`] core.
+//! Pure cores: [`duration`], [`backoff`], [`topology`]. Drivers: [`standalone`] and the Kubernetes
+//! [`controller`], thin over the shared [`reconcile`] core; [`metrics`] serves both.
 
 #![warn(missing_docs)]
 
@@ -13,6 +13,7 @@ pub mod controller;
 pub mod crd;
 pub mod duration;
 pub mod manifest;
+pub mod metrics;
 pub mod reconcile;
 pub mod standalone;
 pub mod topology;

@@ -32,6 +32,12 @@ enum LogFormat {
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum RbacFormat {
+    Markdown,
+    Yaml,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
 enum Output {
     Table,
     Json,
@@ -46,7 +52,9 @@ enum Command {
         #[arg(short = 'f', long = "filename", required = true)]
         files: Vec<PathBuf>,
     },
-    /// Keep reconciling: re-read the manifests when they change and poll queue depths.
+    /// Run the operator: the Kubernetes controller (kubeconfig from $KUBECONFIG,
+    /// ~/.kube/config or the in-cluster service account), or with --standalone from
+    /// manifest files without a cluster.
     Run {
         /// Run from manifest files without a Kubernetes cluster.
         #[arg(long)]
@@ -54,13 +62,48 @@ enum Command {
         /// Manifest file or directory (repeatable; with --standalone).
         #[arg(short = 'f', long = "filename")]
         files: Vec<PathBuf>,
-        /// Poll interval (e.g. 5s); default: the smallest spec.monitoring.interval.
+        /// Poll interval (e.g. 5s); default: the smallest spec.monitoring.interval
+        /// (--standalone).
         #[arg(long)]
         interval: Option<String>,
-        /// Re-apply unchanged manifests at least this often (repairs objects changed on
+        /// Re-apply unchanged resources at least this often (repairs objects changed on
         /// the broker behind the operator's back).
         #[arg(long, default_value = "5m")]
         resync: String,
+        /// Watch only this namespace (default: all namespaces).
+        #[arg(long, env = "WATCH_NAMESPACE")]
+        namespace: Option<String>,
+        /// Only reconcile DeadLetterQueues and RetryPolicies with these labels (a label
+        /// selector, e.g. `dlqoperator.io/shard=a`), to shard across deployments.
+        #[arg(long, short = 'l')]
+        selector: Option<String>,
+        /// Take the leader Lease before reconciling (disable for a single local process).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        leader_election: bool,
+        /// Name of the leader Lease.
+        #[arg(long, default_value = "dlq-operator")]
+        lease_name: String,
+        /// Namespace of the leader Lease (default: the kubeconfig's or Pod's namespace).
+        #[arg(long, env = "POD_NAMESPACE")]
+        lease_namespace: Option<String>,
+        /// Lease duration in seconds: how long a dead leader blocks the others.
+        #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=300))]
+        lease_duration: u64,
+        /// Identity in the Lease and in Events (default: $POD_NAME, or host name and pid).
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        /// Address of /metrics, /healthz and /readyz.
+        #[arg(long, default_value = "0.0.0.0:8080")]
+        metrics_bind_address: std::net::SocketAddr,
+        /// Reconciles running at once per controller.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+        concurrency: u16,
+    },
+    /// Print the RBAC rules the operator needs (every API call it makes).
+    Rbac {
+        /// `markdown` (docs/RBAC.md) or `yaml` (a ClusterRole).
+        #[arg(long, value_enum, default_value_t = RbacFormat::Yaml)]
+        format: RbacFormat,
     },
     /// Print the planned topology without touching a broker.
     Render {
@@ -176,6 +219,7 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
             files,
             interval,
             resync,
+            ..
         } => {
             if files.is_empty() {
                 return Err("run --standalone needs -f PATH (manifest file or directory)".into());
@@ -213,14 +257,78 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run {
-            standalone: false, ..
-        } => Err(
-            "the Kubernetes controller mode is not available in this version; use `run --standalone -f PATH`"
-                .into(),
-        ),
+            standalone: false,
+            files,
+            resync,
+            namespace,
+            selector,
+            leader_election,
+            lease_name,
+            lease_namespace,
+            lease_duration,
+            identity,
+            metrics_bind_address,
+            concurrency,
+            ..
+        } => {
+            if !files.is_empty() {
+                return Err(
+                    "-f PATH is for `run --standalone`; the controller reads the cluster".into(),
+                );
+            }
+            let resync = match parse_ms(&resync) {
+                Ok(ms) if ms > 0 => std::time::Duration::from_millis(ms),
+                Ok(_) => return Err("--resync: must be greater than 0".into()),
+                Err(e) => return Err(format!("--resync: {e}")),
+            };
+            let client = kube::Client::try_default()
+                .await
+                .map_err(|e| format!("cannot reach a Kubernetes API server (KUBECONFIG, ~/.kube/config or in-cluster): {e}"))?;
+            let identity = identity
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(default_identity);
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                tracing::info!("shutdown requested: draining in-flight reconciles");
+                let _ = tx.send(true);
+            });
+            dlq_operator::controller::run(
+                client,
+                dlq_operator::controller::Options {
+                    namespace: namespace.filter(|s| !s.is_empty()),
+                    selector: selector.filter(|s| !s.is_empty()),
+                    leader_election,
+                    lease_name,
+                    lease_namespace: lease_namespace.filter(|s| !s.is_empty()),
+                    identity,
+                    lease_duration_s: lease_duration,
+                    metrics_addr: metrics_bind_address,
+                    resync,
+                    concurrency,
+                },
+                rx,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Rbac { format } => {
+            match format {
+                RbacFormat::Markdown => print!("{}", dlq_operator::controller::rbac::markdown()),
+                RbacFormat::Yaml => print!(
+                    "{}",
+                    dlq_operator::controller::rbac::cluster_role_yaml("dlq-operator")
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Render { files } => {
             let (_, planned) = standalone::load_and_plan(&files).map_err(|e| e.to_string())?;
-            print!("{}", standalone::render(&planned).map_err(|e| e.to_string())?);
+            print!(
+                "{}",
+                standalone::render(&planned).map_err(|e| e.to_string())?
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Crdgen { out_dir } => {
@@ -333,6 +441,17 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `<host name>-<pid>`: unique enough among replicas that do not set `POD_NAME`.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "dlq-operator".into());
+    format!("{host}-{}", std::process::id())
 }
 
 /// Completes on Ctrl-C or SIGTERM.

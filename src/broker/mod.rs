@@ -577,4 +577,36 @@ pub trait Broker {
         vhost: &str,
         name: &str,
     ) -> Result<DeleteOutcome, BrokerError>;
+
+    /// Removes the operator-owned objects of `plan` (`deletionPolicy: Delete`, DESIGN.md
+    /// §4b): the operator's policies, the retry and dead-letter exchanges, the retry tier
+    /// queues (planned and obsolete ones) and the dead-letter queues. The source queue is
+    /// never deleted (only our policy on it is removed).
+    ///
+    /// Nothing is removed unless every queue to delete is idle: no message (ready or
+    /// unacknowledged) and no consumer. Otherwise the report lists why in
+    /// [`RemovalReport::blocked`] and the broker is left untouched. A missing vhost means
+    /// there is nothing to remove.
+    ///
+    /// # Errors
+    /// Transport, authentication and API errors.
+    async fn remove(&self, plan: &DesiredTopology) -> Result<RemovalReport, BrokerError>;
+}
+
+/// What [`Broker::remove`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemovalReport {
+    /// Objects removed ([`Outcome::Deleted`]) or kept with a reason
+    /// ([`Outcome::Retained`]), in removal order.
+    pub actions: Vec<Action>,
+    /// Why the removal did not happen, one line per queue that still holds messages or
+    /// has consumers (e.g. `queue "orders.dlq" holds 3 message(s)`). Empty when done.
+    pub blocked: Vec<String>,
+}
+
+impl RemovalReport {
+    /// `true` when nothing blocked the removal.
+    pub fn is_complete(&self) -> bool {
+        self.blocked.is_empty()
+    }
 }

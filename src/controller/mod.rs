@@ -1,7 +1,578 @@
-//! Kubernetes controller building blocks. So far: status conditions ([`conditions`]),
-//! which the standalone runner also uses for its verdict line, and the RetryPolicy's
-//! desired status ([`retry_policy`], `RetryPolicy::desired_status`); the kube-runtime
-//! controllers themselves are the next milestone (docs/ARCHITECTURE.md).
+//! The Kubernetes operator (`dlq-operator run`): two kube-runtime controllers over the
+//! same reconcile core as the standalone runner (DESIGN.md §4b, §5).
+//!
+//! - [`dead_letter_queue`]: DeadLetterQueues — finalizer, broker topology, status, Events;
+//!   re-reconciled when a RetryPolicy or Secret they reference changes.
+//! - [`retry_policy`]: RetryPolicies — computed schedule, tiers and `Ready`.
+//! - [`conditions`]: status conditions (Kubernetes API conventions).
+//! - [`object`]: lenient decoding of watched objects (one bad object never stops a watch).
+//! - [`context`]: what reconciles share (client, recorder, broker clients, backoff).
+//! - [`rbac`]: every API call the operator makes, as RBAC rules.
+//! - [`run`]: waits for the CRDs, takes the leader Lease, runs both controllers until
+//!   SIGTERM (draining in-flight reconciles) or until the lease is lost.
 
 pub mod conditions;
+pub mod context;
+pub mod dead_letter_queue;
+pub mod object;
+pub mod rbac;
 pub mod retry_policy;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{predicates, watcher, Predicate, WatchStreamExt};
+use kube::{Client, Resource};
+use tokio::sync::watch;
+use tracing::{info, warn, Instrument};
+
+use crate::controller::context::{BrokerClients, Context};
+use crate::controller::object::{api_resource, referencing};
+use crate::crd::{DeadLetterQueue, RetryPolicy};
+use crate::metrics::{Metrics, Readiness};
+use crate::reconcile::ReconcileError;
+
+/// Why a reconcile failed. Each variant has a metric label ([`Error::metric_label`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The reconcile core failed (invalid spec, missing reference, broker error); already
+    /// written to the object's status.
+    #[error(transparent)]
+    Reconcile(#[from] ReconcileError),
+    /// `deletionPolicy: Delete` cannot proceed: a queue still holds messages or has
+    /// consumers. The finalizer is kept.
+    #[error("deletion blocked: {0}")]
+    DeletionBlocked(String),
+    /// Adding or removing the finalizer failed, or the apply/cleanup inside it did.
+    #[error("{0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// The object has no namespace (the resources are namespaced).
+    #[error("object has no namespace")]
+    NoNamespace,
+}
+
+impl Error {
+    /// The error inside [`Error::Finalizer`]'s apply or cleanup, or `self`.
+    pub fn root(&self) -> &Error {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Finalizer(inner) => match inner.as_ref() {
+                F::ApplyFailed(e) | F::CleanupFailed(e) => e.root(),
+                _ => self,
+            },
+            _ => self,
+        }
+    }
+
+    /// `result` label of `dlq_operator_reconcile_total` (snake_case, one per variant;
+    /// reconcile-core errors use [`ReconcileError::metric_label`]).
+    pub fn metric_label(&self) -> &'static str {
+        use kube::runtime::finalizer::Error as F;
+        match self.root() {
+            Error::Kube(_) => "kube_api",
+            Error::Reconcile(e) => e.metric_label(),
+            Error::DeletionBlocked(_) => "deletion_blocked",
+            Error::NoNamespace => "no_namespace",
+            Error::Finalizer(inner) => match inner.as_ref() {
+                F::AddFinalizer(_) | F::RemoveFinalizer(_) => "finalizer_patch",
+                F::UnnamedObject => "unnamed_object",
+                F::InvalidFinalizer => "invalid_finalizer",
+                F::ApplyFailed(_) | F::CleanupFailed(_) => "finalizer",
+            },
+        }
+    }
+
+    /// `true` for errors a retry cannot fix (an invalid spec): the object waits for a
+    /// change instead of being retried.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self.root(),
+            Error::Reconcile(ReconcileError::InvalidSpec { .. })
+        )
+    }
+}
+
+/// One Event to record about an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// CamelCase reason (e.g. `TopologyApplied`, `BrokerUnreachable`).
+    pub reason: String,
+    /// What the controller was doing (`Apply`, `Delete`, `Validate`).
+    pub action: String,
+    /// Human-readable detail (cut to 1 KiB, the API's limit for `note`).
+    pub note: String,
+}
+
+impl Note {
+    /// A Normal Event.
+    pub fn normal(reason: &str, action: &str, note: String) -> Self {
+        Note {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            action: action.into(),
+            note,
+        }
+    }
+
+    /// A Warning Event.
+    pub fn warning(reason: &str, action: &str, note: String) -> Self {
+        Note {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            action: action.into(),
+            note,
+        }
+    }
+}
+
+/// Most bytes of an Event's `note` (events.k8s.io/v1 validation: 1 KiB).
+pub const MAX_NOTE_BYTES: usize = 1024;
+
+/// Cuts `s` to at most `max` bytes on a character boundary, marking the cut with `…`.
+pub fn truncate_note(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Records `note` about `obj` with the context's recorder. A failure to record is logged
+/// (Events are informational; the status carries the same facts) and does not fail the
+/// reconcile.
+pub async fn publish(ctx: &Context, obj: &DynamicObject, resource: &ApiResource, note: Note) {
+    let reference = obj.object_ref(resource);
+    let event = Event {
+        type_: note.type_,
+        reason: note.reason.clone(),
+        note: Some(truncate_note(&note.note, MAX_NOTE_BYTES)),
+        action: note.action,
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        warn!(reason = %note.reason, error = %e, "could not record Event");
+    }
+}
+
+/// Runs one reconcile `fut` of a `kind` resource, recording its duration and result in
+/// the metrics.
+pub async fn instrumented<F>(kind: &str, ctx: &Context, fut: F) -> Result<Action, Error>
+where
+    F: Future<Output = Result<Action, Error>>,
+{
+    let start = Instant::now();
+    let result = fut.await;
+    let label = match &result {
+        Ok(_) => "success",
+        Err(e) => e.metric_label(),
+    };
+    ctx.metrics
+        .record_reconcile(kind, label, start.elapsed().as_secs_f64());
+    result
+}
+
+/// The controllers' error policy: per-object exponential backoff (5 s doubling to 5 min,
+/// equal jitter; [`context::ErrorBackoff`]); an invalid spec waits for a change instead.
+pub fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = crate::manifest::object_key(&obj.metadata);
+    if err.is_permanent() {
+        info!(object = %key, error = %err, "invalid spec: waiting for a change");
+        return Action::await_change();
+    }
+    let (delay, failures) = ctx.backoff.next_delay(&key);
+    warn!(object = %key, error = %err, failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Settings of `dlq-operator run`.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Watch only this namespace (`None`: all namespaces).
+    pub namespace: Option<String>,
+    /// Label selector on DeadLetterQueues and RetryPolicies, to shard resources across
+    /// several operator deployments (e.g. `dlqoperator.io/shard=a`).
+    pub selector: Option<String>,
+    /// Take the Lease before reconciling.
+    pub leader_election: bool,
+    /// Lease name.
+    pub lease_name: String,
+    /// Lease namespace (`None`: the client's default namespace).
+    pub lease_namespace: Option<String>,
+    /// This process's identity in the Lease and in Events.
+    pub identity: String,
+    /// Lease duration, seconds: how long a dead leader keeps the lease.
+    pub lease_duration_s: u64,
+    /// Where `/metrics`, `/healthz`, `/readyz` are served.
+    pub metrics_addr: SocketAddr,
+    /// Requeue interval of healthy DeadLetterQueues (drift repair), seconds.
+    pub resync: Duration,
+    /// Reconciles running at once per controller.
+    pub concurrency: u16,
+}
+
+/// Why `run` stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The metrics server could not bind.
+    #[error("{0}")]
+    Bind(std::io::Error),
+    /// The Lease could not be set up.
+    #[error("leader election on Lease {lease}: {reason}")]
+    Lease {
+        /// `namespace/name` of the Lease.
+        lease: String,
+        /// What failed.
+        reason: String,
+    },
+    /// Another replica took the lease; this process stops so it restarts as a standby.
+    #[error("lost the leader Lease {0}: stopping")]
+    LostLeadership(String),
+}
+
+/// A shutdown signal shared by every task: `true` once shutdown was requested.
+pub type Shutdown = watch::Receiver<bool>;
+
+/// Resolves when `shutdown` is (or already was) requested.
+pub async fn until_shutdown(mut shutdown: Shutdown) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
+/// Runs the operator until `shutdown` (SIGTERM drains in-flight reconciles and releases
+/// the Lease) or until the Lease is lost. Serves `/metrics`, `/healthz`, `/readyz`;
+/// `/readyz` fails until both CRDs are installed.
+///
+/// # Errors
+/// [`RunError`]: the metrics address cannot be bound, the Lease cannot be used, or the
+/// lease was lost.
+pub async fn run(client: Client, opts: Options, shutdown: Shutdown) -> Result<(), RunError> {
+    let metrics = Metrics::new();
+    let readiness = Readiness::new("starting");
+    let (addr, server) = crate::metrics::bind(
+        opts.metrics_addr,
+        metrics.clone(),
+        readiness.clone(),
+        until_shutdown(shutdown.clone()),
+    )
+    .await
+    .map_err(RunError::Bind)?;
+    info!(%addr, "serving /metrics, /healthz, /readyz");
+    let server = tokio::spawn(server);
+
+    let result = run_inner(client, &opts, metrics, readiness, shutdown).await;
+    match server.await {
+        Ok(Err(e)) => warn!(error = %e, "metrics server failed"),
+        Err(e) => warn!(error = %e, "metrics server task failed"),
+        Ok(Ok(())) => {}
+    }
+    result
+}
+
+async fn run_inner(
+    client: Client,
+    opts: &Options,
+    metrics: Metrics,
+    readiness: Readiness,
+    shutdown: Shutdown,
+) -> Result<(), RunError> {
+    if !wait_for_crds(
+        &client,
+        opts.namespace.as_deref(),
+        &readiness,
+        shutdown.clone(),
+    )
+    .await
+    {
+        return Ok(());
+    }
+    let brokers = Arc::new(BrokerClients::default());
+    let mut dlq_ctx = Context::new(
+        client.clone(),
+        &opts.identity,
+        metrics.clone(),
+        brokers.clone(),
+    );
+    dlq_ctx.resync = opts.resync;
+    let rp_ctx = Context::new(client.clone(), &opts.identity, metrics, brokers);
+
+    if !opts.leader_election {
+        readiness.set_ready();
+        info!("leader election disabled: starting controllers");
+        controllers(
+            client,
+            opts,
+            Arc::new(dlq_ctx),
+            Arc::new(rp_ctx),
+            until_shutdown(shutdown),
+        )
+        .await;
+        return Ok(());
+    }
+
+    let lease_ns = opts
+        .lease_namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let lease = format!("{lease_ns}/{}", opts.lease_name);
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &opts.lease_name)
+        .with_namespace(&lease_ns)
+        .with_identity(&opts.identity)
+        .with_duration(opts.lease_duration_s)
+        .with_grace(opts.lease_duration_s.div_ceil(3).max(1))
+        .with_field_manager(context::FIELD_MANAGER)
+        .build()
+        .await
+        .map_err(|e| RunError::Lease {
+            lease: lease.clone(),
+            reason: e.to_string(),
+        })?;
+    let (mut leader, handle) = manager.watch().await;
+    readiness.set_ready();
+    info!(%lease, identity = %opts.identity, "waiting to acquire the leader Lease");
+    let mut stop = shutdown.clone();
+    loop {
+        if *leader.borrow_and_update() {
+            break;
+        }
+        tokio::select! {
+            changed = leader.changed() => {
+                if changed.is_err() {
+                    return Err(RunError::Lease { lease, reason: "lease manager stopped".into() });
+                }
+            }
+            _ = stop.wait_for(|s| *s) => {
+                drop(leader);
+                release(handle, &lease).await;
+                return Ok(());
+            }
+        }
+    }
+    info!(%lease, identity = %opts.identity, "acquired the leader Lease: starting controllers");
+
+    // Stop on shutdown or when the lease is lost, whichever comes first.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut lost_rx = leader.clone();
+    let watch_lease = async move {
+        let lost = tokio::select! {
+            r = lost_rx.wait_for(|l| !*l) => r.is_ok(),
+            _ = until_shutdown(shutdown) => false,
+        };
+        let _ = stop_tx.send(true);
+        lost
+    };
+    let (lost, ()) = tokio::join!(
+        watch_lease,
+        controllers(
+            client,
+            opts,
+            Arc::new(dlq_ctx),
+            Arc::new(rp_ctx),
+            until_shutdown(stop_rx)
+        )
+    );
+    drop(leader);
+    release(handle, &lease).await;
+    if lost {
+        Err(RunError::LostLeadership(lease))
+    } else {
+        Ok(())
+    }
+}
+
+/// Waits for the lease manager's task to release the Lease (it does when its channel
+/// closes).
+async fn release(
+    handle: tokio::task::JoinHandle<
+        Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>,
+    >,
+    lease: &str,
+) {
+    match tokio::time::timeout(Duration::from_secs(10), handle).await {
+        Ok(Ok(Ok(_))) => info!(%lease, "released the leader Lease"),
+        Ok(Ok(Err(e))) => warn!(%lease, error = %e, "could not release the leader Lease"),
+        Ok(Err(e)) => warn!(%lease, error = %e, "lease task failed"),
+        Err(_) => warn!(%lease, "timed out releasing the leader Lease"),
+    }
+}
+
+/// Waits until both CRDs are served, logging what to do while they are not. Returns
+/// `false` when shutdown was requested first.
+async fn wait_for_crds(
+    client: &Client,
+    namespace: Option<&str>,
+    readiness: &Readiness,
+    mut shutdown: Shutdown,
+) -> bool {
+    for ar in [
+        api_resource::<DeadLetterQueue>(),
+        api_resource::<RetryPolicy>(),
+    ] {
+        let crd = format!("{}.{}", ar.plural, ar.group);
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        let mut logged = false;
+        loop {
+            match api.list_metadata(&ListParams::default().limit(1)).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    let reason = format!(
+                        "CRD {crd} is not installed: waiting for it (install: kubectl create -f crds/)"
+                    );
+                    if !logged {
+                        warn!("{reason}");
+                        logged = true;
+                    }
+                    readiness.set_not_ready(&reason);
+                }
+                Err(e) => {
+                    warn!(crd = %crd, error = %e, "cannot list the resource: retrying");
+                    readiness.set_not_ready(&format!("cannot list {crd}: {e}"));
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                _ = shutdown.wait_for(|s| *s) => return false,
+            }
+        }
+        if logged {
+            info!(crd = %crd, "CRD installed");
+        }
+    }
+    true
+}
+
+/// Hash of "deletion requested", so the generation-filtered main stream still passes the
+/// update that sets `deletionTimestamp`.
+fn deletion_requested(obj: &DynamicObject) -> Option<u64> {
+    Some(u64::from(obj.metadata.deletion_timestamp.is_some()))
+}
+
+/// Runs both controllers until `stop` resolves, then lets in-flight reconciles finish.
+pub async fn controllers(
+    client: Client,
+    opts: &Options,
+    dlq_ctx: Arc<Context>,
+    rp_ctx: Arc<Context>,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let stop = futures::FutureExt::shared(Box::pin(stop));
+    let dlq_ar = api_resource::<DeadLetterQueue>();
+    let rp_ar = api_resource::<RetryPolicy>();
+    let all_or_ns = |ar: &ApiResource| -> Api<DynamicObject> {
+        match &opts.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+            None => Api::all_with(client.clone(), ar),
+        }
+    };
+    let selected = || {
+        let wc = watcher::Config::default();
+        match &opts.selector {
+            Some(s) => wc.labels(s),
+            None => wc,
+        }
+    };
+    let config = ControllerConfig::default().concurrency(opts.concurrency);
+
+    // DeadLetterQueues: reflected into a store (for the mappers), filtered so that our
+    // own status writes do not trigger reconciles.
+    let writer = Writer::<DynamicObject>::new(dlq_ar.clone());
+    let reader = writer.as_reader();
+    let dlq_stream = watcher(all_or_ns(&dlq_ar), selected())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            predicates::generation
+                .combine(predicates::finalizers)
+                .combine(deletion_requested),
+            Default::default(),
+        );
+    let policies = watcher(all_or_ns(&rp_ar), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(predicates::resource_version, Default::default());
+    // Secrets: metadata only (no credentials held by the watch), for rotations.
+    let secrets_api: Api<PartialObjectMeta<Secret>> = match &opts.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let secrets = watcher(secrets_api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(predicates::resource_version, Default::default());
+    let (store_rp, store_secret) = (reader.clone(), reader.clone());
+    let (ar_rp, ar_secret) = (dlq_ar.clone(), dlq_ar.clone());
+    let dlq_controller = Controller::for_stream_with(dlq_stream, reader, dlq_ar.clone())
+        .with_config(config.clone())
+        .watches_stream_with(
+            policies,
+            move |rp: DynamicObject| {
+                let name = rp.metadata.name.clone().unwrap_or_default();
+                referencing(
+                    &store_rp.state(),
+                    &ar_rp,
+                    rp.metadata.namespace.as_deref(),
+                    "/spec/retryPolicyRef/name",
+                    &name,
+                )
+            },
+            rp_ar.clone(),
+        )
+        .watches_stream(secrets, move |s| {
+            let name = s.metadata.name.clone().unwrap_or_default();
+            referencing(
+                &store_secret.state(),
+                &ar_secret,
+                s.metadata.namespace.as_deref(),
+                "/spec/broker/secretRef/name",
+                &name,
+            )
+        })
+        .graceful_shutdown_on(stop.clone())
+        .run(dead_letter_queue::reconcile, error_policy, dlq_ctx)
+        .for_each(|r| async move { log_result("DeadLetterQueue", r) });
+
+    let rp_writer = Writer::<DynamicObject>::new(rp_ar.clone());
+    let rp_reader = rp_writer.as_reader();
+    let rp_stream = watcher(all_or_ns(&rp_ar), selected())
+        .default_backoff()
+        .reflect(rp_writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    let rp_controller = Controller::for_stream_with(rp_stream, rp_reader, rp_ar)
+        .with_config(config)
+        .graceful_shutdown_on(stop)
+        .run(retry_policy::reconcile, error_policy, rp_ctx)
+        .for_each(|r| async move { log_result("RetryPolicy", r) });
+
+    futures::join!(
+        dlq_controller.instrument(tracing::info_span!("controller", kind = "DeadLetterQueue")),
+        rp_controller.instrument(tracing::info_span!("controller", kind = "RetryPolicy"))
+    );
+    info!("controllers stopped");
+}
+
+fn log_result<T: std::fmt::Debug, E: std::fmt::Display>(kind: &str, r: Result<T, E>) {
+    match r {
+        Ok(o) => tracing::debug!(kind, object = ?o, "reconciled"),
+        Err(e) => tracing::debug!(kind, error = %e, "reconcile error"),
+    }
+}

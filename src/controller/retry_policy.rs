@@ -1,12 +1,27 @@
-//! The RetryPolicy's observed state, computed purely from its spec (the RetryPolicy
-//! controller only writes it): validation, nominal schedule, resolved tiers and worst-case
-//! retry duration, with a `Ready` condition (`Valid` or `InvalidSpec` naming the fields).
+//! The RetryPolicy controller: its observed state is computed purely from its spec
+//! ([`RetryPolicy::desired_status`], [`status_for`]) — validation, nominal schedule,
+//! resolved tiers and worst-case retry duration, with a `Ready` condition (`Valid` or
+//! `InvalidSpec` naming the fields) — and written by server-side apply only when it
+//! changed ([`reconcile`]). DeadLetterQueues that reference a policy are re-reconciled by
+//! their own controller, which watches RetryPolicies.
+
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
 
 use crate::backoff::ResolvedPolicy;
 use crate::controller::conditions::{self, Desired, READY};
-use crate::crd::{RetryPolicy, RetryPolicyStatus};
+use crate::controller::context::{Context, FIELD_MANAGER};
+use crate::controller::object::{api_resource, decode, status_of};
+use crate::controller::{publish, Error, Note};
+use crate::crd::{InvalidSpec, RetryPolicy, RetryPolicySpec, RetryPolicyStatus};
+
+/// Kind label of this controller's metrics.
+pub const KIND: &str = "RetryPolicy";
 
 impl RetryPolicy {
     /// The status this RetryPolicy should have at time `now`, starting from its current
@@ -19,42 +34,113 @@ impl RetryPolicy {
     /// computed fields.
     pub fn desired_status(&self, now: &Time) -> (RetryPolicyStatus, bool) {
         let current = self.status.clone().unwrap_or_default();
-        let mut status = current.clone();
-        let generation = self.metadata.generation;
-        let ready = match ResolvedPolicy::from_spec(&self.spec) {
-            Ok(resolved) => {
-                let (schedule, tiers, worst) = resolved.status_strings();
-                status.schedule = schedule;
-                status.tiers = tiers;
-                status.worst_case_retry_duration = Some(worst);
-                Desired {
-                    type_: READY,
-                    status: true,
-                    reason: "Valid",
-                    message: format!(
-                        "{} retries over {} tier(s)",
-                        resolved.max_retries,
-                        resolved.tiers_ms.len()
-                    ),
-                }
-            }
-            Err(invalid) => {
-                status.schedule.clear();
-                status.tiers.clear();
-                status.worst_case_retry_duration = None;
-                Desired {
-                    type_: READY,
-                    status: false,
-                    reason: "InvalidSpec",
-                    message: invalid.to_string(),
-                }
-            }
-        };
-        conditions::set(&mut status.conditions, &ready, generation, now);
-        status.observed_generation = generation;
-        let changed = status != current;
-        (status, changed)
+        status_for(&current, self.metadata.generation, Ok(&self.spec), now)
     }
+}
+
+/// The status of a RetryPolicy of `generation` whose spec is `spec` (or did not decode:
+/// `Err` naming the field), from its `current` status at time `now`. Pure. Returns the
+/// status and whether it differs from `current`.
+pub fn status_for(
+    current: &RetryPolicyStatus,
+    generation: Option<i64>,
+    spec: Result<&RetryPolicySpec, &InvalidSpec>,
+    now: &Time,
+) -> (RetryPolicyStatus, bool) {
+    let mut status = current.clone();
+    let resolved = spec
+        .map_err(Clone::clone)
+        .and_then(ResolvedPolicy::from_spec);
+    let ready = match resolved {
+        Ok(resolved) => {
+            let (schedule, tiers, worst) = resolved.status_strings();
+            status.schedule = schedule;
+            status.tiers = tiers;
+            status.worst_case_retry_duration = Some(worst);
+            Desired {
+                type_: READY,
+                status: true,
+                reason: "Valid",
+                message: format!(
+                    "{} retries over {} tier(s)",
+                    resolved.max_retries,
+                    resolved.tiers_ms.len()
+                ),
+            }
+        }
+        Err(invalid) => {
+            status.schedule.clear();
+            status.tiers.clear();
+            status.worst_case_retry_duration = None;
+            Desired {
+                type_: READY,
+                status: false,
+                reason: "InvalidSpec",
+                message: invalid.to_string(),
+            }
+        }
+    };
+    conditions::set(&mut status.conditions, &ready, generation, now);
+    status.observed_generation = generation;
+    let changed = status != *current;
+    (status, changed)
+}
+
+/// Reconciles one RetryPolicy: writes its status when it changed, with a Warning Event
+/// `InvalidSpec` when it becomes invalid and a Normal `Valid` one when it becomes valid.
+///
+/// # Errors
+/// Kubernetes API errors (retried with per-object backoff).
+pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    crate::controller::instrumented(KIND, &ctx, async {
+        let ns = obj.namespace().ok_or(Error::NoNamespace)?;
+        let current: RetryPolicyStatus = status_of(&obj);
+        let decoded = decode::<RetryPolicy>(&obj);
+        let spec = decoded.as_ref().map(|rp| &rp.spec);
+        let now = ctx.now();
+        let (status, changed) = status_for(&current, obj.metadata.generation, spec, &now);
+        if changed {
+            let ar = api_resource::<RetryPolicy>();
+            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &ar);
+            let body = serde_json::json!({
+                "apiVersion": ar.api_version,
+                "kind": ar.kind,
+                "status": status,
+            });
+            api.patch_status(
+                &obj.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await?;
+            let ready = |s: &RetryPolicyStatus| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == READY)
+                    .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            };
+            if let Some((st, reason, message)) = ready(&status) {
+                if ready(&current) != Some((st.clone(), reason.clone(), message.clone())) {
+                    let type_ = if st == "True" {
+                        EventType::Normal
+                    } else {
+                        EventType::Warning
+                    };
+                    let note = Note {
+                        type_,
+                        reason,
+                        action: "Validate".into(),
+                        note: message,
+                    };
+                    publish(&ctx, &obj, &ar, note).await;
+                }
+            }
+        }
+        ctx.backoff
+            .reset(&crate::manifest::object_key(&obj.metadata));
+        Ok(Action::await_change())
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -101,6 +187,18 @@ mod tests {
         assert_eq!(again.conditions[0].last_transition_time, at(10));
 
         // An object written past the schema (e.g. by an older CRD): reported, not a panic.
+        let undecodable = InvalidSpec(vec![crate::crd::FieldError {
+            field: "spec.maxRetries".into(),
+            message: "invalid type: string \"three\", expected u32".into(),
+        }]);
+        let current = rp.status.clone().unwrap_or_default();
+        let (bad, changed) = status_for(&current, Some(2), Err(&undecodable), &at(25));
+        assert!(changed);
+        assert_eq!(bad.conditions[0].reason, "InvalidSpec");
+        assert!(bad.conditions[0]
+            .message
+            .contains("spec.maxRetries: invalid type"));
+        assert!(bad.schedule.is_empty());
         rp.spec.backoff.multiplier = 0.5;
         rp.metadata.generation = Some(2);
         let (bad, changed) = rp.desired_status(&at(30));

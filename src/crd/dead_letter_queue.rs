@@ -395,6 +395,10 @@ pub struct DeadLetterQueueStatus {
     /// Broker objects in place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologyStatus>,
+    /// Retry tiers in place, as canonical durations (e.g. `5s`, `1m`), from the resolved
+    /// RetryPolicy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<String>,
     /// Last observed depths.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<DepthStatus>,

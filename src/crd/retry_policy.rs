@@ -52,6 +52,20 @@ fn default_max_retries() -> u32 {
     3
 }
 
+impl Default for RetryPolicySpec {
+    /// Every field at its schema default (`maxRetries: 3`, default backoff, no window, derived
+    /// tiers, default classification), as for `spec: {}`.
+    fn default() -> Self {
+        RetryPolicySpec {
+            max_retries: default_max_retries(),
+            backoff: BackoffSpec::default(),
+            max_retry_duration: None,
+            tiers: None,
+            classification: Classification::default(),
+        }
+    }
+}
+
 /// Backoff strategy. Formulas: [`crate::backoff`] (Brooker, "Exponential Backoff And
 /// Jitter", AWS Architecture Blog, 2015, for the jitter variants).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]

@@ -33,7 +33,7 @@ use management::{
 
 use crate::broker::{
     Action, ApplyReport, Broker, BrokerConnection, BrokerError, DeleteOutcome, ObjectKind, Outcome,
-    QueueDepth,
+    QueueDepth, RemovalReport,
 };
 use crate::topology::{BindingPlan, DesiredTopology, PolicyPlan, QueuePlan, Step};
 
@@ -638,6 +638,189 @@ impl Broker for RabbitMq {
         name: &str,
     ) -> Result<DeleteOutcome, BrokerError> {
         self.delete_if_empty_known(vhost, name, None).await
+    }
+
+    /// Removal in this order, so that no message is routed into an object about to go:
+    /// 1. check every queue to delete: statistics (ready + unacknowledged) and an AMQP
+    ///    passive declare (ready count and consumers, immediate); any message or consumer
+    ///    blocks the whole removal before anything is written;
+    /// 2. delete our policy on the source queue (it stops dead-lettering to our exchange),
+    ///    then our other policies;
+    /// 3. delete the retry and dead-letter exchanges (their bindings go with them), unless
+    ///    an exchange is bound to a queue that is not ours;
+    /// 4. delete the queues: classic ones with `if-empty=true&if-unused=true` (the broker
+    ///    enforces it); quorum ones (RabbitMQ 3.x cannot delete them only-if-empty) after
+    ///    a second passive declare finds no message and no consumer — nothing routes to
+    ///    them any more at that point (step 3), see docs/ARCHITECTURE.md.
+    async fn remove(&self, plan: &DesiredTopology) -> Result<RemovalReport, BrokerError> {
+        let vhost = plan.vhost.as_str();
+        let v = enc(vhost);
+        let queues: Vec<QueueInfo> = match self
+            .list(
+                "queues",
+                vhost,
+                "?columns=name,type,arguments,messages,messages_ready,messages_unacknowledged",
+            )
+            .await
+        {
+            Err(BrokerError::NotFound { .. }) => return Ok(RemovalReport::default()),
+            other => other?,
+        };
+        let queue_by_name: BTreeMap<&str, &QueueInfo> =
+            queues.iter().map(|q| (q.name.as_str(), q)).collect();
+        let mut targets: Vec<&QueueInfo> = plan
+            .queues
+            .iter()
+            .filter(|q| q.role != crate::topology::QueueRole::Source)
+            .filter_map(|q| queue_by_name.get(q.name.as_str()).copied())
+            .collect();
+        for name in
+            plan.obsolete_tier_queues(queues.iter().map(|q| (q.name.as_str(), &q.arguments)))
+        {
+            if let Some(q) = queue_by_name.get(name.as_str()) {
+                targets.push(q);
+            }
+        }
+
+        // 1. Every queue must be idle, or nothing is touched.
+        let conn = self.mgmt.connection();
+        let mut blocked = Vec::new();
+        for q in &targets {
+            if let Some(reason) = self.busy(conn, vhost, q).await? {
+                blocked.push(reason);
+            }
+        }
+        if !blocked.is_empty() {
+            return Ok(RemovalReport {
+                actions: Vec::new(),
+                blocked,
+            });
+        }
+
+        let mut actions = Vec::new();
+        // 2. Policies, the source queue's first.
+        let policies: Vec<PolicyInfo> = self.list("policies", vhost, "").await?;
+        let mut ours: Vec<&crate::topology::PolicyPlan> = plan.policies.iter().collect();
+        ours.sort_by_key(|p| p.queue != plan.routes.source_queue);
+        for p in ours {
+            if !policies.iter().any(|e| e.name == p.name) {
+                continue;
+            }
+            let path = format!("policies/{v}/{}", enc(&p.name));
+            self.delete_path(&path).await?;
+            actions.push(Action {
+                kind: ObjectKind::Policy,
+                name: p.name.clone(),
+                outcome: Outcome::Deleted,
+            });
+        }
+
+        // 3. Exchanges (with their bindings), unless bound to a queue that is not ours.
+        let exchanges: Vec<ExchangeInfo> = self.list("exchanges", vhost, "").await?;
+        let bindings: Vec<BindingInfo> = self.list("bindings", vhost, "").await?;
+        let our_queues: BTreeSet<&str> = targets.iter().map(|q| q.name.as_str()).collect();
+        for x in &plan.exchanges {
+            if !exchanges.iter().any(|e| e.name == x.name) {
+                continue;
+            }
+            let foreign: Vec<&str> = bindings
+                .iter()
+                .filter(|b| b.source == x.name)
+                .filter(|b| {
+                    b.destination_type != "queue" || !our_queues.contains(b.destination.as_str())
+                })
+                .map(|b| b.destination.as_str())
+                .collect();
+            let outcome = if foreign.is_empty() {
+                self.delete_path(&format!("exchanges/{v}/{}", enc(&x.name)))
+                    .await?;
+                Outcome::Deleted
+            } else {
+                Outcome::Retained(format!(
+                    "still bound to {} that the operator does not own",
+                    foreign.join(", ")
+                ))
+            };
+            actions.push(Action {
+                kind: ObjectKind::Exchange,
+                name: x.name.clone(),
+                outcome,
+            });
+        }
+
+        // 4. Queues.
+        for q in &targets {
+            let outcome = if q.kind.as_deref() == Some("quorum") {
+                match self.busy(conn, vhost, q).await? {
+                    Some(reason) => {
+                        blocked.push(reason.clone());
+                        Outcome::Retained(reason)
+                    }
+                    None => {
+                        self.delete_path(&format!("queues/{v}/{}", enc(&q.name)))
+                            .await?;
+                        Outcome::Deleted
+                    }
+                }
+            } else {
+                match self.delete_if_empty_known(vhost, &q.name, Some(q)).await? {
+                    DeleteOutcome::Deleted | DeleteOutcome::Absent => Outcome::Deleted,
+                    DeleteOutcome::NotEmpty { messages } => {
+                        let reason = format!("queue {:?} holds {messages} message(s)", q.name);
+                        blocked.push(reason.clone());
+                        Outcome::Retained(reason)
+                    }
+                    DeleteOutcome::Unsupported { reason } => {
+                        blocked.push(format!("queue {:?}: {reason}", q.name));
+                        Outcome::Retained(reason)
+                    }
+                }
+            };
+            actions.push(Action {
+                kind: ObjectKind::Queue,
+                name: q.name.clone(),
+                outcome,
+            });
+        }
+        Ok(RemovalReport { actions, blocked })
+    }
+}
+
+impl RabbitMq {
+    /// Why queue `q` must not be deleted now (messages or consumers), or `None` when it is
+    /// idle or gone. Reads the statistics already in `q` and an AMQP passive declare.
+    async fn busy(
+        &self,
+        conn: &BrokerConnection,
+        vhost: &str,
+        q: &QueueInfo,
+    ) -> Result<Option<String>, BrokerError> {
+        let stats = q
+            .messages
+            .unwrap_or(0)
+            .max(q.messages_ready.unwrap_or(0) + q.messages_unacknowledged.unwrap_or(0));
+        let Some((ready, consumers)) = amqp::passive_queue_counts(conn, vhost, &q.name).await?
+        else {
+            return Ok(None);
+        };
+        let messages = stats.max(u64::from(ready));
+        Ok(if messages > 0 {
+            Some(format!("queue {:?} holds {messages} message(s)", q.name))
+        } else if consumers > 0 {
+            Some(format!("queue {:?} has {consumers} consumer(s)", q.name))
+        } else {
+            None
+        })
+    }
+
+    /// `DELETE /api/{path}`; a 404 (already gone) counts as done.
+    async fn delete_path(&self, path: &str) -> Result<(), BrokerError> {
+        let answer = self.mgmt.send(Method::DELETE, path, None).await?;
+        if answer.status.is_success() || answer.status == StatusCode::NOT_FOUND {
+            Ok(())
+        } else {
+            Err(self.mgmt.api_error(&Method::DELETE, path, &answer))
+        }
     }
 }
 

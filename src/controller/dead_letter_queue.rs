@@ -1,0 +1,535 @@
+//! The DeadLetterQueue controller's reconcile, in the stages of DESIGN.md §4b:
+//! read (resource, RetryPolicy, Secret) → validate and plan ([`reconcile::prepare`], pure) →
+//! apply to the broker ([`reconcile::apply`]) → status ([`status_after`], pure; written by
+//! server-side apply only when it changed) and Events ([`events_for`], pure).
+//!
+//! Deletion goes through the finalizer `dlqoperator.io/cleanup` ([`FINALIZER`]) and
+//! `spec.deletionPolicy`: `Retain` releases at once; `Delete` removes the operator-owned
+//! broker objects ([`Broker::remove`]) and keeps the finalizer, with a `DeletionBlocked`
+//! condition and Event, while a queue to delete still holds messages.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::ResourceExt;
+
+use crate::broker::{ApplyReport, Broker, Outcome};
+use crate::controller::conditions::{self, Desired, READY, TOPOLOGY_READY};
+use crate::controller::context::{Context, FIELD_MANAGER};
+use crate::controller::object::{api_resource, decode, status_of};
+use crate::controller::{publish, Error, Note};
+use crate::crd::{
+    DeadLetterQueue, DeadLetterQueueStatus, DeletionPolicy, InvalidSpec, RetryPolicy,
+    RetryPolicySpec,
+};
+use crate::manifest::object_key;
+use crate::reconcile::{self, Prepared, ReconcileError};
+
+/// Finalizer that holds a DeadLetterQueue until its `deletionPolicy` is carried out.
+pub const FINALIZER: &str = "dlqoperator.io/cleanup";
+
+/// Kind label of this controller's metrics.
+pub const KIND: &str = "DeadLetterQueue";
+
+/// Reconciles one DeadLetterQueue (the `reconcile` of the kube-runtime controller):
+/// adds the finalizer, then applies or cleans up. Records the reconcile metrics.
+///
+/// # Errors
+/// Kubernetes API errors, [`ReconcileError`]s (after writing them to status), and
+/// [`Error::DeletionBlocked`]; the controller's error policy retries them with per-object
+/// backoff (never for `InvalidSpec`).
+pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &ns, &api_resource::<DeadLetterQueue>());
+    crate::controller::instrumented(KIND, &ctx, async {
+        finalizer(&api, FINALIZER, obj, |event| async {
+            match event {
+                FinalizerEvent::Apply(o) => apply(&o, &ctx).await,
+                FinalizerEvent::Cleanup(o) => cleanup(&o, &ctx).await,
+            }
+        })
+        .await
+        .map_err(|e| Error::Finalizer(Box::new(e)))
+    })
+    .await
+}
+
+/// Reads what `dlq` references. The RetryPolicy is `None` when absent, `Some(Err)` when it
+/// does not decode.
+async fn read_references(
+    ctx: &Context,
+    ns: &str,
+    dlq: &DeadLetterQueue,
+) -> Result<(Option<Result<RetryPolicy, InvalidSpec>>, Option<Secret>), kube::Error> {
+    let rp_api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), ns, &api_resource::<RetryPolicy>());
+    let policy = rp_api
+        .get_opt(&dlq.spec.retry_policy_ref.name)
+        .await?
+        .map(|o| decode::<RetryPolicy>(&o));
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&dlq.spec.broker.secret_ref.name)
+        .await?;
+    Ok((policy, secret))
+}
+
+/// [`reconcile::prepare`] with a RetryPolicy that may not have decoded: the
+/// DeadLetterQueue's own spec is still validated first.
+fn prepare(
+    dlq: &DeadLetterQueue,
+    policy: Option<&Result<RetryPolicy, InvalidSpec>>,
+    secret: Option<&Secret>,
+) -> Result<Prepared, ReconcileError> {
+    match policy {
+        Some(Err(invalid)) => {
+            dlq.spec
+                .validate()
+                .map_err(|source| ReconcileError::InvalidSpec {
+                    kind: "DeadLetterQueue",
+                    name: object_key(&dlq.metadata),
+                    source,
+                })?;
+            let name = format!(
+                "{}/{}",
+                crate::manifest::namespace_of(&dlq.metadata),
+                dlq.spec.retry_policy_ref.name
+            );
+            Err(ReconcileError::InvalidSpec {
+                kind: "RetryPolicy",
+                name,
+                source: invalid.clone(),
+            })
+        }
+        Some(Ok(p)) => reconcile::prepare(dlq, Some(p), secret),
+        None => reconcile::prepare(dlq, None, secret),
+    }
+}
+
+async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
+    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
+    let key = object_key(&obj.metadata);
+    let current: DeadLetterQueueStatus = status_of(obj);
+    let mut prepared = None;
+    let result = match decode::<DeadLetterQueue>(obj) {
+        Err(source) => Err(ReconcileError::InvalidSpec {
+            kind: "DeadLetterQueue",
+            name: key.clone(),
+            source,
+        }),
+        Ok(dlq) => {
+            let (policy, secret) = read_references(ctx, &ns, &dlq).await?;
+            match prepare(&dlq, policy.as_ref(), secret.as_ref()) {
+                Err(e) => Err(e),
+                Ok(p) => {
+                    let result = match secret
+                        .as_ref()
+                        .map(|s| ctx.brokers.get(&ns, s, &p.connection))
+                    {
+                        Some(Ok(broker)) => reconcile::apply(broker.as_ref(), &p).await,
+                        Some(Err(e)) => Err(e.into()),
+                        None => Err(ReconcileError::SecretNotFound(key.clone())),
+                    };
+                    prepared = Some(p);
+                    result
+                }
+            }
+        }
+    };
+    let now = ctx.now();
+    let (status, changed) = status_after(
+        &current,
+        obj.metadata.generation,
+        &result,
+        prepared.as_ref(),
+        &now,
+    );
+    if changed {
+        patch_status(ctx, &ns, obj, &status).await?;
+    }
+    for note in events_for(&current, &status, &result) {
+        publish(ctx, obj, &api_resource::<DeadLetterQueue>(), note).await;
+    }
+    match result {
+        Ok(_) => {
+            ctx.backoff.reset(&key);
+            Ok(Action::requeue(ctx.resync))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes `status` with server-side apply (field manager [`FIELD_MANAGER`], forced: the
+/// operator owns the status).
+async fn patch_status(
+    ctx: &Context,
+    ns: &str,
+    obj: &DynamicObject,
+    status: &DeadLetterQueueStatus,
+) -> Result<(), Error> {
+    let ar = api_resource::<DeadLetterQueue>();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
+    let body = serde_json::json!({
+        "apiVersion": ar.api_version,
+        "kind": ar.kind,
+        "status": status,
+    });
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The status after one reconcile, from the current one (transition times of unchanged
+/// conditions are kept). Pure. Returns the status and whether it differs from `current`
+/// (write only then: a steady state writes nothing).
+///
+/// - `conditions`: `TopologyReady` and `Ready` from [`conditions::for_reconcile`]
+///   (`TopologyApplied`, `ArgumentConflict`, `PolicyShadowed`, `ApplyFailed`, or the
+///   error's reason such as `InvalidSpec` or `BrokerUnreachable`).
+/// - `observedGeneration`: `generation`.
+/// - `topology` and `tiers`: the plan's objects and resolved tiers once an apply reached
+///   the broker; kept as they were when it did not (the objects are still there).
+pub fn status_after(
+    current: &DeadLetterQueueStatus,
+    generation: Option<i64>,
+    result: &Result<ApplyReport, ReconcileError>,
+    prepared: Option<&Prepared>,
+    now: &Time,
+) -> (DeadLetterQueueStatus, bool) {
+    let mut status = current.clone();
+    for desired in conditions::for_reconcile(result) {
+        conditions::set(&mut status.conditions, &desired, generation, now);
+    }
+    status.observed_generation = generation;
+    if let (Ok(_), Some(p)) = (result, prepared) {
+        status.topology = Some(p.topology.status());
+        status.tiers = p.policy.status_strings().1;
+    }
+    let changed = status != *current;
+    (status, changed)
+}
+
+/// The Events to record after a reconcile that moved the status from `before` to
+/// `after`. Pure.
+///
+/// - `TopologyApplied` (Normal) when the apply wrote to the broker (the note lists what
+///   was created, updated or deleted), or when `Ready` became `True`.
+/// - A Warning with the condition's reason (`ArgumentConflict`, `PolicyShadowed`,
+///   `BrokerUnreachable`, `InvalidSpec`, `SecretNotFound`, …) when `Ready` is `False` and
+///   its reason or message changed, so a persisting failure is not repeated on every
+///   retry.
+pub fn events_for(
+    before: &DeadLetterQueueStatus,
+    after: &DeadLetterQueueStatus,
+    result: &Result<ApplyReport, ReconcileError>,
+) -> Vec<Note> {
+    let ready = |s: &DeadLetterQueueStatus| -> Option<Condition> {
+        s.conditions.iter().find(|c| c.type_ == READY).cloned()
+    };
+    let (old, new) = (ready(before), ready(after));
+    let mut notes = Vec::new();
+    let Some(new) = new else { return notes };
+    let became_ready = new.status == "True" && old.as_ref().is_none_or(|o| o.status != "True");
+    let writes: Vec<String> = match result {
+        Ok(report) => report
+            .actions
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a.outcome,
+                    Outcome::Created | Outcome::Updated | Outcome::Deleted
+                )
+            })
+            .map(|a| a.to_string())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    if !writes.is_empty() || became_ready {
+        let note = if writes.is_empty() {
+            new.message.clone()
+        } else {
+            writes.join("; ")
+        };
+        notes.push(Note {
+            type_: EventType::Normal,
+            reason: "TopologyApplied".into(),
+            action: "Apply".into(),
+            note,
+        });
+    }
+    let changed = old.as_ref().is_none_or(|o| {
+        o.status != new.status || o.reason != new.reason || o.message != new.message
+    });
+    if new.status != "True" && changed {
+        notes.push(Note {
+            type_: EventType::Warning,
+            reason: new.reason.clone(),
+            action: "Apply".into(),
+            note: new.message.clone(),
+        });
+    }
+    notes
+}
+
+async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
+    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
+    let ar = api_resource::<DeadLetterQueue>();
+    let current: DeadLetterQueueStatus = status_of(obj);
+    let left = current
+        .topology
+        .as_ref()
+        .map(|t| t.queues.join(", "))
+        .unwrap_or_default();
+    let dlq = match decode::<DeadLetterQueue>(obj) {
+        Ok(d) => d,
+        Err(invalid) => {
+            let note = format!(
+                "spec does not decode ({invalid}): finalizer released, broker objects not deleted{}",
+                if left.is_empty() { String::new() } else { format!(" (queues: {left})") }
+            );
+            publish(
+                ctx,
+                obj,
+                &ar,
+                Note::warning("CleanupSkipped", "Delete", note),
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+    };
+    if dlq.spec.deletion_policy == DeletionPolicy::Retain {
+        publish(
+            ctx,
+            obj,
+            &ar,
+            Note::normal(
+                "Retained",
+                "Delete",
+                "deletionPolicy Retain: broker objects kept".into(),
+            ),
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
+    if current.topology.is_none() {
+        // Never applied: nothing on the broker is ours, no need to reach it.
+        publish(
+            ctx,
+            obj,
+            &ar,
+            Note::normal(
+                "TopologyDeleted",
+                "Delete",
+                "nothing to delete: no broker object was ever created".into(),
+            ),
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
+    let (policy, secret) = read_references(ctx, &ns, &dlq).await?;
+    let Some(secret) = secret else {
+        let note = format!(
+            "Secret {} not found: finalizer released, broker objects not deleted (queues: {left})",
+            dlq.spec.broker.secret_ref.name
+        );
+        publish(
+            ctx,
+            obj,
+            &ar,
+            Note::warning("SecretNotFound", "Delete", note),
+        )
+        .await;
+        return Ok(Action::await_change());
+    };
+    // Without a usable RetryPolicy the tiers are those of the default policy; the
+    // broker adapter also finds every other tier queue of this source by its signature.
+    let policy = match policy {
+        Some(Ok(p)) => p,
+        _ => RetryPolicy::new(&dlq.spec.retry_policy_ref.name, RetryPolicySpec::default()),
+    };
+    let prepared = match reconcile::prepare(&dlq, Some(&policy), Some(&secret)) {
+        Ok(p) => p,
+        Err(e @ ReconcileError::InvalidSpec { .. }) => {
+            let note =
+                format!("{e}: finalizer released, broker objects not deleted (queues: {left})");
+            publish(
+                ctx,
+                obj,
+                &ar,
+                Note::warning("CleanupSkipped", "Delete", note),
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let broker = ctx
+        .brokers
+        .get(&ns, &secret, &prepared.connection)
+        .map_err(ReconcileError::from)?;
+    let report = match broker.remove(&prepared.topology).await {
+        Ok(r) => r,
+        Err(e) => {
+            let e = ReconcileError::from(e);
+            publish(
+                ctx,
+                obj,
+                &ar,
+                Note::warning(
+                    e.reason(),
+                    "Delete",
+                    format!("cannot delete broker objects: {e}"),
+                ),
+            )
+            .await;
+            return Err(e.into());
+        }
+    };
+    if report.is_complete() {
+        let removed: Vec<String> = report.actions.iter().map(|a| a.to_string()).collect();
+        let note = if removed.is_empty() {
+            "nothing left on the broker".to_string()
+        } else {
+            removed.join("; ")
+        };
+        publish(
+            ctx,
+            obj,
+            &ar,
+            Note::normal("TopologyDeleted", "Delete", note),
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
+    let message = format!(
+        "deletionPolicy Delete: not deleting, {}; the finalizer is kept until they are drained (or set deletionPolicy: Retain)",
+        report.blocked.join("; ")
+    );
+    let mut status = current.clone();
+    let now = ctx.now();
+    let blocked = Desired {
+        type_: READY,
+        status: false,
+        reason: "DeletionBlocked",
+        message: message.clone(),
+    };
+    conditions::set(
+        &mut status.conditions,
+        &blocked,
+        obj.metadata.generation,
+        &now,
+    );
+    conditions::set(
+        &mut status.conditions,
+        &Desired {
+            type_: TOPOLOGY_READY,
+            ..blocked
+        },
+        obj.metadata.generation,
+        &now,
+    );
+    if status != current {
+        patch_status(ctx, &ns, obj, &status).await?;
+        publish(
+            ctx,
+            obj,
+            &ar,
+            Note::warning("DeletionBlocked", "Delete", message.clone()),
+        )
+        .await;
+    }
+    Err(Error::DeletionBlocked(message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::{Action as BrokerAction, ObjectKind};
+
+    fn at(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid timestamp"))
+    }
+
+    fn report(outcomes: Vec<Outcome>) -> ApplyReport {
+        ApplyReport {
+            actions: outcomes
+                .into_iter()
+                .enumerate()
+                .map(|(i, outcome)| BrokerAction {
+                    kind: ObjectKind::Queue,
+                    name: format!("q{i}"),
+                    outcome,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn first_apply_writes_status_and_records_one_event() {
+        let empty = DeadLetterQueueStatus::default();
+        let result = Ok(report(vec![Outcome::Created, Outcome::InPlace]));
+        let (status, changed) = status_after(&empty, Some(1), &result, None, &at(10));
+        assert!(changed);
+        assert_eq!(status.observed_generation, Some(1));
+        let types: Vec<&str> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, [TOPOLOGY_READY, READY]);
+        let notes = events_for(&empty, &status, &result);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].reason, "TopologyApplied");
+        assert_eq!(notes[0].note, "queue q0: created");
+
+        // Same state again: no write, no event.
+        let again = Ok(report(vec![Outcome::InPlace, Outcome::InPlace]));
+        let (same, changed) = status_after(&status, Some(1), &again, None, &at(20));
+        assert!(!changed);
+        assert!(events_for(&status, &same, &again).is_empty());
+    }
+
+    #[test]
+    fn failure_is_a_warning_once_then_recovery_is_normal() {
+        let empty = DeadLetterQueueStatus::default();
+        let down: Result<ApplyReport, ReconcileError> = Err(ReconcileError::Broker(
+            crate::broker::BrokerError::Unreachable {
+                endpoint: "amqp://guest:***@127.0.0.1:1/".into(),
+                reason: "connection refused".into(),
+            },
+        ));
+        let (failed, _) = status_after(&empty, Some(1), &down, None, &at(10));
+        let ready = failed
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .expect("Ready");
+        assert_eq!(ready.reason, "BrokerUnreachable");
+        let notes = events_for(&empty, &failed, &down);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].type_, EventType::Warning);
+        assert_eq!(notes[0].reason, "BrokerUnreachable");
+        // The same failure again: no new status, no new event.
+        let (again, changed) = status_after(&failed, Some(1), &down, None, &at(20));
+        assert!(!changed);
+        assert!(events_for(&failed, &again, &down).is_empty());
+        // Recovery without writes: Normal TopologyApplied, transition time moves.
+        let ok = Ok(report(vec![Outcome::InPlace]));
+        let (recovered, changed) = status_after(&again, Some(1), &ok, None, &at(30));
+        assert!(changed);
+        let notes = events_for(&again, &recovered, &ok);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].reason, "TopologyApplied");
+        let ready = recovered
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .expect("Ready");
+        assert_eq!(ready.last_transition_time, at(30));
+    }
+}
