@@ -874,3 +874,87 @@ async fn errors_have_one_metric_label_each() {
     assert!(!e.is_permanent());
     assert_eq!(Error::NoNamespace.metric_label(), "no_namespace");
 }
+
+#[tokio::test]
+async fn missing_crd_is_waited_for_with_readyz_saying_why_then_shutdown_drains() {
+    let fake = FakeApi::default();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let opts = dlq_operator::controller::Options {
+        namespace: Some(NS.into()),
+        selector: None,
+        leader_election: false,
+        lease_name: "unused".into(),
+        lease_namespace: None,
+        identity: "test".into(),
+        lease_duration_s: 15,
+        metrics_addr: format!("127.0.0.1:{port}").parse().expect("addr"),
+        resync: std::time::Duration::from_secs(300),
+        concurrency: 1,
+    };
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(dlq_operator::controller::run(fake.client(), opts, rx));
+    let readyz = || async move {
+        loop {
+            if let Ok(r) = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await {
+                return (r.status().as_u16(), r.text().await.unwrap_or_default());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    // No CRD: the list answers 404; not ready, and /readyz says what to do.
+    let mut waited = readyz().await;
+    for _ in 0..100 {
+        if waited.1.contains("not installed") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        waited = readyz().await;
+    }
+    assert_eq!(waited.0, 503);
+    assert!(
+        waited
+            .1
+            .contains("CRD deadletterqueues.dlqoperator.io is not installed")
+            && waited.1.contains("kubectl create -f crds/"),
+        "{waited:?}"
+    );
+    assert!(
+        !run.is_finished(),
+        "a missing CRD is waited for, not a crash"
+    );
+    let calls = fake.take();
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.method == "GET" && c.path == DLQ_PATH),
+        "only the CRD probe so far: {calls:#?}"
+    );
+
+    // The CRDs appear: ready within the probe interval (5 s).
+    let list = |kind: &str| {
+        json!({"apiVersion": "dlqoperator.io/v1alpha1", "kind": kind,
+                                   "metadata": {"resourceVersion": "1"}, "items": []})
+    };
+    fake.put(DLQ_PATH, list("DeadLetterQueueList"));
+    fake.put(RP_PATH, list("RetryPolicyList"));
+    let mut status = readyz().await;
+    for _ in 0..200 {
+        if status.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        status = readyz().await;
+    }
+    assert_eq!(status, (200, "ok".to_string()));
+
+    // SIGTERM (the shutdown signal): controllers drain and run returns Ok.
+    tx.send(true).expect("send shutdown");
+    let result = tokio::time::timeout(std::time::Duration::from_secs(20), run)
+        .await
+        .expect("stops within 20 s")
+        .expect("task");
+    assert!(result.is_ok(), "{result:?}");
+}

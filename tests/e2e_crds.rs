@@ -8,33 +8,13 @@
 //! under unique names and deleted again; the CRDs are left in place (deleting a CRD
 //! deletes every object of its kind in a real cluster).
 
-use std::io::Write;
-use std::time::{Duration, Instant};
+mod common;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
-use kube::Client;
 use serde_json::json;
 
-use dlq_operator::crd::{all_crds, DeadLetterQueue, RetryPolicy};
-
-/// A client for `DLQ_E2E_KUBECONFIG`, or `None` (after reporting the skip) when unset.
-async fn client(test: &str) -> Option<Client> {
-    let Ok(path) = std::env::var("DLQ_E2E_KUBECONFIG") else {
-        // Written to the process's stderr directly, past the test harness's capture, so
-        // the skip shows in the test output.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: DLQ_E2E_KUBECONFIG is not set (no Kubernetes API server; .ci/run starts one)"
-        );
-        return None;
-    };
-    let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("read kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kubeconfig usable");
-    Some(Client::try_from(config).expect("client"))
-}
+use common::e2e::client;
+use dlq_operator::crd::{DeadLetterQueue, RetryPolicy};
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())
@@ -47,54 +27,7 @@ async fn crds_are_accepted_defaulted_and_enforced_by_a_real_api_server() {
     else {
         return;
     };
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    // Create, or replace what is there. Not server-side apply: before 1.25 the server's
-    // typed patch does not know `x-kubernetes-validations` and refuses the CEL rules
-    // ("field not declared in schema"), while create/replace accept and drop them.
-    for crd in all_crds() {
-        let name = crd.metadata.name.clone().expect("crd name");
-        let result = match crds.create(&PostParams::default(), &crd).await {
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let mut replacement = crd.clone();
-                replacement.metadata.resource_version = crds
-                    .get(&name)
-                    .await
-                    .expect("get crd")
-                    .metadata
-                    .resource_version;
-                crds.replace(&name, &PostParams::default(), &replacement)
-                    .await
-                    .map(|_| ())
-            }
-            other => other.map(|_| ()),
-        };
-        result.unwrap_or_else(|e| panic!("CRD {name} rejected by the API server: {e}"));
-    }
-    for crd in all_crds() {
-        let name = crd.metadata.name.clone().expect("crd name");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let got = crds.get(&name).await.expect("get crd");
-            let conditions = got.status.and_then(|s| s.conditions).unwrap_or_default();
-            assert!(
-                !conditions
-                    .iter()
-                    .any(|c| c.type_ == "NonStructuralSchema" && c.status == "True"),
-                "{name}: {conditions:?}"
-            );
-            if conditions
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} never Established: {conditions:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    common::e2e::ensure_crds(&client).await;
 
     // Minimal objects as a user writes them: the server fills in the schema defaults.
     let ns = "default";

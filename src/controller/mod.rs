@@ -345,9 +345,9 @@ async fn run_inner(
     let (mut leader, handle) = manager.watch().await;
     readiness.set_ready();
     info!(%lease, identity = %opts.identity, "waiting to acquire the leader Lease");
-    let mut stop = shutdown.clone();
     loop {
-        if *leader.borrow_and_update() {
+        let leading = *leader.borrow_and_update();
+        if leading {
             break;
         }
         tokio::select! {
@@ -356,7 +356,7 @@ async fn run_inner(
                     return Err(RunError::Lease { lease, reason: "lease manager stopped".into() });
                 }
             }
-            _ = stop.wait_for(|s| *s) => {
+            _ = until_shutdown(shutdown.clone()) => {
                 drop(leader);
                 release(handle, &lease).await;
                 return Ok(());
@@ -370,7 +370,7 @@ async fn run_inner(
     let mut lost_rx = leader.clone();
     let watch_lease = async move {
         let lost = tokio::select! {
-            r = lost_rx.wait_for(|l| !*l) => r.is_ok(),
+            lost = async { lost_rx.wait_for(|l| !*l).await.is_ok() } => lost,
             _ = until_shutdown(shutdown) => false,
         };
         let _ = stop_tx.send(true);
@@ -417,7 +417,7 @@ async fn wait_for_crds(
     client: &Client,
     namespace: Option<&str>,
     readiness: &Readiness,
-    mut shutdown: Shutdown,
+    shutdown: Shutdown,
 ) -> bool {
     for ar in [
         api_resource::<DeadLetterQueue>(),
@@ -449,7 +449,7 @@ async fn wait_for_crds(
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-                _ = shutdown.wait_for(|s| *s) => return false,
+                _ = until_shutdown(shutdown.clone()) => return false,
             }
         }
         if logged {

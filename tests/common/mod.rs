@@ -2,6 +2,8 @@
 //! local RabbitMQ (127.0.0.1, guest/guest; started by .ci/run).
 #![allow(dead_code)]
 
+pub mod e2e;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

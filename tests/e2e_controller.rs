@@ -1,0 +1,596 @@
+//! The operator (`dlq-operator run`, the real binary as a local process) against a real
+//! Kubernetes API server and the real RabbitMQ (DESIGN.md §6). `.ci/run` starts a local
+//! v1.20.2 API server (scripts/kube-apiserver.sh) and sets `DLQ_E2E_KUBECONFIG`; any
+//! cluster that variable points at works. Without it each test reports itself as skipped,
+//! by name.
+//!
+//! Each test uses its own namespace (left behind: without a controller manager a
+//! namespace is never finalized; the API server's etcd is fresh per CI run), its own
+//! Lease and queue names prefixed with a unique id.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+
+use common::e2e::{client, ensure_crds};
+use common::{cleanup, mgmt_get, unique, AMQP};
+use dlq_operator::controller::object::api_resource;
+use dlq_operator::crd::{DeadLetterQueue, RetryPolicy};
+
+/// One `dlq-operator run` process, killed when dropped. Its log is in `log`.
+struct Operator {
+    child: Child,
+    metrics: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Operator {
+    fn start(kubeconfig: &str, args: &[&str]) -> Operator {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("operator.log");
+        let file = std::fs::File::create(&log).expect("log file");
+        let metrics = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .arg("run")
+            .args(["--metrics-bind-address", &metrics])
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start dlq-operator run");
+        Operator {
+            child,
+            metrics,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `/metrics`, or empty when not answering.
+    async fn metrics(&self) -> String {
+        match reqwest::get(format!("http://{}/metrics", self.metrics)).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// `true` when `/healthz` answers 200.
+    async fn healthy(&self) -> bool {
+        reqwest::get(format!("http://{}/healthz", self.metrics))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    }
+
+    /// Sum of `dlq_operator_reconcile_total` over every label set.
+    async fn reconciles(&self) -> u64 {
+        self.metrics()
+            .await
+            .lines()
+            .filter(|l| l.starts_with("dlq_operator_reconcile_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit (up to `timeout`); its exit status.
+    async fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, or panics after `timeout` with
+/// `what` and the operator log.
+async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, op: &Operator, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; operator log:\n{}",
+            op.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn namespace(client: &Client, prefix: &str) -> String {
+    let name = unique(prefix);
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    name
+}
+
+fn dlqs(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &api_resource::<DeadLetterQueue>())
+}
+
+fn rps(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &api_resource::<RetryPolicy>())
+}
+
+/// The `Ready` condition of a DeadLetterQueue as (status, reason, message).
+async fn ready(api: &Api<DynamicObject>, name: &str) -> Option<(String, String, String)> {
+    let o = api.get_opt(name).await.ok()??;
+    let c = o.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?
+        .clone();
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["reason"].as_str()?.to_string(),
+        c["message"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+/// Creates the examples' Secret, RetryPolicies and DeadLetterQueues in `ns`, with every
+/// queue name prefixed by `prefix`. Returns the DeadLetterQueue names.
+async fn create_examples(client: &Client, ns: &str, prefix: &str) -> Vec<String> {
+    let m = dlq_operator::manifest::load_paths(&[common::root().join("examples")])
+        .expect("examples load");
+    for s in &m.secrets {
+        let mut secret: Secret = s.object.clone();
+        secret.metadata.namespace = Some(ns.into());
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create Secret");
+    }
+    for p in &m.retry_policies {
+        let mut rp = p.object.clone();
+        rp.metadata.namespace = Some(ns.into());
+        let obj: DynamicObject = serde_json::from_value(json!(rp)).expect("dynamic");
+        rps(client, ns)
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("create RetryPolicy");
+    }
+    let mut names = Vec::new();
+    for d in &m.dead_letter_queues {
+        let mut dlq = d.object.clone();
+        dlq.metadata.namespace = Some(ns.into());
+        dlq.spec.source.queue = format!("{prefix}-{}", dlq.spec.source.queue);
+        dlq.spec.dead_letter.queue = dlq.spec.dead_letter.queue.map(|q| format!("{prefix}-{q}"));
+        dlq.spec.dead_letter.exchange = dlq
+            .spec
+            .dead_letter
+            .exchange
+            .map(|x| format!("{prefix}-{x}"));
+        let obj: DynamicObject = serde_json::from_value(json!(dlq)).expect("dynamic");
+        dlqs(client, ns)
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("create DeadLetterQueue");
+        names.push(dlq.metadata.name.clone().expect("name"));
+    }
+    names
+}
+
+/// What `kubectl get dlq` shows: the server-side Table (columns from the CRD's printer
+/// columns) as (column names, rows of cells).
+async fn table(client: &Client, ns: &str) -> (Vec<String>, Vec<Vec<Value>>) {
+    let request = http::Request::get(format!(
+        "/apis/dlqoperator.io/v1alpha1/namespaces/{ns}/deadletterqueues"
+    ))
+    .header(
+        "Accept",
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    )
+    .body(Vec::new())
+    .expect("request");
+    let text = client.request_text(request).await.expect("table");
+    let t: Value = serde_json::from_str(&text).expect("table json");
+    let columns = t["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let rows = t["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["cells"].as_array().cloned().unwrap_or_default())
+        .collect();
+    (columns, rows)
+}
+
+#[tokio::test]
+async fn operator_applies_examples_reports_status_and_replans_on_policy_edit() {
+    const TEST: &str = "operator_applies_examples_reports_status_and_replans_on_policy_edit";
+    let Some(client) = client(TEST).await else {
+        return;
+    };
+    let kubeconfig = common::e2e::kubeconfig(TEST).expect("set");
+    ensure_crds(&client).await;
+    let ns = namespace(&client, "e2e-apply").await;
+    let prefix = unique("e2e");
+    let op = Operator::start(
+        &kubeconfig,
+        &["--namespace", &ns, "--leader-election=false"],
+    );
+    let names = create_examples(&client, &ns, &prefix).await;
+    assert_eq!(names, ["order-events", "payment-callback"]);
+
+    let api = dlqs(&client, &ns);
+    for name in &names {
+        let r = wait_for(
+            Duration::from_secs(60),
+            &format!("{name} Ready"),
+            &op,
+            || async { ready(&api, name).await.filter(|r| r.0 == "True") },
+        )
+        .await;
+        assert_eq!(r.1, "TopologyApplied");
+    }
+    // The topology is on the broker.
+    let q = format!("{prefix}-order-events");
+    for queue in [q.clone(), format!("{q}.dlq"), format!("{q}.retry.5m")] {
+        assert!(
+            mgmt_get(&format!("/api/queues/%2F/{queue}"))
+                .await
+                .is_some(),
+            "{queue}"
+        );
+    }
+    // `kubectl get dlq` columns and values.
+    let (columns, rows) = table(&client, &ns).await;
+    assert_eq!(
+        columns,
+        [
+            "Name",
+            "Ready",
+            "DLQ depth",
+            "Baseline",
+            "Ratio",
+            "Alert",
+            "Age"
+        ]
+    );
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r[1] == "True"), "{rows:?}");
+    // RetryPolicy status.
+    let rp = rps(&client, &ns).get("order-events").await.expect("rp");
+    assert_eq!(rp.data["status"]["worstCaseRetryDuration"], "6m20s");
+    // Finalizer in place.
+    let dlq = api.get("order-events").await.expect("dlq");
+    assert_eq!(
+        dlq.metadata.finalizers.as_deref(),
+        Some(&["dlqoperator.io/cleanup".to_string()][..])
+    );
+
+    // Editing the RetryPolicy re-plans the tiers of the DeadLetterQueue using it.
+    rps(&client, &ns)
+        .patch(
+            "order-events",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"tiers": ["5s", "15s", "60s", "300s", "900s"],
+                                          "maxRetries": 5}}),
+            ),
+        )
+        .await
+        .expect("edit policy");
+    wait_for(
+        Duration::from_secs(60),
+        "tier 15m in status",
+        &op,
+        || async {
+            let o = api.get("order-events").await.ok()?;
+            let tiers = o.data["status"]["tiers"].as_array()?.clone();
+            tiers.contains(&json!("15m")).then_some(())
+        },
+    )
+    .await;
+    assert!(mgmt_get(&format!("/api/queues/%2F/{q}.retry.15m"))
+        .await
+        .is_some());
+    assert!(op.reconciles().await > 0);
+
+    // Retain (the examples' policy): deleted at once, broker objects kept.
+    for name in &names {
+        api.delete(name, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    for name in &names {
+        wait_for(
+            Duration::from_secs(30),
+            &format!("{name} gone"),
+            &op,
+            || async {
+                match api.get_opt(name).await {
+                    Ok(None) => Some(()),
+                    _ => None,
+                }
+            },
+        )
+        .await;
+    }
+    assert!(mgmt_get(&format!("/api/queues/%2F/{q}.dlq"))
+        .await
+        .is_some());
+    drop(op);
+    cleanup(&prefix).await;
+}
+
+/// Publishes `n` persistent messages to `queue` through the default exchange, with
+/// publisher confirms.
+async fn publish(queue: &str, n: usize) {
+    let conn = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    for i in 0..n {
+        ch.basic_publish(
+            "".into(),
+            queue.into(),
+            Default::default(),
+            format!("m{i}").as_bytes(),
+            lapin::BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    }
+    let _ = conn.close(200, "bye".into()).await;
+}
+
+#[tokio::test]
+async fn delete_policy_keeps_a_dlq_with_messages_and_removes_it_once_drained() {
+    const TEST: &str = "delete_policy_keeps_a_dlq_with_messages_and_removes_it_once_drained";
+    let Some(client) = client(TEST).await else {
+        return;
+    };
+    let kubeconfig = common::e2e::kubeconfig(TEST).expect("set");
+    ensure_crds(&client).await;
+    let ns = namespace(&client, "e2e-delete").await;
+    let prefix = unique("e2e-del");
+    let op = Operator::start(
+        &kubeconfig,
+        &["--namespace", &ns, "--leader-election=false"],
+    );
+    let q = format!("{prefix}-work");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "rabbit"},
+        "stringData": {"uri": AMQP, "managementUri": common::MGMT}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret");
+    let rp = DynamicObject::new("policy", &api_resource::<RetryPolicy>())
+        .data(json!({"spec": {"maxRetries": 1, "tiers": ["5s"]}}));
+    rps(&client, &ns)
+        .create(&PostParams::default(), &rp)
+        .await
+        .expect("rp");
+    let dlq = DynamicObject::new("work", &api_resource::<DeadLetterQueue>()).data(json!({"spec": {
+        "broker": {"secretRef": {"name": "rabbit"}},
+        "source": {"queue": q},
+        "retryPolicyRef": {"name": "policy"},
+        "deletionPolicy": "Delete",
+    }}));
+    let api = dlqs(&client, &ns);
+    api.create(&PostParams::default(), &dlq).await.expect("dlq");
+    wait_for(Duration::from_secs(60), "Ready", &op, || async {
+        ready(&api, "work").await.filter(|r| r.0 == "True")
+    })
+    .await;
+
+    publish(&format!("{q}.dlq"), 2).await;
+    api.delete("work", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let blocked = wait_for(Duration::from_secs(30), "DeletionBlocked", &op, || async {
+        ready(&api, "work")
+            .await
+            .filter(|r| r.1 == "DeletionBlocked")
+    })
+    .await;
+    assert!(
+        blocked
+            .2
+            .contains(&format!("queue \"{q}.dlq\" holds 2 message(s)")),
+        "{blocked:?}"
+    );
+    assert_eq!(
+        common::passive_ready_count(AMQP, &format!("{q}.dlq")).await,
+        2
+    );
+    assert!(
+        api.get_opt("work").await.expect("get").is_some(),
+        "finalizer holds it"
+    );
+
+    // Drained: the next retry deletes the topology and releases the object.
+    common::mgmt_delete(&format!("/api/queues/%2F/{q}.dlq/contents")).await;
+    wait_for(Duration::from_secs(60), "object gone", &op, || async {
+        match api.get_opt("work").await {
+            Ok(None) => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(mgmt_get(&format!("/api/queues/%2F/{q}.dlq"))
+        .await
+        .is_none());
+    assert!(mgmt_get(&format!("/api/exchanges/%2F/{q}.dlx"))
+        .await
+        .is_none());
+    assert!(
+        mgmt_get(&format!("/api/queues/%2F/{q}")).await.is_some(),
+        "the source queue stays"
+    );
+    drop(op);
+    cleanup(&prefix).await;
+}
+
+async fn holder(client: &Client, ns: &str, lease: &str) -> Option<String> {
+    Api::<Lease>::namespaced(client.clone(), ns)
+        .get_opt(lease)
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+#[tokio::test]
+async fn leader_election_runs_one_leader_and_hands_over_when_it_dies() {
+    const TEST: &str = "leader_election_runs_one_leader_and_hands_over_when_it_dies";
+    let Some(client) = client(TEST).await else {
+        return;
+    };
+    let kubeconfig = common::e2e::kubeconfig(TEST).expect("set");
+    ensure_crds(&client).await;
+    let ns = namespace(&client, "e2e-lease").await;
+    let prefix = unique("e2e-lease");
+    let lease = unique("lease");
+    let duration = 6u64;
+    let start = |id: &str| {
+        Operator::start(
+            &kubeconfig,
+            &[
+                "--namespace",
+                &ns,
+                "--lease-namespace",
+                &ns,
+                "--lease-name",
+                &lease,
+                "--lease-duration",
+                &duration.to_string(),
+                "--identity",
+                id,
+            ],
+        )
+    };
+    let a = start("replica-a");
+    // Let a take the lease first, so the roles are known.
+    wait_for(Duration::from_secs(30), "a holds the lease", &a, || async {
+        (holder(&client, &ns, &lease).await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    let mut b = start("replica-b");
+    let names = create_examples(&client, &ns, &prefix).await;
+    let api = dlqs(&client, &ns);
+    for name in &names {
+        wait_for(
+            Duration::from_secs(60),
+            &format!("{name} Ready"),
+            &a,
+            || async { ready(&api, name).await.filter(|r| r.0 == "True") },
+        )
+        .await;
+    }
+    // b is alive (it answers /healthz) but never reconciled.
+    wait_for(
+        Duration::from_secs(10),
+        "b answers /healthz",
+        &b,
+        || async { b.healthy().await.then_some(()) },
+    )
+    .await;
+    assert!(a.reconciles().await > 0);
+    assert_eq!(b.reconciles().await, 0, "the standby never reconciles");
+    assert_eq!(
+        holder(&client, &ns, &lease).await.as_deref(),
+        Some("replica-a")
+    );
+
+    // The leader dies without releasing: b takes over once the lease expires.
+    let mut a = a;
+    a.signal("-KILL");
+    a.wait(Duration::from_secs(10)).await.expect("a exited");
+    let killed = Instant::now();
+    wait_for(
+        Duration::from_secs(duration + 10),
+        "b holds the lease",
+        &b,
+        || async {
+            (holder(&client, &ns, &lease).await.as_deref() == Some("replica-b")).then_some(())
+        },
+    )
+    .await;
+    let handover = killed.elapsed();
+    assert!(
+        handover <= Duration::from_secs(duration + 2),
+        "handover took {handover:?} with a {duration}s lease"
+    );
+    eprintln!("lease handover after SIGKILL of the leader: {handover:?} (lease {duration}s)");
+    // b now reconciles: a spec change is applied by it.
+    rps(&client, &ns)
+        .patch(
+            "payment-callback",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"maxRetries": 4}})),
+        )
+        .await
+        .expect("edit");
+    wait_for(Duration::from_secs(60), "b reconciles", &b, || async {
+        (b.reconciles().await > 0).then_some(())
+    })
+    .await;
+
+    // SIGTERM: b drains, releases the lease and exits 0.
+    b.signal("-TERM");
+    let status = b.wait(Duration::from_secs(20)).await.expect("b exited");
+    assert!(status.success(), "exit {status:?}; log:\n{}", b.log());
+    assert_eq!(holder(&client, &ns, &lease).await, None, "lease released");
+    assert!(b.log().contains("released the leader Lease"), "{}", b.log());
+    cleanup(&prefix).await;
+}
