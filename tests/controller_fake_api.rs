@@ -7,13 +7,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use common::fake_api::{Call, FakeApi};
 
-use http::{Request, Response};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
-use kube::client::Body;
 use kube::runtime::controller::Action;
 use kube::Client;
 use serde_json::{json, Value};
@@ -30,97 +30,6 @@ const DLQ_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/deadlett
 const RP_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/retrypolicies";
 const SECRET_PATH: &str = "/api/v1/namespaces/team-a/secrets";
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
-
-/// One request the controller made.
-#[derive(Debug, Clone)]
-struct Call {
-    method: String,
-    path: String,
-    query: String,
-    body: Value,
-}
-
-impl Call {
-    fn is_write(&self) -> bool {
-        self.method != "GET"
-    }
-}
-
-/// The fake API server: objects served by GET (by path) and every call recorded.
-#[derive(Clone, Default)]
-struct FakeApi {
-    objects: Arc<Mutex<BTreeMap<String, Value>>>,
-    calls: Arc<Mutex<Vec<Call>>>,
-}
-
-impl FakeApi {
-    fn put(&self, path: &str, object: Value) {
-        self.objects
-            .lock()
-            .expect("lock")
-            .insert(path.to_string(), object);
-    }
-
-    fn remove(&self, path: &str) {
-        self.objects.lock().expect("lock").remove(path);
-    }
-
-    /// The calls so far, and forget them.
-    fn take(&self) -> Vec<Call> {
-        std::mem::take(&mut *self.calls.lock().expect("lock"))
-    }
-
-    /// A client whose requests this fake answers (on a spawned task).
-    fn client(&self) -> Client {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let fake = self.clone();
-        tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
-                let (parts, body) = request.into_parts();
-                let bytes = body.collect_bytes().await.expect("request body");
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let call = Call {
-                    method: parts.method.to_string(),
-                    path: parts.uri.path().to_string(),
-                    query: parts.uri.query().unwrap_or_default().to_string(),
-                    body,
-                };
-                let (status, answer) = fake.answer(&call);
-                fake.calls.lock().expect("lock").push(call);
-                send.send_response(
-                    Response::builder()
-                        .status(status)
-                        .body(Body::from(serde_json::to_vec(&answer).expect("json")))
-                        .expect("response"),
-                );
-            }
-        });
-        Client::new(service, NS)
-    }
-
-    fn answer(&self, call: &Call) -> (u16, Value) {
-        let objects = self.objects.lock().expect("lock");
-        let status_path = call.path.trim_end_matches("/status");
-        match call.method.as_str() {
-            "GET" => match objects.get(&call.path) {
-                Some(o) => (200, o.clone()),
-                None => (404, not_found(&call.path)),
-            },
-            "PATCH" => match objects.get(status_path) {
-                // Echo the object (the controller only needs a decodable answer).
-                Some(o) => (200, o.clone()),
-                None => (404, not_found(&call.path)),
-            },
-            "POST" => (201, call.body.clone()),
-            _ => (405, json!({})),
-        }
-    }
-}
-
-fn not_found(path: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-           "message": format!("{path} not found"), "reason": "NotFound", "code": 404})
-}
 
 fn at(secs: i64) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid timestamp"))
@@ -300,7 +209,7 @@ async fn create_adds_finalizer_applies_topology_and_patches_status_then_steady_s
 ) {
     let q = unique("ctl-create");
     let fake = fake_with_references(json!({"maxRetries": 2, "tiers": ["5s", "30s"]}));
-    let ctx = context(fake.client());
+    let ctx = context(fake.client(NS));
     let builder = DlqBuilder::new("orders", &q);
     fake.put(&format!("{DLQ_PATH}/orders"), json!(builder.build()));
 
@@ -415,7 +324,7 @@ async fn create_adds_finalizer_applies_topology_and_patches_status_then_steady_s
 async fn policy_change_reconciles_dependents_and_replans_tiers() {
     let q = unique("ctl-policy");
     let fake = fake_with_references(json!({"maxRetries": 1, "tiers": ["5s"]}));
-    let ctx = context(fake.client());
+    let ctx = context(fake.client(NS));
     let dlq = DlqBuilder::new("orders", &q).finalizer();
     fake.put(&format!("{DLQ_PATH}/orders"), json!(dlq.build()));
     dead_letter_queue::reconcile(Arc::new(dlq.build()), ctx.clone())
@@ -464,7 +373,7 @@ async fn policy_change_reconciles_dependents_and_replans_tiers() {
 #[tokio::test]
 async fn retry_policy_status_is_written_once_and_invalid_spec_is_named() {
     let fake = FakeApi::default();
-    let ctx = context(fake.client());
+    let ctx = context(fake.client(NS));
     let rp = policy(json!({"maxRetries": 3, "backoff": {"initialDelay": "2s"}}));
     fake.put(&format!("{RP_PATH}/policy"), rp.clone());
     let obj: DynamicObject = serde_json::from_value(rp.clone()).expect("dynamic");
@@ -528,7 +437,7 @@ async fn retry_policy_status_is_written_once_and_invalid_spec_is_named() {
 #[tokio::test]
 async fn invalid_spec_is_reported_without_any_broker_call_and_not_retried() {
     let fake = fake_with_references(json!({}));
-    let ctx = context(fake.client());
+    let ctx = context(fake.client(NS));
     // Out of range (the schema's maximum is 255 for a name; here: a retention of 0).
     let bad = DlqBuilder::new("orders", "never-declared")
         .spec("/deadLetter/retention", json!("0s"))
@@ -582,7 +491,7 @@ async fn invalid_spec_is_reported_without_any_broker_call_and_not_retried() {
 #[tokio::test]
 async fn missing_secret_and_missing_policy_are_conditions_with_backoff() {
     let fake = FakeApi::default();
-    let ctx = context(fake.client());
+    let ctx = context(fake.client(NS));
     let dlq = DlqBuilder::new("orders", "never-declared").finalizer();
     fake.put(&format!("{DLQ_PATH}/orders"), json!(dlq.build()));
 
@@ -629,7 +538,7 @@ async fn broker_down_is_broker_unreachable_with_growing_backoff() {
         &format!("{SECRET_PATH}/rabbit"),
         secret("amqp://guest:guest@127.0.0.1:1/", "http://127.0.0.1:1", "1"),
     );
-    let ctx = context(fake.client());
+    let ctx = context(fake.client(NS));
     let dlq = DlqBuilder::new("orders", "never-declared").finalizer();
     fake.put(&format!("{DLQ_PATH}/orders"), json!(dlq.build()));
     let err = dead_letter_queue::reconcile(Arc::new(dlq.build()), ctx.clone())
@@ -727,7 +636,7 @@ fn finalizer_removed(calls: &[Call]) -> bool {
 async fn delete_with_retain_releases_at_once_and_keeps_broker_objects() {
     let q = unique("ctl-retain");
     let fake = fake_with_references(json!({"maxRetries": 1, "tiers": ["5s"]}));
-    let ctx = context(fake.client());
+    let ctx = context(fake.client(NS));
     let dlq = DlqBuilder::new("orders", &q).finalizer();
     let status = applied(&fake, &ctx, &dlq).await;
     let before = ctx.brokers.request_counts();
@@ -763,7 +672,7 @@ async fn delete_with_retain_releases_at_once_and_keeps_broker_objects() {
 async fn delete_with_delete_removes_an_empty_topology_and_never_a_queue_with_messages() {
     let q = unique("ctl-delete");
     let fake = fake_with_references(json!({"maxRetries": 1, "tiers": ["5s"]}));
-    let ctx = context(fake.client());
+    let ctx = context(fake.client(NS));
     let dlq = DlqBuilder::new("orders", &q)
         .spec("/source/queueType", json!("Quorum"))
         .finalizer();
@@ -836,7 +745,7 @@ async fn delete_with_delete_removes_an_empty_topology_and_never_a_queue_with_mes
 async fn delete_when_secret_is_gone_or_nothing_was_created_releases_with_an_event() {
     let fake = FakeApi::default();
     fake.put(&format!("{RP_PATH}/policy"), policy(json!({})));
-    let ctx = context(fake.client());
+    let ctx = context(fake.client(NS));
     let mut dlq = DlqBuilder::new("orders", "never-declared").finalizer();
     dlq.spec["deletionPolicy"] = json!("Delete");
     // Never applied (no status.topology): released without reaching any broker.
@@ -895,7 +804,7 @@ async fn missing_crd_is_waited_for_with_readyz_saying_why_then_shutdown_drains()
         concurrency: 1,
     };
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let run = tokio::spawn(dlq_operator::controller::run(fake.client(), opts, rx));
+    let run = tokio::spawn(dlq_operator::controller::run(fake.client(NS), opts, rx));
     let readyz = || async move {
         loop {
             if let Ok(r) = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await {

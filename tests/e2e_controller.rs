@@ -336,6 +336,51 @@ async fn operator_applies_examples_reports_status_and_replans_on_policy_edit() {
         .is_some());
     assert!(op.reconciles().await > 0);
 
+    // An object the 1.20 schema cannot reject (its CEL rules are dropped there): the
+    // controller reports InvalidSpec naming the field and never touches the broker.
+    let bad_rp = DynamicObject::new("too-short", &api_resource::<RetryPolicy>())
+        .data(json!({"spec": {"backoff": {"initialDelay": "10s", "maxDelay": "1s"}}}));
+    rps(&client, &ns)
+        .create(&PostParams::default(), &bad_rp)
+        .await
+        .expect("accepted by a 1.20 server");
+    let bad_q = format!("{prefix}-bad");
+    let bad_dlq =
+        DynamicObject::new("bad", &api_resource::<DeadLetterQueue>()).data(json!({"spec": {
+            "broker": {"secretRef": {"name": "rabbitmq-local"}},
+            "source": {"queue": bad_q},
+            "retryPolicyRef": {"name": "too-short"},
+        }}));
+    api.create(&PostParams::default(), &bad_dlq)
+        .await
+        .expect("create");
+    let r = wait_for(Duration::from_secs(60), "bad InvalidSpec", &op, || async {
+        ready(&api, "bad").await.filter(|r| r.1 == "InvalidSpec")
+    })
+    .await;
+    assert!(r.2.contains("spec.backoff.maxDelay"), "{r:?}");
+    let rp_ready = wait_for(
+        Duration::from_secs(30),
+        "policy InvalidSpec",
+        &op,
+        || async {
+            let o = rps(&client, &ns).get("too-short").await.ok()?;
+            let c = o.data["status"]["conditions"][0].clone();
+            (c["reason"] == "InvalidSpec").then_some(c)
+        },
+    )
+    .await;
+    assert!(rp_ready["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("spec.backoff.maxDelay"));
+    assert!(mgmt_get(&format!("/api/queues/%2F/{bad_q}"))
+        .await
+        .is_none());
+    api.delete("bad", &DeleteParams::default())
+        .await
+        .expect("delete bad");
+
     // Retain (the examples' policy): deleted at once, broker objects kept.
     for name in &names {
         api.delete(name, &DeleteParams::default())

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod e2e;
+pub mod fake_api;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -251,10 +251,11 @@ fn queue_conflicts(
 }
 
 impl Broker for RabbitMq {
-    /// Applies `plan` (see the module documentation for the rules): 4 reads (exchanges,
-    /// queues, policies, bindings of the vhost), then one write per object that is missing
-    /// or differs, in the plan's order (exchanges, policies, queues, bindings), then the
-    /// draining of obsolete retry tiers.
+    /// Applies `plan` (see the module documentation for the rules): the reads of
+    /// [`RabbitMq::snapshot`] (one small GET per planned object, never a whole-vhost
+    /// listing of queues, exchanges or bindings), then one write per object that is
+    /// missing or differs, in the plan's order (exchanges, policies, queues, bindings), then
+    /// the draining of obsolete retry tiers.
     ///
     /// # Errors
     /// [`BrokerError::NotFound`] for a missing vhost, transport/authentication errors,
@@ -263,16 +264,12 @@ impl Broker for RabbitMq {
     async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError> {
         let vhost = plan.vhost.as_str();
         let v = enc(vhost);
-        let exchanges: Vec<ExchangeInfo> = self.list("exchanges", vhost, "").await?;
-        let queues: Vec<QueueInfo> = self
-            .list(
-                "queues",
-                vhost,
-                "?columns=name,type,durable,arguments,messages,policy",
-            )
-            .await?;
-        let policies: Vec<PolicyInfo> = self.list("policies", vhost, "").await?;
-        let bindings: Vec<BindingInfo> = self.list("bindings", vhost, "").await?;
+        let Snapshot {
+            exchanges,
+            queues,
+            policies,
+            bindings,
+        } = self.snapshot(plan).await?;
 
         let exchange_by_name: BTreeMap<&str, &ExchangeInfo> =
             exchanges.iter().map(|e| (e.name.as_str(), e)).collect();
@@ -786,7 +783,147 @@ impl Broker for RabbitMq {
     }
 }
 
+/// What exists on the broker for one plan (see [`RabbitMq::snapshot`]).
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// The planned exchanges and the source exchange that exist.
+    pub exchanges: Vec<ExchangeInfo>,
+    /// The planned queues that exist, and every queue named like a retry tier of the
+    /// source queue (`<retry exchange>.…`).
+    pub queues: Vec<QueueInfo>,
+    /// Every policy of the vhost (shadowing and merging need them all).
+    pub policies: Vec<PolicyInfo>,
+    /// Bindings between each planned exchange/queue pair, and the bindings of the tier-like
+    /// queues that are not planned.
+    pub bindings: Vec<BindingInfo>,
+}
+
+/// Page size of filtered queue listings.
+const PAGE_SIZE: u32 = 500;
+
 impl RabbitMq {
+    /// GETs `/api/{path}` and decodes it; `None` on 404.
+    async fn get_opt<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<Option<T>, BrokerError> {
+        match self.mgmt.get_json::<T>(path, path).await {
+            Ok(v) => Ok(Some(v)),
+            Err(BrokerError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads what the broker has for `plan`, with requests whose cost does not grow with
+    /// the number of objects in the vhost (the management API's listings of queues and
+    /// bindings take tens of milliseconds per thousand queues, and an apply of 1,000
+    /// resources would otherwise cost O(n²)): `GET /api/vhosts/{vhost}`; one GET per
+    /// planned exchange, queue and exchange/queue binding pair; the vhost's policies; and
+    /// the queues named `<retry exchange>.*` through the filtered, paginated listing
+    /// (`name=…&use_regex=true`) plus their bindings, to find obsolete tiers.
+    ///
+    /// # Errors
+    /// [`BrokerError::NotFound`] for a missing vhost; transport/authentication errors.
+    pub async fn snapshot(&self, plan: &DesiredTopology) -> Result<Snapshot, BrokerError> {
+        let vhost = plan.vhost.as_str();
+        let v = enc(vhost);
+        self.mgmt
+            .get_json::<Value>(
+                &format!("vhosts/{v}?columns=name"),
+                &format!("vhost {vhost:?}"),
+            )
+            .await?;
+        let mut snap = Snapshot::default();
+        let exchange_names = plan
+            .exchanges
+            .iter()
+            .map(|x| x.name.as_str())
+            .chain(plan.source_exchange.as_deref());
+        for name in exchange_names {
+            if let Some(x) = self
+                .get_opt::<ExchangeInfo>(&format!("exchanges/{v}/{}?columns=name,type", enc(name)))
+                .await?
+            {
+                snap.exchanges.push(x);
+            }
+        }
+        const QUEUE_COLUMNS: &str =
+            "columns=name,type,durable,arguments,messages,messages_ready,messages_unacknowledged,policy";
+        for q in &plan.queues {
+            if let Some(info) = self
+                .get_opt::<QueueInfo>(&format!("queues/{v}/{}?{QUEUE_COLUMNS}", enc(&q.name)))
+                .await?
+            {
+                snap.queues.push(info);
+            }
+        }
+        // Tier-like queues of this source (planned or not), page by page.
+        let pattern = format!("^{}\\.", regex::escape(&plan.routes.retry_exchange));
+        let mut page = 1;
+        loop {
+            #[derive(serde::Deserialize)]
+            struct Page {
+                #[serde(default)]
+                items: Vec<QueueInfo>,
+                #[serde(default)]
+                page_count: u32,
+            }
+            let path = format!(
+                "queues/{v}?page={page}&page_size={PAGE_SIZE}&name={}&use_regex=true&{QUEUE_COLUMNS}",
+                enc(&pattern)
+            );
+            let p: Page = self
+                .mgmt
+                .get_json(&path, &format!("vhost {vhost:?}"))
+                .await?;
+            for info in p.items {
+                if !snap.queues.iter().any(|q| q.name == info.name) {
+                    snap.queues.push(info);
+                }
+            }
+            if page >= p.page_count {
+                break;
+            }
+            page += 1;
+        }
+        snap.policies = self.list("policies", vhost, "").await?;
+        const BINDING_COLUMNS: &str =
+            "columns=source,destination,destination_type,routing_key,properties_key";
+        let mut pairs: Vec<(&str, &str)> = plan
+            .bindings
+            .iter()
+            .map(|b| (b.exchange.as_str(), b.queue.as_str()))
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        for (x, q) in pairs {
+            let found: Option<Vec<BindingInfo>> = self
+                .get_opt(&format!(
+                    "bindings/{v}/e/{}/q/{}?{BINDING_COLUMNS}",
+                    enc(x),
+                    enc(q)
+                ))
+                .await?;
+            snap.bindings.extend(found.unwrap_or_default());
+        }
+        let unplanned: Vec<String> = snap
+            .queues
+            .iter()
+            .filter(|q| !plan.queues.iter().any(|p| p.name == q.name))
+            .map(|q| q.name.clone())
+            .collect();
+        for name in unplanned {
+            let found: Option<Vec<BindingInfo>> = self
+                .get_opt(&format!(
+                    "queues/{v}/{}/bindings?{BINDING_COLUMNS}",
+                    enc(&name)
+                ))
+                .await?;
+            snap.bindings.extend(found.unwrap_or_default());
+        }
+        Ok(snap)
+    }
+
     /// Why queue `q` must not be deleted now (messages or consumers), or `None` when it is
     /// idle or gone. Reads the statistics already in `q` and an AMQP passive declare.
     async fn busy(

@@ -1,0 +1,52 @@
+//! docs/RBAC.md is generated from the operator's own list of API calls
+//! (`src/controller/rbac.rs`), and every call the controller makes is in that list.
+
+use dlq_operator::controller::rbac::{allows, markdown, RULES};
+
+#[test]
+fn rbac_doc_matches_the_code() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/RBAC.md");
+    let committed = std::fs::read_to_string(&path).expect("docs/RBAC.md");
+    assert_eq!(
+        committed,
+        markdown(),
+        "docs/RBAC.md is stale: regenerate with `cargo run -- rbac --format markdown > docs/RBAC.md`"
+    );
+}
+
+#[test]
+fn every_call_of_the_controller_is_granted() {
+    // (group, resource, verb) of each call the controllers make; the fake-API tests
+    // assert these exact calls (tests/controller_fake_api.rs).
+    let calls = [
+        ("dlqoperator.io", "deadletterqueues", "list"),
+        ("dlqoperator.io", "deadletterqueues", "watch"),
+        ("dlqoperator.io", "deadletterqueues", "patch"), // finalizer
+        ("dlqoperator.io", "deadletterqueues/status", "patch"),
+        ("dlqoperator.io", "retrypolicies", "get"),
+        ("dlqoperator.io", "retrypolicies", "list"),
+        ("dlqoperator.io", "retrypolicies", "watch"),
+        ("dlqoperator.io", "retrypolicies/status", "patch"),
+        ("", "secrets", "get"),
+        ("", "secrets", "list"),
+        ("", "secrets", "watch"),
+        ("events.k8s.io", "events", "create"),
+        ("events.k8s.io", "events", "patch"),
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "patch"),
+    ];
+    for (group, resource, verb) in calls {
+        assert!(allows(group, resource, verb), "{verb} {group}/{resource}");
+    }
+    // Nothing broader than needed: no wildcard, no delete, no update of anything.
+    for r in RULES {
+        assert!(
+            !r.verbs
+                .iter()
+                .any(|v| ["*", "delete", "update", "deletecollection"].contains(v)),
+            "{r:?}"
+        );
+        assert!(!r.resources.contains(&"*"), "{r:?}");
+    }
+}
