@@ -15,6 +15,7 @@
 //! deleted at the end.
 
 #[path = "../tests/common/fake_api.rs"]
+#[allow(dead_code)]
 mod fake_api;
 
 use std::sync::Arc;
