@@ -47,7 +47,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &ns, &api_resource::<DeadLetterQueue>());
-    crate::controller::instrumented(KIND, &ctx, async {
+    crate::controller::instrumented(KIND, &obj.clone(), &ctx, async {
         finalizer(&api, FINALIZER, obj, |event| async {
             match event {
                 FinalizerEvent::Apply(o) => apply(&o, &ctx).await,

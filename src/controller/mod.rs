@@ -171,21 +171,39 @@ pub async fn publish(ctx: &Context, obj: &DynamicObject, resource: &ApiResource,
     }
 }
 
-/// Runs one reconcile `fut` of a `kind` resource, recording its duration and result in
-/// the metrics.
-pub async fn instrumented<F>(kind: &str, ctx: &Context, fut: F) -> Result<Action, Error>
+/// Runs one reconcile `fut` of the `kind` resource `obj` inside a `reconcile` tracing span
+/// (fields `kind`, `namespace`, `name`), recording its duration and result in the
+/// metrics and logging the outcome.
+pub async fn instrumented<F>(
+    kind: &'static str,
+    obj: &DynamicObject,
+    ctx: &Context,
+    fut: F,
+) -> Result<Action, Error>
 where
     F: Future<Output = Result<Action, Error>>,
 {
-    let start = Instant::now();
-    let result = fut.await;
-    let label = match &result {
-        Ok(_) => "success",
-        Err(e) => e.metric_label(),
-    };
-    ctx.metrics
-        .record_reconcile(kind, label, start.elapsed().as_secs_f64());
-    result
+    let span = tracing::info_span!(
+        "reconcile",
+        kind,
+        namespace = obj.metadata.namespace.as_deref().unwrap_or_default(),
+        name = obj.metadata.name.as_deref().unwrap_or_default(),
+    );
+    async move {
+        let start = Instant::now();
+        let result = fut.await;
+        let elapsed = start.elapsed();
+        let label = match &result {
+            Ok(_) => "success",
+            Err(e) => e.metric_label(),
+        };
+        ctx.metrics
+            .record_reconcile(kind, label, elapsed.as_secs_f64());
+        tracing::debug!(result = label, ms = elapsed.as_millis() as u64, "reconciled");
+        result
+    }
+    .instrument(span)
+    .await
 }
 
 /// The controllers' error policy: per-object exponential backoff (5 s doubling to 5 min,

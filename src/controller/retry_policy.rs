@@ -92,7 +92,7 @@ pub fn status_for(
 /// # Errors
 /// Kubernetes API errors (retried with per-object backoff).
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    crate::controller::instrumented(KIND, &ctx, async {
+    crate::controller::instrumented(KIND, &obj.clone(), &ctx, async {
         let ns = obj.namespace().ok_or(Error::NoNamespace)?;
         let current: RetryPolicyStatus = status_of(&obj);
         let decoded = decode::<RetryPolicy>(&obj);
