@@ -32,6 +32,16 @@ pub enum ReconcileError {
     /// `spec.broker.secretRef` names a Secret that does not exist.
     #[error("spec.broker.secretRef.name: Secret {0} not found")]
     SecretNotFound(String),
+    /// Another DeadLetterQueue already manages a queue or exchange this one plans (on the
+    /// same broker Secret and vhost): applying both would make them overwrite each other's
+    /// policies.
+    #[error("{field}: {message}")]
+    NameConflict {
+        /// The field that names the shared object (e.g. `spec.source.queue`).
+        field: &'static str,
+        /// Which object, and who manages it.
+        message: String,
+    },
     /// The broker refused or could not be reached.
     #[error(transparent)]
     Broker(#[from] BrokerError),
@@ -44,6 +54,7 @@ impl ReconcileError {
             ReconcileError::InvalidSpec { .. } => "InvalidSpec",
             ReconcileError::RetryPolicyNotFound(_) => "RetryPolicyNotFound",
             ReconcileError::SecretNotFound(_) => "SecretNotFound",
+            ReconcileError::NameConflict { .. } => "NameConflict",
             ReconcileError::Broker(e) => match e {
                 BrokerError::Unreachable { .. } => "BrokerUnreachable",
                 BrokerError::AuthFailed { .. } => "BrokerAuthFailed",
@@ -62,6 +73,7 @@ impl ReconcileError {
             ReconcileError::InvalidSpec { .. } => "invalid_spec",
             ReconcileError::RetryPolicyNotFound(_) => "retry_policy_not_found",
             ReconcileError::SecretNotFound(_) => "secret_not_found",
+            ReconcileError::NameConflict { .. } => "name_conflict",
             ReconcileError::Broker(e) => e.metric_label(),
         }
     }

@@ -194,6 +194,10 @@ pub struct Context {
     pub clock: Clock,
     /// Requeue interval of a healthy object (re-checks the broker for drift), seconds.
     pub resync: Duration,
+    /// The DeadLetterQueue controller's store (every watched DeadLetterQueue), set once
+    /// the controller starts; used to refuse names another resource already manages.
+    pub dead_letter_queues:
+        Arc<std::sync::OnceLock<kube::runtime::reflector::Store<kube::api::DynamicObject>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -224,6 +228,7 @@ impl Context {
             backoff: Arc::new(ErrorBackoff::default()),
             clock: system_clock(),
             resync: Duration::from_secs(300),
+            dead_letter_queues: Arc::default(),
         }
     }
 

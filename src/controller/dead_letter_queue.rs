@@ -123,8 +123,17 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             source,
         }),
         Ok(dlq) => {
+            let others: Vec<Arc<DynamicObject>> = ctx
+                .dead_letter_queues
+                .get()
+                .map(|store| store.state())
+                .unwrap_or_default();
             let (policy, secret) = read_references(ctx, &ns, &dlq).await?;
-            match prepare(&dlq, policy.as_ref(), secret.as_ref()) {
+            let prepared_or_conflict = match name_conflict(&dlq, &others) {
+                Some(conflict) => Err(conflict),
+                None => prepare(&dlq, policy.as_ref(), secret.as_ref()),
+            };
+            match prepared_or_conflict {
                 Err(e) => Err(e),
                 Ok(p) => {
                     let result = match secret
@@ -162,6 +171,95 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The queues and exchanges `spec` makes the operator manage (not the retry tiers, which
+/// are named after the retry exchange), each with the field that names it.
+fn claimed_names(dlq: &DeadLetterQueue) -> Vec<(&'static str, String, &'static str)> {
+    let policy = crate::backoff::ResolvedPolicy::from_spec(&RetryPolicySpec::default());
+    let Ok(policy) = policy else {
+        return Vec::new();
+    };
+    let t = crate::topology::plan(&object_key(&dlq.metadata), &dlq.spec, &policy);
+    let mut names: Vec<(&'static str, String, &'static str)> = t
+        .queues
+        .iter()
+        .filter_map(|q| match q.role {
+            crate::topology::QueueRole::Source => {
+                Some(("queue", q.name.clone(), "spec.source.queue"))
+            }
+            crate::topology::QueueRole::DeadLetter { .. } => {
+                Some(("queue", q.name.clone(), "spec.deadLetter.queue"))
+            }
+            crate::topology::QueueRole::Retry { .. } => None,
+        })
+        .collect();
+    for x in &t.exchanges {
+        let field = if x.name == t.routes.dead_letter_exchange {
+            "spec.deadLetter.exchange"
+        } else {
+            "spec.source.queue"
+        };
+        names.push(("exchange", x.name.clone(), field));
+    }
+    // The source queue first, so two resources on one source are reported as such.
+    names.sort_by_key(|(kind, _, field)| !(*kind == "queue" && *field == "spec.source.queue"));
+    names
+}
+
+/// `Some(NameConflict)` when an older DeadLetterQueue of `others` (same namespace, same
+/// broker Secret, same vhost) already manages a queue or exchange that `dlq` plans. Pure.
+///
+/// Each queue and exchange belongs to one DeadLetterQueue (as `apply -f` enforces across
+/// files): two resources on one source queue, or one's dead-letter queue being another's
+/// source, would overwrite each other's policies on every resync. The older resource
+/// (creation time, then name) keeps it; the newer one gets `Ready=False,
+/// reason=NameConflict` and no broker call. Resources in other namespaces are not
+/// compared: their Secrets may name other brokers.
+pub fn name_conflict(
+    dlq: &DeadLetterQueue,
+    others: &[Arc<DynamicObject>],
+) -> Option<ReconcileError> {
+    let mine = claimed_names(dlq);
+    let ns = dlq.metadata.namespace.as_deref();
+    let my_age = (
+        dlq.metadata.creation_timestamp.clone().map(|t| t.0),
+        dlq.metadata.name.clone().unwrap_or_default(),
+    );
+    for other in others {
+        if other.metadata.namespace.as_deref() != ns || other.metadata.uid == dlq.metadata.uid {
+            continue;
+        }
+        let Ok(other) = decode::<DeadLetterQueue>(other) else {
+            continue;
+        };
+        if other.metadata.name == dlq.metadata.name
+            || other.spec.broker.secret_ref.name != dlq.spec.broker.secret_ref.name
+            || other.spec.broker.vhost != dlq.spec.broker.vhost
+        {
+            continue;
+        }
+        let their_age = (
+            other.metadata.creation_timestamp.clone().map(|t| t.0),
+            other.metadata.name.clone().unwrap_or_default(),
+        );
+        if their_age >= my_age {
+            continue;
+        }
+        let theirs = claimed_names(&other);
+        for (kind, name, field) in &mine {
+            if theirs.iter().any(|(k, n, _)| k == kind && n == name) {
+                return Some(ReconcileError::NameConflict {
+                    field,
+                    message: format!(
+                        "{kind} {name:?} is already managed by DeadLetterQueue {} (same Secret and vhost); each queue and exchange belongs to one DeadLetterQueue",
+                        object_key(&other.metadata)
+                    ),
+                });
+            }
+        }
+    }
+    None
 }
 
 /// Writes `status` with server-side apply (field manager [`FIELD_MANAGER`], forced: the
@@ -471,6 +569,77 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    fn dynamic(name: &str, created: i64, spec: serde_json::Value) -> Arc<DynamicObject> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "dlqoperator.io/v1alpha1", "kind": "DeadLetterQueue",
+                "metadata": {"name": name, "namespace": "ns", "uid": name,
+                             "creationTimestamp": at(created)},
+                "spec": spec,
+            }))
+            .expect("object"),
+        )
+    }
+
+    fn spec(queue: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut s = serde_json::json!({
+            "broker": {"secretRef": {"name": "rabbit"}},
+            "source": {"queue": queue},
+            "retryPolicyRef": {"name": "p"},
+        });
+        if let (Some(o), Some(e)) = (s.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        s
+    }
+
+    #[test]
+    fn the_older_resource_keeps_a_shared_name() {
+        let older = dynamic("a", 10, spec("orders", serde_json::json!({})));
+        let same_source = dynamic("b", 20, spec("orders", serde_json::json!({})));
+        let dlq_is_source = dynamic(
+            "c",
+            30,
+            spec(
+                "payments",
+                serde_json::json!({"deadLetter": {"queue": "orders"}}),
+            ),
+        );
+        let elsewhere = dynamic(
+            "d",
+            40,
+            spec(
+                "orders",
+                serde_json::json!({"broker": {"secretRef": {"name": "other"}}}),
+            ),
+        );
+        let all = vec![
+            older.clone(),
+            same_source.clone(),
+            dlq_is_source.clone(),
+            elsewhere.clone(),
+        ];
+        let typed = |o: &Arc<DynamicObject>| decode::<DeadLetterQueue>(o).expect("decodes");
+        assert!(
+            name_conflict(&typed(&older), &all).is_none(),
+            "the oldest keeps it"
+        );
+        let e = name_conflict(&typed(&same_source), &all).expect("conflict");
+        assert_eq!(e.reason(), "NameConflict");
+        assert!(
+            e.to_string().starts_with(
+                "spec.source.queue: queue \"orders\" is already managed by DeadLetterQueue ns/a"
+            ),
+            "{e}"
+        );
+        let e = name_conflict(&typed(&dlq_is_source), &all).expect("conflict");
+        assert!(e.to_string().starts_with("spec.deadLetter.queue:"), "{e}");
+        assert!(
+            name_conflict(&typed(&elsewhere), &all).is_none(),
+            "another Secret"
+        );
     }
 
     #[test]

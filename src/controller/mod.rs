@@ -199,7 +199,11 @@ where
         };
         ctx.metrics
             .record_reconcile(kind, label, elapsed.as_secs_f64());
-        tracing::debug!(result = label, ms = elapsed.as_millis() as u64, "reconciled");
+        tracing::debug!(
+            result = label,
+            ms = elapsed.as_millis() as u64,
+            "reconciled"
+        );
         result
     }
     .instrument(span)
@@ -513,6 +517,7 @@ pub async fn controllers(
     // own status writes do not trigger reconciles.
     let writer = Writer::<DynamicObject>::new(dlq_ar.clone());
     let reader = writer.as_reader();
+    let _ = dlq_ctx.dead_letter_queues.set(reader.clone());
     let dlq_stream = watcher(all_or_ns(&dlq_ar), selected())
         .default_backoff()
         .reflect(writer)
