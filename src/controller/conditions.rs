@@ -79,11 +79,23 @@ pub fn set(
 /// `BrokerUnreachable`, …).
 pub fn for_reconcile(result: &Result<ApplyReport, ReconcileError>) -> [Desired; 2] {
     let (status, reason, message) = match result {
-        Ok(report) if report.is_ready() => (
-            true,
-            "TopologyApplied",
-            format!("all {} broker objects in place", report.actions.len()),
-        ),
+        Ok(report) if report.is_ready() => {
+            // Obsolete retry tiers do not block readiness, but a person may have to act
+            // (retained quorum tiers): say so where `kubectl get dlq -o yaml` shows it.
+            let obsolete: Vec<String> = report
+                .actions
+                .iter()
+                .filter(|a| matches!(a.outcome, Outcome::Draining(_) | Outcome::Retained(_)))
+                .map(|a| a.to_string())
+                .collect();
+            let in_place = report.actions.len() - obsolete.len();
+            let mut message = format!("all {in_place} broker objects in place");
+            if !obsolete.is_empty() {
+                message.push_str("; obsolete retry tiers: ");
+                message.push_str(&obsolete.join("; "));
+            }
+            (true, "TopologyApplied", message)
+        }
         Ok(report) => {
             let first =
                 |want: fn(&Outcome) -> bool| report.actions.iter().find(|a| want(&a.outcome));
@@ -174,6 +186,21 @@ mod tests {
         // Exactly the same desired state: nothing changes, nothing to write.
         assert!(!set(&mut conds, shadowed, Some(2), &at(500)));
         assert_eq!(conds.len(), 1);
+    }
+
+    #[test]
+    fn obsolete_tiers_are_named_in_the_ready_message() {
+        let mut r = report(vec![
+            Outcome::InPlace,
+            Outcome::Retained("delete it once its depth is 0".into()),
+        ]);
+        r.actions[1].name = "orders.retry.15s".into();
+        let [_, ready] = for_reconcile(&Ok(r));
+        assert!(ready.status);
+        assert_eq!(
+            ready.message,
+            "all 1 broker objects in place; obsolete retry tiers: queue orders.retry.15s: retained: delete it once its depth is 0"
+        );
     }
 
     #[test]

@@ -321,6 +321,8 @@ pub fn status_after(
 ///
 /// - `TopologyApplied` (Normal) when the apply wrote to the broker (the note lists what
 ///   was created, updated or deleted), or when `Ready` became `True`.
+/// - `TierRetained` (Warning) when an obsolete quorum retry tier was unbound but kept
+///   (RabbitMQ cannot delete it only-if-empty): delete it once empty.
 /// - A Warning with the condition's reason (`ArgumentConflict`, `PolicyShadowed`,
 ///   `BrokerUnreachable`, `InvalidSpec`, `SecretNotFound`, …) when `Ready` is `False` and
 ///   its reason or message changed, so a persisting failure is not repeated on every
@@ -367,6 +369,23 @@ pub fn events_for(
     let changed = old.as_ref().is_none_or(|o| {
         o.status != new.status || o.reason != new.reason || o.message != new.message
     });
+    // An obsolete quorum tier the operator cannot delete safely: a person must act.
+    if let Ok(report) = result {
+        let retained: Vec<String> = report
+            .actions
+            .iter()
+            .filter(|a| matches!(a.outcome, Outcome::Retained(_)))
+            .map(|a| a.to_string())
+            .collect();
+        if !retained.is_empty() && changed {
+            notes.push(Note {
+                type_: EventType::Warning,
+                reason: "TierRetained".into(),
+                action: "Apply".into(),
+                note: retained.join("; "),
+            });
+        }
+    }
     if new.status != "True" && changed {
         notes.push(Note {
             type_: EventType::Warning,
@@ -661,6 +680,27 @@ mod tests {
         let (same, changed) = status_after(&status, Some(1), &again, None, &at(20));
         assert!(!changed);
         assert!(events_for(&status, &same, &again).is_empty());
+    }
+
+    #[test]
+    fn a_retained_tier_is_a_warning_once() {
+        let empty = DeadLetterQueueStatus::default();
+        let result = Ok(report(vec![
+            Outcome::InPlace,
+            Outcome::Retained("delete it once its depth is 0".into()),
+        ]));
+        let (status, _) = status_after(&empty, Some(1), &result, None, &at(10));
+        let notes = events_for(&empty, &status, &result);
+        let reasons: Vec<&str> = notes.iter().map(|n| n.reason.as_str()).collect();
+        assert_eq!(reasons, ["TopologyApplied", "TierRetained"]);
+        assert_eq!(notes[1].type_, EventType::Warning);
+        assert_eq!(
+            notes[1].note,
+            "queue q1: retained: delete it once its depth is 0"
+        );
+        let (again, changed) = status_after(&status, Some(1), &result, None, &at(20));
+        assert!(!changed);
+        assert!(events_for(&status, &again, &result).is_empty());
     }
 
     #[test]

@@ -286,11 +286,23 @@ pub async fn until_shutdown(mut shutdown: Shutdown) {
 pub async fn run(client: Client, opts: Options, shutdown: Shutdown) -> Result<(), RunError> {
     let metrics = Metrics::new();
     let readiness = Readiness::new("starting");
+    // The HTTP server stops on shutdown, or as soon as the operator itself stops (an
+    // error must not wait for a signal to be reported).
+    let (stopped_tx, stopped_rx) = watch::channel(false);
+    let server_shutdown = {
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                _ = until_shutdown(shutdown) => {}
+                _ = until_shutdown(stopped_rx) => {}
+            }
+        }
+    };
     let (addr, server) = crate::metrics::bind(
         opts.metrics_addr,
         metrics.clone(),
         readiness.clone(),
-        until_shutdown(shutdown.clone()),
+        server_shutdown,
     )
     .await
     .map_err(RunError::Bind)?;
@@ -298,6 +310,7 @@ pub async fn run(client: Client, opts: Options, shutdown: Shutdown) -> Result<()
     let server = tokio::spawn(server);
 
     let result = run_inner(client, &opts, metrics, readiness, shutdown).await;
+    let _ = stopped_tx.send(true);
     match server.await {
         Ok(Err(e)) => warn!(error = %e, "metrics server failed"),
         Err(e) => warn!(error = %e, "metrics server task failed"),
@@ -362,7 +375,16 @@ async fn run_inner(
         .await
         .map_err(|e| RunError::Lease {
             lease: lease.clone(),
-            reason: e.to_string(),
+            reason: match e {
+                // The API's own message (e.g. `namespaces "x" not found`), not its debug dump.
+                kube_lease_manager::LeaseManagerError::KubeError(kube::Error::Api(s)) => {
+                    format!(
+                        "{} (HTTP {}; set --lease-namespace or POD_NAMESPACE)",
+                        s.message, s.code
+                    )
+                }
+                other => other.to_string(),
+            },
         })?;
     let (mut leader, handle) = manager.watch().await;
     readiness.set_ready();
@@ -456,7 +478,7 @@ async fn wait_for_crds(
                 Ok(_) => break,
                 Err(kube::Error::Api(status)) if status.code == 404 => {
                     let reason = format!(
-                        "CRD {crd} is not installed: waiting for it (install: kubectl create -f crds/)"
+                        "CRD {crd} is not installed: waiting for it (install: kubectl create -f crds/, with --validate=false before Kubernetes 1.25)"
                     );
                     if !logged {
                         warn!("{reason}");

@@ -78,9 +78,9 @@ pub fn markdown() -> String {
     let mut out = String::from(
         "# RBAC: what the operator calls\n\n\
          Generated from `src/controller/rbac.rs` by `dlq-operator rbac --format markdown`;\n\
-         a test fails when this file differs. The Helm chart's ClusterRole (or Role with\n\
-         `watchNamespace`) must grant exactly these rules: `dlq-operator rbac --format yaml`\n\
-         prints them as a ClusterRole.\n\n\
+         a test fails when this file differs. `dlq-operator rbac --format yaml` prints them\n\
+         as a ClusterRole to bind to the operator's user or ServiceAccount; a Role with the\n\
+         same rules is enough when the operator watches one namespace (`--namespace`).\n\n\
          | API group | Resources | Verbs | Why |\n|---|---|---|---|\n",
     );
     for r in RULES {
