@@ -277,10 +277,29 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
                 );
             }
             let resync = match parse_ms(&resync) {
-                Ok(ms) if ms > 0 => std::time::Duration::from_millis(ms),
-                Ok(_) => return Err("--resync: must be greater than 0".into()),
+                Ok(ms) if ms >= 10_000 => std::time::Duration::from_millis(ms),
+                Ok(_) => {
+                    return Err(
+                        "--resync: must be at least 10s (each resync reads every resource's topology from the broker)"
+                            .into(),
+                    )
+                }
                 Err(e) => return Err(format!("--resync: {e}")),
             };
+            let dns_label = regex::Regex::new("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+                .map_err(|e| e.to_string())?;
+            for (flag, value) in [
+                ("--namespace", &namespace),
+                ("--lease-namespace", &lease_namespace),
+            ] {
+                if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
+                    if !dns_label.is_match(v) {
+                        return Err(format!(
+                            "{flag} {v:?}: not a namespace name (RFC 1123 label: lower-case letters, digits and '-', at most 63)"
+                        ));
+                    }
+                }
+            }
             let client = kube::Client::try_default()
                 .await
                 .map_err(|e| format!("cannot reach a Kubernetes API server (KUBECONFIG, ~/.kube/config or in-cluster): {e}"))?;

@@ -740,6 +740,12 @@ fn secret_validation() {
         key_of(err(&[("uri", "http://x"), ("managementUri", MGMT_URI)])),
         "uri"
     );
+    // A common mistake: the API path instead of the plugin's base URI.
+    let e = err(&[
+        ("uri", AMQP_URI),
+        ("managementUri", "http://127.0.0.1:15672/api/"),
+    ]);
+    assert!(e.to_string().contains("without /api"), "{e}");
     let pem = "-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n";
     assert_eq!(
         key_of(err(&[
@@ -868,5 +874,82 @@ async fn shrinking_a_drop_head_dead_letter_queue_below_its_depth_is_refused() {
     assert!(!report.is_ready());
     assert_eq!(broker.request_counts().writes, before, "nothing written");
     assert_eq!(ready_count(&dlq).await, Some(3), "no dead letter dropped");
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn an_endpoint_that_never_answers_times_out_instead_of_hanging() {
+    // Accepts TCP connections and never says a word (no AMQP handshake).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let conn = BrokerConnection::from_secret_data(
+        "rabbitmq",
+        &secret(&[
+            ("uri", &format!("amqp://guest:guest@127.0.0.1:{port}/")),
+            ("managementUri", MGMT_URI),
+        ]),
+    )
+    .expect("secret");
+    let start = Instant::now();
+    let err = amqp::passive_queue_counts(&conn, "/", "anything")
+        .await
+        .expect_err("no answer");
+    let waited = start.elapsed();
+    assert!(matches!(err, BrokerError::Unreachable { .. }), "{err:?}");
+    assert!(err.to_string().contains("within 10 s"), "{err}");
+    assert!(
+        waited >= amqp::TIMEOUT && waited < amqp::TIMEOUT + Duration::from_secs(5),
+        "gave up after {waited:?}"
+    );
+    silent.abort();
+}
+
+#[tokio::test]
+async fn remove_refuses_while_the_source_queue_has_consumers() {
+    let q = unique("rm-consumer");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let topology = topo(&q, &["1s"]);
+    broker.apply(&topology).await.expect("apply");
+    let connection = lapin::Connection::connect(AMQP_URI, lapin::ConnectionProperties::default())
+        .await
+        .expect("amqp");
+    let channel = connection.create_channel().await.expect("channel");
+    let _consumer = channel
+        .basic_consume(
+            q.as_str().into(),
+            "app".into(),
+            Default::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    let report = broker.remove(&topology).await.expect("remove");
+    assert!(!report.is_complete());
+    assert!(
+        report.blocked[0].contains(&format!("source queue {q:?} has 1 consumer(s)")),
+        "{:?}",
+        report.blocked
+    );
+    assert!(report.actions.is_empty(), "nothing removed");
+    assert!(raw
+        .names("exchanges/%2F")
+        .await
+        .contains(&format!("{q}.dlx")));
+    let _ = connection.close(200, "bye".into()).await;
+    // Consumer gone: removal goes through, the source queue stays.
+    let report = broker.remove(&topology).await.expect("remove");
+    assert!(report.is_complete(), "{:?}", report.blocked);
+    let queues = raw.names("queues/%2F?columns=name").await;
+    assert!(queues.contains(&q));
+    assert!(!queues.contains(&format!("{q}.dlq")));
     raw.cleanup(&q).await;
 }

@@ -867,3 +867,113 @@ async fn missing_crd_is_waited_for_with_readyz_saying_why_then_shutdown_drains()
         .expect("task");
     assert!(result.is_ok(), "{result:?}");
 }
+
+/// A controller store holding `objects`, as the DeadLetterQueue watch fills it.
+fn store_of(objects: &[DynamicObject]) -> kube::runtime::reflector::Store<DynamicObject> {
+    let mut writer = kube::runtime::reflector::store::Writer::<DynamicObject>::new(api_resource::<
+        DeadLetterQueue,
+    >());
+    for o in objects {
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(o.clone()));
+    }
+    writer.as_reader()
+}
+
+#[tokio::test]
+async fn a_second_resource_on_the_same_source_queue_is_a_name_conflict_without_broker_calls() {
+    let q = unique("ctl-conflict");
+    let fake = fake_with_references(json!({"maxRetries": 1, "tiers": ["5s"]}));
+    let ctx = context(fake.client(NS));
+    let mut first = DlqBuilder::new("first", &q).finalizer();
+    first.spec["deletionPolicy"] = json!("Delete");
+    let mut second = DlqBuilder::new("second", &q).finalizer();
+    second.spec["deletionPolicy"] = json!("Delete");
+    let mut older = first.build();
+    older.metadata.creation_timestamp = Some(at(100));
+    let mut newer = second.build();
+    newer.metadata.creation_timestamp = Some(at(200));
+    let _ = ctx
+        .dead_letter_queues
+        .set(store_of(&[older.clone(), newer.clone()]));
+
+    fake.put(&format!("{DLQ_PATH}/second"), json!(newer));
+    let err = dead_letter_queue::reconcile(Arc::new(newer.clone()), ctx.clone())
+        .await
+        .expect_err("conflict");
+    assert_eq!(err.metric_label(), "name_conflict");
+    let calls = fake.take();
+    let ready = condition(&status_patch(&calls), "Ready").clone();
+    assert_eq!(ready["reason"], "NameConflict");
+    assert_eq!(
+        ready["message"],
+        format!("spec.source.queue: queue \"{q}\" is already managed by DeadLetterQueue team-a/first (same Secret and vhost); each queue and exchange belongs to one DeadLetterQueue")
+    );
+    assert!(ctx.brokers.is_empty(), "no broker call for the newer one");
+
+    // The older one applies; deleting the newer (which never applied) touches nothing.
+    fake.put(&format!("{DLQ_PATH}/first"), json!(older));
+    dead_letter_queue::reconcile(Arc::new(older.clone()), ctx.clone())
+        .await
+        .expect("older applies");
+    fake.take();
+    let mut deleting = second.deleting().status(json!({"conditions": []})).build();
+    deleting.metadata.creation_timestamp = Some(at(200));
+    fake.put(&format!("{DLQ_PATH}/second"), json!(deleting));
+    dead_letter_queue::reconcile(Arc::new(deleting), ctx.clone())
+        .await
+        .expect("released");
+    assert!(
+        mgmt_get(&format!("/api/queues/%2F/{q}.dlq"))
+            .await
+            .is_some(),
+        "the older one's DLQ stays"
+    );
+    assert!(mgmt_get(&format!("/api/exchanges/%2F/{q}.dlx"))
+        .await
+        .is_some());
+    cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn delete_after_the_source_queue_was_edited_touches_nothing() {
+    let q = unique("ctl-edited");
+    let other = unique("ctl-other");
+    let fake = fake_with_references(json!({"maxRetries": 1, "tiers": ["5s"]}));
+    let ctx = context(fake.client(NS));
+    let mut dlq = DlqBuilder::new("orders", &q).finalizer();
+    dlq.spec["deletionPolicy"] = json!("Delete");
+    let status = applied(&fake, &ctx, &dlq).await;
+    // Someone else's topology under the name the spec is edited to.
+    let mut victim = DlqBuilder::new("victim", &other).finalizer();
+    victim.spec["deletionPolicy"] = json!("Retain");
+    applied(&fake, &ctx, &victim).await;
+
+    let edited = dlq
+        .spec("/source/queue", json!(other))
+        .status(status)
+        .deleting();
+    fake.put(&format!("{DLQ_PATH}/orders"), json!(edited.build()));
+    let err = dead_letter_queue::reconcile(Arc::new(edited.build()), ctx.clone())
+        .await
+        .expect_err("blocked");
+    assert_eq!(err.metric_label(), "deletion_blocked");
+    let calls = fake.take();
+    let ready = condition(&status_patch(&calls), "Ready").clone();
+    assert_eq!(ready["reason"], "DeletionBlocked");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("spec.source.queue is {other:?}")),
+        "{ready}"
+    );
+    for kept in [
+        format!("/api/queues/%2F/{other}.dlq"),
+        format!("/api/exchanges/%2F/{other}.dlx"),
+        format!("/api/queues/%2F/{q}.dlq"),
+    ] {
+        assert!(mgmt_get(&kept).await.is_some(), "{kept} kept");
+    }
+    cleanup(&q).await;
+    cleanup(&other).await;
+}

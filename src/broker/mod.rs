@@ -209,6 +209,12 @@ impl BrokerConnection {
         strip_userinfo(&mut management);
         management.set_query(None);
         management.set_fragment(None);
+        if management.path().trim_end_matches('/').ends_with("/api") {
+            return Err(invalid(
+                "managementUri",
+                "give the management plugin's base URI without /api (e.g. http://rabbitmq:15672)",
+            ));
+        }
 
         let username = match text("username")? {
             Some(u) if !u.is_empty() => u,

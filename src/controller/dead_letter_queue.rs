@@ -60,6 +60,27 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     .await
 }
 
+/// Every DeadLetterQueue the controller watches (empty before it started).
+fn others(ctx: &Context) -> Vec<Arc<DynamicObject>> {
+    ctx.dead_letter_queues
+        .get()
+        .map(|store| store.state())
+        .unwrap_or_default()
+}
+
+/// Decodes and validates the DeadLetterQueue `obj` (before anything it references is
+/// read: an empty reference name is an invalid spec, not an API error).
+fn decode_valid(obj: &DynamicObject) -> Result<DeadLetterQueue, ReconcileError> {
+    let invalid = |source| ReconcileError::InvalidSpec {
+        kind: "DeadLetterQueue",
+        name: object_key(&obj.metadata),
+        source,
+    };
+    let dlq = decode::<DeadLetterQueue>(obj).map_err(invalid)?;
+    dlq.spec.validate().map_err(invalid)?;
+    Ok(dlq)
+}
+
 /// Reads what `dlq` references. The RetryPolicy is `None` when absent, `Some(Err)` when it
 /// does not decode.
 async fn read_references(
@@ -116,18 +137,10 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let key = object_key(&obj.metadata);
     let current: DeadLetterQueueStatus = status_of(obj);
     let mut prepared = None;
-    let result = match decode::<DeadLetterQueue>(obj) {
-        Err(source) => Err(ReconcileError::InvalidSpec {
-            kind: "DeadLetterQueue",
-            name: key.clone(),
-            source,
-        }),
+    let result = match decode_valid(obj) {
+        Err(e) => Err(e),
         Ok(dlq) => {
-            let others: Vec<Arc<DynamicObject>> = ctx
-                .dead_letter_queues
-                .get()
-                .map(|store| store.state())
-                .unwrap_or_default();
+            let others = others(ctx);
             let (policy, secret) = read_references(ctx, &ns, &dlq).await?;
             let prepared_or_conflict = match name_conflict(&dlq, &others) {
                 Some(conflict) => Err(conflict),
@@ -397,6 +410,111 @@ pub fn events_for(
     notes
 }
 
+/// Sets `Ready` and `TopologyReady` to `False` with `reason`/`message` during deletion
+/// and writes the status if that changed it (`true` then).
+async fn deletion_condition(
+    ctx: &Context,
+    obj: &DynamicObject,
+    current: &DeadLetterQueueStatus,
+    reason: &'static str,
+    message: &str,
+) -> Result<bool, Error> {
+    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
+    let mut status = current.clone();
+    let now = ctx.now();
+    for type_ in [TOPOLOGY_READY, READY] {
+        let desired = Desired {
+            type_,
+            status: false,
+            reason,
+            message: message.to_string(),
+        };
+        conditions::set(
+            &mut status.conditions,
+            &desired,
+            obj.metadata.generation,
+            &now,
+        );
+    }
+    if status == *current {
+        return Ok(false);
+    }
+    patch_status(ctx, &ns, obj, &status).await?;
+    Ok(true)
+}
+
+/// The other DeadLetterQueues of `others` (any namespace, same vhost) that plan one of
+/// the names `dlq` plans, each with the shared names (`queue "x"`).
+fn sharing_names(
+    dlq: &DeadLetterQueue,
+    others: &[Arc<DynamicObject>],
+) -> Vec<(DeadLetterQueue, Vec<String>)> {
+    let mine = claimed_names(dlq);
+    let mut out = Vec::new();
+    for other in others {
+        if other.metadata.uid == dlq.metadata.uid {
+            continue;
+        }
+        let Ok(other) = decode::<DeadLetterQueue>(other) else {
+            continue;
+        };
+        if other.spec.broker.vhost != dlq.spec.broker.vhost {
+            continue;
+        }
+        let theirs = claimed_names(&other);
+        let shared: Vec<String> = mine
+            .iter()
+            .filter(|(kind, name, _)| theirs.iter().any(|(k, n, _)| k == kind && n == name))
+            .map(|(kind, name, _)| format!("{kind} {name:?}"))
+            .collect();
+        if !shared.is_empty() {
+            out.push((other, shared));
+        }
+    }
+    out
+}
+
+/// The sharing of [`sharing_names`] that is on the same broker as `ours`: same namespace
+/// and Secret, or a Secret (read here) whose management endpoint is the same. A Secret
+/// that cannot be read counts as the same broker (nothing is deleted on a guess).
+async fn shared_on_same_broker(
+    ctx: &Context,
+    dlq: &DeadLetterQueue,
+    ours: &crate::broker::BrokerConnection,
+) -> Vec<String> {
+    let ns = dlq.metadata.namespace.clone().unwrap_or_default();
+    let mut shared = Vec::new();
+    for (other, names) in sharing_names(dlq, &others(ctx)) {
+        let other_ns = other.metadata.namespace.clone().unwrap_or_default();
+        let same = if other_ns == ns
+            && other.spec.broker.secret_ref.name == dlq.spec.broker.secret_ref.name
+        {
+            true
+        } else {
+            let secret = Api::<Secret>::namespaced(ctx.client.clone(), &other_ns)
+                .get_opt(&other.spec.broker.secret_ref.name)
+                .await;
+            match secret {
+                Ok(Some(s)) => crate::broker::BrokerConnection::from_secret_data(
+                    &other.spec.broker.secret_ref.name,
+                    &crate::manifest::secret_data(&s),
+                )
+                .map(|c| c.management_base() == ours.management_base())
+                .unwrap_or(true),
+                _ => true,
+            }
+        };
+        if same {
+            shared.push(format!(
+                "{} ({})",
+                names.join(", "),
+                object_key(&other.metadata)
+            ));
+        }
+    }
+    shared
+}
+
 async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let ar = api_resource::<DeadLetterQueue>();
@@ -406,12 +524,16 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         .as_ref()
         .map(|t| t.queues.join(", "))
         .unwrap_or_default();
+    let left_note = if left.is_empty() {
+        String::new()
+    } else {
+        format!(" (queues: {left})")
+    };
     let dlq = match decode::<DeadLetterQueue>(obj) {
         Ok(d) => d,
         Err(invalid) => {
             let note = format!(
-                "spec does not decode ({invalid}): finalizer released, broker objects not deleted{}",
-                if left.is_empty() { String::new() } else { format!(" (queues: {left})") }
+                "spec does not decode ({invalid}): finalizer released, broker objects not deleted{left_note}"
             );
             publish(
                 ctx,
@@ -437,7 +559,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         .await;
         return Ok(Action::await_change());
     }
-    if current.topology.is_none() {
+    let Some(recorded) = current.topology.clone() else {
         // Never applied: nothing on the broker is ours, no need to reach it.
         publish(
             ctx,
@@ -451,11 +573,24 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         )
         .await;
         return Ok(Action::await_change());
+    };
+    if let Err(invalid) = dlq.spec.validate() {
+        let note = format!(
+            "invalid spec ({invalid}): finalizer released, broker objects not deleted{left_note}"
+        );
+        publish(
+            ctx,
+            obj,
+            &ar,
+            Note::warning("CleanupSkipped", "Delete", note),
+        )
+        .await;
+        return Ok(Action::await_change());
     }
     let (policy, secret) = read_references(ctx, &ns, &dlq).await?;
     let Some(secret) = secret else {
         let note = format!(
-            "Secret {} not found: finalizer released, broker objects not deleted (queues: {left})",
+            "Secret {} not found: finalizer released, broker objects not deleted{left_note}",
             dlq.spec.broker.secret_ref.name
         );
         publish(
@@ -475,39 +610,73 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     };
     let prepared = match reconcile::prepare(&dlq, Some(&policy), Some(&secret)) {
         Ok(p) => p,
-        Err(e @ ReconcileError::InvalidSpec { .. }) => {
-            let note =
-                format!("{e}: finalizer released, broker objects not deleted (queues: {left})");
+        Err(e) => {
+            let message = format!("cannot delete broker objects: {e}");
+            if deletion_condition(ctx, obj, &current, e.reason(), &message).await? {
+                publish(ctx, obj, &ar, Note::warning(e.reason(), "Delete", message)).await;
+            }
+            return Err(e.into());
+        }
+    };
+    // Another resource plans some of these names on the same broker (possible across
+    // namespaces): deleting them would take its topology — and its messages' route — away.
+    let shared = shared_on_same_broker(ctx, &dlq, &prepared.connection).await;
+    if !shared.is_empty() {
+        let note = format!(
+            "also managed by other DeadLetterQueues: {}; finalizer released, broker objects not deleted{left_note}",
+            shared.join("; ")
+        );
+        publish(
+            ctx,
+            obj,
+            &ar,
+            Note::warning("CleanupSkipped", "Delete", note),
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
+    // Only what this resource recorded as created: a spec edited after the objects were
+    // made (another source queue, other dead-letter names) must not redirect the deletion
+    // to someone else's objects.
+    let mut topology = prepared.topology.clone();
+    let source = topology.routes.source_queue.clone();
+    if !recorded.queues.contains(&source) {
+        let message = format!(
+            "deletionPolicy Delete: spec.source.queue is {source:?}, but the broker objects of this resource were created for {:?} (status.topology); revert spec.source.queue, or set deletionPolicy: Retain",
+            recorded.queues
+        );
+        if deletion_condition(ctx, obj, &current, "DeletionBlocked", &message).await? {
             publish(
                 ctx,
                 obj,
                 &ar,
-                Note::warning("CleanupSkipped", "Delete", note),
+                Note::warning("DeletionBlocked", "Delete", message.clone()),
             )
             .await;
-            return Ok(Action::await_change());
         }
-        Err(e) => return Err(e.into()),
-    };
+        return Err(Error::DeletionBlocked(message));
+    }
+    topology
+        .queues
+        .retain(|q| q.name == source || recorded.queues.contains(&q.name));
+    topology
+        .exchanges
+        .retain(|x| recorded.exchanges.contains(&x.name));
+    topology
+        .policies
+        .retain(|p| recorded.policies.contains(&p.name));
     let broker = ctx
         .brokers
         .get(&ns, &secret, &prepared.connection)
         .map_err(ReconcileError::from)?;
-    let report = match broker.remove(&prepared.topology).await {
+    let report = match broker.remove(&topology).await {
         Ok(r) => r,
         Err(e) => {
             let e = ReconcileError::from(e);
-            publish(
-                ctx,
-                obj,
-                &ar,
-                Note::warning(
-                    e.reason(),
-                    "Delete",
-                    format!("cannot delete broker objects: {e}"),
-                ),
-            )
-            .await;
+            let message = format!("cannot delete broker objects: {e}");
+            if deletion_condition(ctx, obj, &current, e.reason(), &message).await? {
+                publish(ctx, obj, &ar, Note::warning(e.reason(), "Delete", message)).await;
+            }
             return Err(e.into());
         }
     };
@@ -531,31 +700,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         "deletionPolicy Delete: not deleting, {}; the finalizer is kept until they are drained (or set deletionPolicy: Retain)",
         report.blocked.join("; ")
     );
-    let mut status = current.clone();
-    let now = ctx.now();
-    let blocked = Desired {
-        type_: READY,
-        status: false,
-        reason: "DeletionBlocked",
-        message: message.clone(),
-    };
-    conditions::set(
-        &mut status.conditions,
-        &blocked,
-        obj.metadata.generation,
-        &now,
-    );
-    conditions::set(
-        &mut status.conditions,
-        &Desired {
-            type_: TOPOLOGY_READY,
-            ..blocked
-        },
-        obj.metadata.generation,
-        &now,
-    );
-    if status != current {
-        patch_status(ctx, &ns, obj, &status).await?;
+    if deletion_condition(ctx, obj, &current, "DeletionBlocked", &message).await? {
         publish(
             ctx,
             obj,

@@ -263,6 +263,14 @@ pub enum RunError {
         /// What failed.
         reason: String,
     },
+    /// The API server refused the label selector (`--selector`).
+    #[error("--selector {selector:?}: {reason}")]
+    Selector {
+        /// The selector as given.
+        selector: String,
+        /// The API server's reason.
+        reason: String,
+    },
     /// Another replica took the lease; this process stops so it restarts as a standby.
     #[error("lost the leader Lease {0}: stopping")]
     LostLeadership(String),
@@ -329,10 +337,11 @@ async fn run_inner(
     if !wait_for_crds(
         &client,
         opts.namespace.as_deref(),
+        opts.selector.as_deref(),
         &readiness,
         shutdown.clone(),
     )
-    .await
+    .await?
     {
         return Ok(());
     }
@@ -455,14 +464,19 @@ async fn release(
     }
 }
 
-/// Waits until both CRDs are served, logging what to do while they are not. Returns
-/// `false` when shutdown was requested first.
+/// Waits until both CRDs are served, logging what to do while they are not; the probe
+/// lists with the label selector, so a selector the API server refuses stops the
+/// operator at once. Returns `false` when shutdown was requested first.
+///
+/// # Errors
+/// [`RunError::Selector`] when the API server answers 400 to the selector.
 async fn wait_for_crds(
     client: &Client,
     namespace: Option<&str>,
+    selector: Option<&str>,
     readiness: &Readiness,
     shutdown: Shutdown,
-) -> bool {
+) -> Result<bool, RunError> {
     for ar in [
         api_resource::<DeadLetterQueue>(),
         api_resource::<RetryPolicy>(),
@@ -473,9 +487,19 @@ async fn wait_for_crds(
             None => Api::all_with(client.clone(), &ar),
         };
         let mut logged = false;
+        let mut params = ListParams::default().limit(1);
+        if let Some(sel) = selector {
+            params = params.labels(sel);
+        }
         loop {
-            match api.list_metadata(&ListParams::default().limit(1)).await {
+            match api.list_metadata(&params).await {
                 Ok(_) => break,
+                Err(kube::Error::Api(status)) if status.code == 400 && selector.is_some() => {
+                    return Err(RunError::Selector {
+                        selector: selector.unwrap_or_default().to_string(),
+                        reason: status.message,
+                    });
+                }
                 Err(kube::Error::Api(status)) if status.code == 404 => {
                     let reason = format!(
                         "CRD {crd} is not installed: waiting for it (install: kubectl create -f crds/, with --validate=false before Kubernetes 1.25)"
@@ -493,14 +517,14 @@ async fn wait_for_crds(
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-                _ = until_shutdown(shutdown.clone()) => return false,
+                _ = until_shutdown(shutdown.clone()) => return Ok(false),
             }
         }
         if logged {
             info!(crd = %crd, "CRD installed");
         }
     }
-    true
+    Ok(true)
 }
 
 /// Hash of "deletion requested", so the generation-filtered main stream still passes the
@@ -509,7 +533,12 @@ fn deletion_requested(obj: &DynamicObject) -> Option<u64> {
     Some(u64::from(obj.metadata.deletion_timestamp.is_some()))
 }
 
-/// Runs both controllers until `stop` resolves, then lets in-flight reconciles finish.
+/// How long in-flight reconciles may take to finish after a stop request (SIGTERM, lost
+/// Lease) before the controllers are dropped. Below Kubernetes' default 30 s grace period.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Runs both controllers until `stop` resolves, then lets in-flight reconciles finish
+/// (at most [`SHUTDOWN_GRACE`]).
 pub async fn controllers(
     client: Client,
     opts: &Options,
@@ -518,6 +547,7 @@ pub async fn controllers(
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let stop = futures::FutureExt::shared(Box::pin(stop));
+    let stop_after = stop.clone();
     let dlq_ar = api_resource::<DeadLetterQueue>();
     let rp_ar = api_resource::<RetryPolicy>();
     let all_or_ns = |ar: &ApiResource| -> Api<DynamicObject> {
@@ -608,11 +638,23 @@ pub async fn controllers(
         .run(retry_policy::reconcile, error_policy, rp_ctx)
         .for_each(|r| async move { log_result("RetryPolicy", r) });
 
-    futures::join!(
+    let both = futures::future::join(
         dlq_controller.instrument(tracing::info_span!("controller", kind = "DeadLetterQueue")),
-        rp_controller.instrument(tracing::info_span!("controller", kind = "RetryPolicy"))
+        rp_controller.instrument(tracing::info_span!("controller", kind = "RetryPolicy")),
     );
-    info!("controllers stopped");
+    // In-flight reconciles finish after the stop request; a reconcile stuck on an
+    // unresponsive endpoint must not keep the process (and its Lease) forever.
+    let grace = async move {
+        stop_after.await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        _ = both => info!("controllers stopped"),
+        _ = grace => warn!(
+            "controllers did not stop within {} s of the stop request: stopping anyway",
+            SHUTDOWN_GRACE.as_secs()
+        ),
+    }
 }
 
 fn log_result<T: std::fmt::Debug, E: std::fmt::Display>(kind: &str, r: Result<T, E>) {

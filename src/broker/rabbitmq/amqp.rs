@@ -8,6 +8,11 @@ use lapin::{Connection, ConnectionProperties};
 
 use crate::broker::{BrokerConnection, BrokerError};
 
+/// Longest wait for an AMQP connection (TCP, TLS and AMQP handshake) and for a passive
+/// declare, like the management client's 10 s: an endpoint that accepts TCP and never
+/// answers must not hold a reconcile forever.
+pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Opens an AMQP connection with the settings of `conn` (credentials from the Secret,
 /// TLS for `amqps://`).
 ///
@@ -38,6 +43,24 @@ pub async fn connect_vhost(
 /// # Errors
 /// As [`connect`].
 pub async fn passive_queue_counts(
+    conn: &BrokerConnection,
+    vhost: &str,
+    name: &str,
+) -> Result<Option<(u32, u32)>, BrokerError> {
+    tokio::time::timeout(TIMEOUT, passive_queue_counts_inner(conn, vhost, name))
+        .await
+        .unwrap_or_else(|_| {
+            Err(BrokerError::Unreachable {
+                endpoint: conn.redacted_amqp_uri(),
+                reason: format!(
+                    "no answer to a passive declare of queue {name:?} within {} s",
+                    TIMEOUT.as_secs()
+                ),
+            })
+        })
+}
+
+async fn passive_queue_counts_inner(
     conn: &BrokerConnection,
     vhost: &str,
     name: &str,
@@ -88,9 +111,21 @@ async fn connect_uri(conn: &BrokerConnection, uri: String) -> Result<Connection,
     })?;
     let props = ConnectionProperties::default()
         .with_connection_name(format!("dlq-operator/{}", env!("CARGO_PKG_VERSION")).into());
-    Connection::connect_with_config(&uri, props, tls, runtime)
-        .await
-        .map_err(|e| map_error(conn, &e))
+    match tokio::time::timeout(
+        TIMEOUT,
+        Connection::connect_with_config(&uri, props, tls, runtime),
+    )
+    .await
+    {
+        Ok(result) => result.map_err(|e| map_error(conn, &e)),
+        Err(_) => Err(BrokerError::Unreachable {
+            endpoint: conn.redacted_amqp_uri(),
+            reason: format!(
+                "no AMQP connection within {} s (TCP connect, TLS and AMQP handshake)",
+                TIMEOUT.as_secs()
+            ),
+        }),
+    }
 }
 
 /// Maps a `lapin` error of a connection made with `conn` to a [`BrokerError`].

@@ -640,7 +640,8 @@ impl Broker for RabbitMq {
     /// Removal in this order, so that no message is routed into an object about to go:
     /// 1. check every queue to delete: statistics (ready + unacknowledged) and an AMQP
     ///    passive declare (ready count and consumers, immediate); any message or consumer
-    ///    blocks the whole removal before anything is written;
+    ///    blocks the whole removal before anything is written, and so does a consumer on
+    ///    the source queue (its rejects would be dropped once the route is gone);
     /// 2. delete our policy on the source queue (it stops dead-lettering to our exchange),
     ///    then our other policies;
     /// 3. delete the retry and dead-letter exchanges (their bindings go with them), unless
@@ -685,6 +686,16 @@ impl Broker for RabbitMq {
         for q in &targets {
             if let Some(reason) = self.busy(conn, vhost, q).await? {
                 blocked.push(reason);
+            }
+        }
+        // The source queue stays, but loses its dead-letter route: a consumer still
+        // attached would have its rejected messages dropped from now on.
+        let source = plan.routes.source_queue.as_str();
+        if let Some((_, consumers)) = amqp::passive_queue_counts(conn, vhost, source).await? {
+            if consumers > 0 {
+                blocked.push(format!(
+                    "source queue {source:?} has {consumers} consumer(s), whose rejected messages would be dropped without the dead-letter route; stop them first"
+                ));
             }
         }
         if !blocked.is_empty() {
