@@ -637,5 +637,28 @@ async fn leader_election_runs_one_leader_and_hands_over_when_it_dies() {
     assert!(status.success(), "exit {status:?}; log:\n{}", b.log());
     assert_eq!(holder(&client, &ns, &lease).await, None, "lease released");
     assert!(b.log().contains("released the leader Lease"), "{}", b.log());
+
+    // A leader whose Lease is taken stops at once with exit 1 (so it restarts as a
+    // standby), instead of living on without reconciling.
+    let mut c = start("replica-c");
+    wait_for(Duration::from_secs(30), "c holds the lease", &c, || async {
+        (holder(&client, &ns, &lease).await.as_deref() == Some("replica-c")).then_some(())
+    })
+    .await;
+    Api::<Lease>::namespaced(client.clone(), &ns)
+        .patch(
+            &lease,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "thief",
+                                          "leaseDurationSeconds": 3600}})),
+        )
+        .await
+        .expect("steal the lease");
+    let status = c
+        .wait(Duration::from_secs(duration + 25))
+        .await
+        .unwrap_or_else(|| panic!("c still running; log:\n{}", c.log()));
+    assert_eq!(status.code(), Some(1), "log:\n{}", c.log());
+    assert!(c.log().contains("lost the leader Lease"), "{}", c.log());
     cleanup(&prefix).await;
 }
