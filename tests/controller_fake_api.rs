@@ -586,32 +586,6 @@ async fn broker_down_is_broker_unreachable_with_growing_backoff() {
     );
 }
 
-/// Publishes `n` persistent messages to `queue` through the default exchange, with
-/// publisher confirms.
-async fn publish(queue: &str, n: usize) {
-    let conn = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
-        .await
-        .expect("amqp");
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default())
-        .await
-        .expect("confirms");
-    for i in 0..n {
-        ch.basic_publish(
-            "".into(),
-            queue.into(),
-            Default::default(),
-            format!("m{i}").as_bytes(),
-            lapin::BasicProperties::default().with_delivery_mode(2),
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("confirm");
-    }
-    let _ = conn.close(200, "bye".into()).await;
-}
-
 /// Applies `dlq` once (finalizer already there) and returns its status.
 async fn applied(fake: &FakeApi, ctx: &Arc<Context>, dlq: &DlqBuilder) -> Value {
     fake.put(&format!("{DLQ_PATH}/{}", dlq.name), json!(dlq.build()));
@@ -682,7 +656,7 @@ async fn delete_with_delete_removes_an_empty_topology_and_never_a_queue_with_mes
 
     // A message in the DLQ: nothing is deleted, the finalizer stays, Ready=False
     // DeletionBlocked with a Warning Event.
-    publish(&format!("{q}.dlq"), 3).await;
+    common::publish_persistent(&format!("{q}.dlq"), 3).await;
     let deleting = spec_delete.clone().status(status.clone()).deleting();
     fake.put(&format!("{DLQ_PATH}/orders"), json!(deleting.build()));
     let err = dead_letter_queue::reconcile(Arc::new(deleting.build()), ctx.clone())

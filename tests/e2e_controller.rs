@@ -408,32 +408,6 @@ async fn operator_applies_examples_reports_status_and_replans_on_policy_edit() {
     cleanup(&prefix).await;
 }
 
-/// Publishes `n` persistent messages to `queue` through the default exchange, with
-/// publisher confirms.
-async fn publish(queue: &str, n: usize) {
-    let conn = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
-        .await
-        .expect("amqp");
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default())
-        .await
-        .expect("confirms");
-    for i in 0..n {
-        ch.basic_publish(
-            "".into(),
-            queue.into(),
-            Default::default(),
-            format!("m{i}").as_bytes(),
-            lapin::BasicProperties::default().with_delivery_mode(2),
-        )
-        .await
-        .expect("publish")
-        .await
-        .expect("confirm");
-    }
-    let _ = conn.close(200, "bye".into()).await;
-}
-
 #[tokio::test]
 async fn delete_policy_keeps_a_dlq_with_messages_and_removes_it_once_drained() {
     const TEST: &str = "delete_policy_keeps_a_dlq_with_messages_and_removes_it_once_drained";
@@ -477,7 +451,7 @@ async fn delete_policy_keeps_a_dlq_with_messages_and_removes_it_once_drained() {
     })
     .await;
 
-    publish(&format!("{q}.dlq"), 2).await;
+    common::publish_persistent(&format!("{q}.dlq"), 2).await;
     api.delete("work", &DeleteParams::default())
         .await
         .expect("delete");

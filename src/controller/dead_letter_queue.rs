@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
@@ -20,7 +20,7 @@ use kube::ResourceExt;
 
 use crate::broker::{ApplyReport, Broker, Outcome};
 use crate::controller::conditions::{self, Desired, READY, TOPOLOGY_READY};
-use crate::controller::context::{Context, FIELD_MANAGER};
+use crate::controller::context::Context;
 use crate::controller::object::{api_resource, decode, status_of};
 use crate::controller::{publish, Error, Note};
 use crate::crd::{
@@ -172,7 +172,8 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         &now,
     );
     if changed {
-        patch_status(ctx, &ns, obj, &status).await?;
+        crate::controller::apply_status(ctx, &api_resource::<DeadLetterQueue>(), obj, &status)
+            .await?;
     }
     for note in events_for(&current, &status, &result) {
         publish(ctx, obj, &api_resource::<DeadLetterQueue>(), note).await;
@@ -273,30 +274,6 @@ pub fn name_conflict(
         }
     }
     None
-}
-
-/// Writes `status` with server-side apply (field manager [`FIELD_MANAGER`], forced: the
-/// operator owns the status).
-async fn patch_status(
-    ctx: &Context,
-    ns: &str,
-    obj: &DynamicObject,
-    status: &DeadLetterQueueStatus,
-) -> Result<(), Error> {
-    let ar = api_resource::<DeadLetterQueue>();
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
-    let body = serde_json::json!({
-        "apiVersion": ar.api_version,
-        "kind": ar.kind,
-        "status": status,
-    });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
 }
 
 /// The status after one reconcile, from the current one (transition times of unchanged
@@ -419,7 +396,6 @@ async fn deletion_condition(
     reason: &'static str,
     message: &str,
 ) -> Result<bool, Error> {
-    let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let mut status = current.clone();
     let now = ctx.now();
     for type_ in [TOPOLOGY_READY, READY] {
@@ -439,7 +415,7 @@ async fn deletion_condition(
     if status == *current {
         return Ok(false);
     }
-    patch_status(ctx, &ns, obj, &status).await?;
+    crate::controller::apply_status(ctx, &api_resource::<DeadLetterQueue>(), obj, &status).await?;
     Ok(true)
 }
 
@@ -535,18 +511,17 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             let note = format!(
                 "spec does not decode ({invalid}): finalizer released, broker objects not deleted{left_note}"
             );
-            publish(
+            return crate::controller::release_with(
                 ctx,
                 obj,
                 &ar,
                 Note::warning("CleanupSkipped", "Delete", note),
             )
             .await;
-            return Ok(Action::await_change());
         }
     };
     if dlq.spec.deletion_policy == DeletionPolicy::Retain {
-        publish(
+        return crate::controller::release_with(
             ctx,
             obj,
             &ar,
@@ -557,11 +532,10 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             ),
         )
         .await;
-        return Ok(Action::await_change());
     }
     let Some(recorded) = current.topology.clone() else {
         // Never applied: nothing on the broker is ours, no need to reach it.
-        publish(
+        return crate::controller::release_with(
             ctx,
             obj,
             &ar,
@@ -572,20 +546,18 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             ),
         )
         .await;
-        return Ok(Action::await_change());
     };
     if let Err(invalid) = dlq.spec.validate() {
         let note = format!(
             "invalid spec ({invalid}): finalizer released, broker objects not deleted{left_note}"
         );
-        publish(
+        return crate::controller::release_with(
             ctx,
             obj,
             &ar,
             Note::warning("CleanupSkipped", "Delete", note),
         )
         .await;
-        return Ok(Action::await_change());
     }
     let (policy, secret) = read_references(ctx, &ns, &dlq).await?;
     let Some(secret) = secret else {
@@ -593,14 +565,13 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             "Secret {} not found: finalizer released, broker objects not deleted{left_note}",
             dlq.spec.broker.secret_ref.name
         );
-        publish(
+        return crate::controller::release_with(
             ctx,
             obj,
             &ar,
             Note::warning("SecretNotFound", "Delete", note),
         )
         .await;
-        return Ok(Action::await_change());
     };
     // Without a usable RetryPolicy the tiers are those of the default policy; the
     // broker adapter also finds every other tier queue of this source by its signature.
@@ -626,14 +597,13 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             "also managed by other DeadLetterQueues: {}; finalizer released, broker objects not deleted{left_note}",
             shared.join("; ")
         );
-        publish(
+        return crate::controller::release_with(
             ctx,
             obj,
             &ar,
             Note::warning("CleanupSkipped", "Delete", note),
         )
         .await;
-        return Ok(Action::await_change());
     }
     // Only what this resource recorded as created: a spec edited after the objects were
     // made (another source queue, other dead-letter names) must not redirect the deletion
@@ -687,14 +657,13 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         } else {
             removed.join("; ")
         };
-        publish(
+        return crate::controller::release_with(
             ctx,
             obj,
             &ar,
             Note::normal("TopologyDeleted", "Delete", note),
         )
         .await;
-        return Ok(Action::await_change());
     }
     let message = format!(
         "deletionPolicy Delete: not deleting, {}; the finalizer is kept until they are drained (or set deletionPolicy: Retain)",

@@ -171,6 +171,48 @@ pub async fn publish(ctx: &Context, obj: &DynamicObject, resource: &ApiResource,
     }
 }
 
+/// Writes `status` of `obj` (a resource of `resource`) with server-side apply: field
+/// manager [`context::FIELD_MANAGER`], forced (the operator owns the status).
+///
+/// # Errors
+/// The API server's error.
+pub async fn apply_status<S: serde::Serialize>(
+    ctx: &Context,
+    resource: &ApiResource,
+    obj: &DynamicObject,
+    status: &S,
+) -> Result<(), Error> {
+    let ns = obj
+        .metadata
+        .namespace
+        .as_deref()
+        .ok_or(Error::NoNamespace)?;
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, resource);
+    let body = serde_json::json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "status": status,
+    });
+    api.patch_status(
+        obj.metadata.name.as_deref().unwrap_or_default(),
+        &kube::api::PatchParams::apply(context::FIELD_MANAGER).force(),
+        &kube::api::Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Records `note` about `obj` and releases it (the finalizer's cleanup is done).
+async fn release_with(
+    ctx: &Context,
+    obj: &DynamicObject,
+    resource: &ApiResource,
+    note: Note,
+) -> Result<Action, Error> {
+    publish(ctx, obj, resource, note).await;
+    Ok(Action::await_change())
+}
+
 /// Runs one reconcile `fut` of the `kind` resource `obj` inside a `reconcile` tracing span
 /// (fields `kind`, `namespace`, `name`), recording its duration and result in the
 /// metrics and logging the outcome.

@@ -8,14 +8,13 @@
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::ResourceExt;
 
 use crate::backoff::ResolvedPolicy;
 use crate::controller::conditions::{self, Desired, READY};
-use crate::controller::context::{Context, FIELD_MANAGER};
+use crate::controller::context::Context;
 use crate::controller::object::{api_resource, decode, status_of};
 use crate::controller::{publish, Error, Note};
 use crate::crd::{InvalidSpec, RetryPolicy, RetryPolicySpec, RetryPolicyStatus};
@@ -93,7 +92,6 @@ pub fn status_for(
 /// Kubernetes API errors (retried with per-object backoff).
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     crate::controller::instrumented(KIND, &obj.clone(), &ctx, async {
-        let ns = obj.namespace().ok_or(Error::NoNamespace)?;
         let current: RetryPolicyStatus = status_of(&obj);
         let decoded = decode::<RetryPolicy>(&obj);
         let spec = decoded.as_ref().map(|rp| &rp.spec);
@@ -101,18 +99,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         let (status, changed) = status_for(&current, obj.metadata.generation, spec, &now);
         if changed {
             let ar = api_resource::<RetryPolicy>();
-            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &ar);
-            let body = serde_json::json!({
-                "apiVersion": ar.api_version,
-                "kind": ar.kind,
-                "status": status,
-            });
-            api.patch_status(
-                &obj.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await?;
+            crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
             let ready = |s: &RetryPolicyStatus| {
                 s.conditions
                     .iter()

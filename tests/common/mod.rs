@@ -159,3 +159,29 @@ pub async fn passive_ready_count(uri: &str, queue: &str) -> u32 {
     let _ = conn.close(200, "bye".into()).await;
     declared.message_count()
 }
+
+/// Publishes `n` persistent messages to `queue` through the default exchange, with
+/// publisher confirms.
+pub async fn publish_persistent(queue: &str, n: usize) {
+    let conn = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    for i in 0..n {
+        ch.basic_publish(
+            "".into(),
+            queue.into(),
+            Default::default(),
+            format!("m{i}").as_bytes(),
+            lapin::BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    }
+    let _ = conn.close(200, "bye".into()).await;
+}
