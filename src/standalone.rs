@@ -189,7 +189,8 @@ pub struct Summary {
     pub not_ready: usize,
 }
 
-/// How many objects one apply created, updated, deleted, found in place, or left draining.
+/// How many objects one apply created, updated, deleted, found in place, left draining
+/// or retained.
 #[derive(Debug, Default)]
 struct Counts {
     created: usize,
@@ -197,6 +198,7 @@ struct Counts {
     deleted: usize,
     in_place: usize,
     draining: usize,
+    retained: usize,
 }
 
 impl Counts {
@@ -209,6 +211,7 @@ impl Counts {
                 Outcome::Deleted => c.deleted += 1,
                 Outcome::InPlace => c.in_place += 1,
                 Outcome::Draining(_) => c.draining += 1,
+                Outcome::Retained(_) => c.retained += 1,
                 _ => {}
             }
         }
@@ -225,6 +228,9 @@ impl std::fmt::Display for Counts {
         )?;
         if self.draining > 0 {
             write!(f, ", {} draining", self.draining)?;
+        }
+        if self.retained > 0 {
+            write!(f, ", {} retained", self.retained)?;
         }
         Ok(())
     }

@@ -394,3 +394,38 @@ fn manifests_can_be_piped_on_stdin() {
     assert!(o.status.success(), "{t}");
     assert!(t.contains("order-events.retry.5s"), "{t}");
 }
+
+#[test]
+fn controller_flags_are_checked_before_reaching_any_cluster() {
+    for (args, needle) in [
+        (
+            vec!["run", "-f", "examples/"],
+            "-f PATH is for `run --standalone`",
+        ),
+        (
+            vec!["run", "--resync", "1ms"],
+            "--resync: must be at least 10s",
+        ),
+        (vec!["run", "--resync", "soon"], "--resync:"),
+        (
+            vec!["run", "--namespace", "Bad_NS!"],
+            "--namespace \"Bad_NS!\": not a namespace name",
+        ),
+        (
+            vec!["run", "--lease-namespace", "UPPER"],
+            "--lease-namespace \"UPPER\": not a namespace name",
+        ),
+        (vec!["run", "--lease-duration", "0"], "--lease-duration"),
+        (vec!["run", "--concurrency", "0"], "--concurrency"),
+        (
+            vec!["run", "--metrics-bind-address", "not-an-address"],
+            "--metrics-bind-address",
+        ),
+    ] {
+        let o = common::cli(&args);
+        let t = common::text(&o);
+        assert!(!o.status.success(), "{args:?} succeeded:\n{t}");
+        assert!(t.contains(needle), "{args:?}: expected {needle:?} in:\n{t}");
+        assert!(!t.contains("panicked"), "{args:?} panicked:\n{t}");
+    }
+}
