@@ -100,33 +100,23 @@ async fn read_references(
     Ok((policy, secret))
 }
 
-/// [`reconcile::prepare`] with a RetryPolicy that may not have decoded: the
-/// DeadLetterQueue's own spec is still validated first.
+/// [`reconcile::prepare`] with a RetryPolicy that may not have decoded (its decoding
+/// error is the RetryPolicy's `InvalidSpec`). `dlq` is already validated.
 fn prepare(
     dlq: &DeadLetterQueue,
     policy: Option<&Result<RetryPolicy, InvalidSpec>>,
     secret: Option<&Secret>,
 ) -> Result<Prepared, ReconcileError> {
     match policy {
-        Some(Err(invalid)) => {
-            dlq.spec
-                .validate()
-                .map_err(|source| ReconcileError::InvalidSpec {
-                    kind: "DeadLetterQueue",
-                    name: object_key(&dlq.metadata),
-                    source,
-                })?;
-            let name = format!(
+        Some(Err(invalid)) => Err(ReconcileError::InvalidSpec {
+            kind: "RetryPolicy",
+            name: format!(
                 "{}/{}",
                 crate::manifest::namespace_of(&dlq.metadata),
                 dlq.spec.retry_policy_ref.name
-            );
-            Err(ReconcileError::InvalidSpec {
-                kind: "RetryPolicy",
-                name,
-                source: invalid.clone(),
-            })
-        }
+            ),
+            source: invalid.clone(),
+        }),
         Some(Ok(p)) => reconcile::prepare(dlq, Some(p), secret),
         None => reconcile::prepare(dlq, None, secret),
     }
