@@ -880,9 +880,14 @@ async fn a_second_resource_on_the_same_source_queue_is_a_name_conflict_without_b
     assert_eq!(ready["reason"], "NameConflict");
     assert_eq!(
         ready["message"],
-        format!("spec.source.queue: queue \"{q}\" is already managed by DeadLetterQueue team-a/first (same Secret and vhost); each queue and exchange belongs to one DeadLetterQueue")
+        format!("spec.source.queue: queue \"{q}\" is already managed by DeadLetterQueue team-a/first on the same broker and vhost; each queue and exchange belongs to one DeadLetterQueue")
     );
-    assert!(ctx.brokers.is_empty(), "no broker call for the newer one");
+    let counts = ctx.brokers.request_counts();
+    assert_eq!(
+        (counts.reads, counts.writes),
+        (0, 0),
+        "no broker request for the newer one"
+    );
 
     // The older one applies; deleting the newer (which never applied) touches nothing.
     fake.put(&format!("{DLQ_PATH}/first"), json!(older));
@@ -922,6 +927,31 @@ async fn delete_after_the_source_queue_was_edited_touches_nothing() {
     victim.spec["deletionPolicy"] = json!("Retain");
     applied(&fake, &ctx, &victim).await;
 
+    // Only the dead-letter queue renamed: still blocked (deleting the rest and
+    // forgetting the recorded dead-letter queue would orphan its messages).
+    common::publish_persistent(&format!("{q}.dlq"), 1).await;
+    let renamed = dlq
+        .clone()
+        .spec(
+            "/deadLetter",
+            json!({"retention": "1h", "queue": format!("{q}.dead")}),
+        )
+        .status(status.clone())
+        .deleting();
+    fake.put(&format!("{DLQ_PATH}/orders"), json!(renamed.build()));
+    let err = dead_letter_queue::reconcile(Arc::new(renamed.build()), ctx.clone())
+        .await
+        .expect_err("blocked");
+    assert_eq!(err.metric_label(), "deletion_blocked");
+    fake.take();
+    assert!(mgmt_get(&format!("/api/exchanges/%2F/{q}.retry"))
+        .await
+        .is_some());
+    assert_eq!(
+        common::passive_ready_count(AMQP, &format!("{q}.dlq")).await,
+        1
+    );
+
     let edited = dlq
         .spec("/source/queue", json!(other))
         .status(status)
@@ -938,7 +968,7 @@ async fn delete_after_the_source_queue_was_edited_touches_nothing() {
         ready["message"]
             .as_str()
             .unwrap_or_default()
-            .contains(&format!("spec.source.queue is {other:?}")),
+            .contains("the spec no longer plans what this resource created"),
         "{ready}"
     );
     for kept in [
@@ -948,6 +978,7 @@ async fn delete_after_the_source_queue_was_edited_touches_nothing() {
     ] {
         assert!(mgmt_get(&kept).await.is_some(), "{kept} kept");
     }
+    common::mgmt_delete(&format!("/api/queues/%2F/{q}.dlq/contents")).await;
     cleanup(&q).await;
     cleanup(&other).await;
 }

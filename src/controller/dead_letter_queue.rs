@@ -18,14 +18,15 @@ use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::ResourceExt;
 
-use crate::broker::{ApplyReport, Broker, Outcome};
+use crate::broker::{ApplyReport, Broker, ObjectKind, Outcome};
 use crate::controller::conditions::{self, Desired, READY, TOPOLOGY_READY};
 use crate::controller::context::Context;
 use crate::controller::object::{api_resource, decode, status_of};
+use crate::controller::ownership;
 use crate::controller::{publish, Error, Note};
 use crate::crd::{
     DeadLetterQueue, DeadLetterQueueStatus, DeletionPolicy, InvalidSpec, RetryPolicy,
-    RetryPolicySpec,
+    RetryPolicySpec, TopologyStatus,
 };
 use crate::manifest::object_key;
 use crate::reconcile::{self, Prepared, ReconcileError};
@@ -130,20 +131,20 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let result = match decode_valid(obj) {
         Err(e) => Err(e),
         Ok(dlq) => {
-            let others = others(ctx);
             let (policy, secret) = read_references(ctx, &ns, &dlq).await?;
-            let prepared_or_conflict = match name_conflict(&dlq, &others) {
-                Some(conflict) => Err(conflict),
-                None => prepare(&dlq, policy.as_ref(), secret.as_ref()),
-            };
-            match prepared_or_conflict {
+            match prepare(&dlq, policy.as_ref(), secret.as_ref()) {
                 Err(e) => Err(e),
                 Ok(p) => {
                     let result = match secret
                         .as_ref()
                         .map(|s| ctx.brokers.get(&ns, s, &p.connection))
                     {
-                        Some(Ok(broker)) => reconcile::apply(broker.as_ref(), &p).await,
+                        Some(Ok(broker)) => {
+                            match name_conflict(ctx, &dlq, &current, &broker).await {
+                                Some(conflict) => Err(conflict),
+                                None => reconcile::apply(broker.as_ref(), &p).await,
+                            }
+                        }
                         Some(Err(e)) => Err(e.into()),
                         None => Err(ReconcileError::SecretNotFound(key.clone())),
                     };
@@ -177,90 +178,30 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     }
 }
 
-/// The queues and exchanges `spec` makes the operator manage (not the retry tiers, which
-/// are named after the retry exchange), each with the field that names it.
-fn claimed_names(dlq: &DeadLetterQueue) -> Vec<(&'static str, String, &'static str)> {
-    let policy = crate::backoff::ResolvedPolicy::from_spec(&RetryPolicySpec::default());
-    let Ok(policy) = policy else {
-        return Vec::new();
-    };
-    let t = crate::topology::plan(&object_key(&dlq.metadata), &dlq.spec, &policy);
-    let mut names: Vec<(&'static str, String, &'static str)> = t
-        .queues
-        .iter()
-        .filter_map(|q| match q.role {
-            crate::topology::QueueRole::Source => {
-                Some(("queue", q.name.clone(), "spec.source.queue"))
-            }
-            crate::topology::QueueRole::DeadLetter { .. } => {
-                Some(("queue", q.name.clone(), "spec.deadLetter.queue"))
-            }
-            crate::topology::QueueRole::Retry { .. } => None,
-        })
-        .collect();
-    for x in &t.exchanges {
-        let field = if x.name == t.routes.dead_letter_exchange {
-            "spec.deadLetter.exchange"
-        } else {
-            "spec.source.queue"
-        };
-        names.push(("exchange", x.name.clone(), field));
-    }
-    // The source queue first, so two resources on one source are reported as such.
-    names.sort_by_key(|(kind, _, field)| !(*kind == "queue" && *field == "spec.source.queue"));
-    names
-}
-
-/// `Some(NameConflict)` when an older DeadLetterQueue of `others` (same namespace, same
-/// broker Secret, same vhost) already manages a queue or exchange that `dlq` plans. Pure.
-///
-/// Each queue and exchange belongs to one DeadLetterQueue (as `apply -f` enforces across
-/// files): two resources on one source queue, or one's dead-letter queue being another's
-/// source, would overwrite each other's policies on every resync. The older resource
-/// (creation time, then name) keeps it; the newer one gets `Ready=False,
-/// reason=NameConflict` and no broker call. Resources in other namespaces are not
-/// compared: their Secrets may name other brokers.
-pub fn name_conflict(
+/// `Some(NameConflict)` when another DeadLetterQueue on the same broker and vhost owns
+/// a name `dlq` (with status `mine`) claims ([`ownership`](crate::controller::ownership)).
+/// Reads other Secrets and the brokers' cluster names only when names overlap.
+async fn name_conflict(
+    ctx: &Context,
     dlq: &DeadLetterQueue,
-    others: &[Arc<DynamicObject>],
+    mine: &DeadLetterQueueStatus,
+    broker: &crate::broker::rabbitmq::RabbitMq,
 ) -> Option<ReconcileError> {
-    let mine = claimed_names(dlq);
-    let ns = dlq.metadata.namespace.as_deref();
-    let my_age = (
-        dlq.metadata.creation_timestamp.clone().map(|t| t.0),
-        dlq.metadata.name.clone().unwrap_or_default(),
-    );
-    for other in others {
-        if other.metadata.namespace.as_deref() != ns || other.metadata.uid == dlq.metadata.uid {
-            continue;
-        }
-        let Ok(other) = decode::<DeadLetterQueue>(other) else {
-            continue;
-        };
-        if other.metadata.name == dlq.metadata.name
-            || other.spec.broker.secret_ref.name != dlq.spec.broker.secret_ref.name
-            || other.spec.broker.vhost != dlq.spec.broker.vhost
-        {
-            continue;
-        }
-        let their_age = (
-            other.metadata.creation_timestamp.clone().map(|t| t.0),
-            other.metadata.name.clone().unwrap_or_default(),
-        );
-        if their_age >= my_age {
-            continue;
-        }
-        let theirs = claimed_names(&other);
-        for (kind, name, field) in &mine {
-            if theirs.iter().any(|(k, n, _)| k == kind && n == name) {
-                return Some(ReconcileError::NameConflict {
-                    field,
-                    message: format!(
-                        "{kind} {name:?} is already managed by DeadLetterQueue {} (same Secret and vhost); each queue and exchange belongs to one DeadLetterQueue",
-                        object_key(&other.metadata)
-                    ),
-                });
-            }
+    for owner in ownership::owner_of_overlap(dlq, mine, &others(ctx)) {
+        if ownership::same_broker(ctx, dlq, broker, &owner.other).await {
+            let c = &owner.claim;
+            let what = if c.prefix {
+                format!("{} {}*", c.kind, c.name)
+            } else {
+                format!("{} {:?}", c.kind, c.name)
+            };
+            return Some(ReconcileError::NameConflict {
+                field: c.field,
+                message: format!(
+                    "{what} is already managed by DeadLetterQueue {} on the same broker and vhost; each queue and exchange belongs to one DeadLetterQueue",
+                    object_key(&owner.other.metadata)
+                ),
+            });
         }
     }
     None
@@ -288,8 +229,35 @@ pub fn status_after(
         conditions::set(&mut status.conditions, &desired, generation, now);
     }
     status.observed_generation = generation;
-    if let (Ok(_), Some(p)) = (result, prepared) {
-        status.topology = Some(p.topology.status());
+    if let (Ok(report), Some(p)) = (result, prepared) {
+        // Only what is in place: an object in conflict (another's queue, other
+        // arguments) is not ours, and a Delete must never touch it.
+        let ours = |kind: ObjectKind, name: &str| {
+            report.find(kind, name).is_some_and(|a| {
+                matches!(
+                    a.outcome,
+                    Outcome::Created | Outcome::Updated | Outcome::InPlace
+                )
+            })
+        };
+        let planned = p.topology.status();
+        status.topology = Some(TopologyStatus {
+            exchanges: planned
+                .exchanges
+                .into_iter()
+                .filter(|n| ours(ObjectKind::Exchange, n))
+                .collect(),
+            queues: planned
+                .queues
+                .into_iter()
+                .filter(|n| ours(ObjectKind::Queue, n))
+                .collect(),
+            policies: planned
+                .policies
+                .into_iter()
+                .filter(|n| ours(ObjectKind::Policy, n))
+                .collect(),
+        });
         status.tiers = p.policy.status_strings().1;
     }
     let changed = status != *current;
@@ -409,78 +377,6 @@ async fn deletion_condition(
     Ok(true)
 }
 
-/// The other DeadLetterQueues of `others` (any namespace, same vhost) that plan one of
-/// the names `dlq` plans, each with the shared names (`queue "x"`).
-fn sharing_names(
-    dlq: &DeadLetterQueue,
-    others: &[Arc<DynamicObject>],
-) -> Vec<(DeadLetterQueue, Vec<String>)> {
-    let mine = claimed_names(dlq);
-    let mut out = Vec::new();
-    for other in others {
-        if other.metadata.uid == dlq.metadata.uid {
-            continue;
-        }
-        let Ok(other) = decode::<DeadLetterQueue>(other) else {
-            continue;
-        };
-        if other.spec.broker.vhost != dlq.spec.broker.vhost {
-            continue;
-        }
-        let theirs = claimed_names(&other);
-        let shared: Vec<String> = mine
-            .iter()
-            .filter(|(kind, name, _)| theirs.iter().any(|(k, n, _)| k == kind && n == name))
-            .map(|(kind, name, _)| format!("{kind} {name:?}"))
-            .collect();
-        if !shared.is_empty() {
-            out.push((other, shared));
-        }
-    }
-    out
-}
-
-/// The sharing of [`sharing_names`] that is on the same broker as `ours`: same namespace
-/// and Secret, or a Secret (read here) whose management endpoint is the same. A Secret
-/// that cannot be read counts as the same broker (nothing is deleted on a guess).
-async fn shared_on_same_broker(
-    ctx: &Context,
-    dlq: &DeadLetterQueue,
-    ours: &crate::broker::BrokerConnection,
-) -> Vec<String> {
-    let ns = dlq.metadata.namespace.clone().unwrap_or_default();
-    let mut shared = Vec::new();
-    for (other, names) in sharing_names(dlq, &others(ctx)) {
-        let other_ns = other.metadata.namespace.clone().unwrap_or_default();
-        let same = if other_ns == ns
-            && other.spec.broker.secret_ref.name == dlq.spec.broker.secret_ref.name
-        {
-            true
-        } else {
-            let secret = Api::<Secret>::namespaced(ctx.client.clone(), &other_ns)
-                .get_opt(&other.spec.broker.secret_ref.name)
-                .await;
-            match secret {
-                Ok(Some(s)) => crate::broker::BrokerConnection::from_secret_data(
-                    &other.spec.broker.secret_ref.name,
-                    &crate::manifest::secret_data(&s),
-                )
-                .map(|c| c.management_base() == ours.management_base())
-                .unwrap_or(true),
-                _ => true,
-            }
-        };
-        if same {
-            shared.push(format!(
-                "{} ({})",
-                names.join(", "),
-                object_key(&other.metadata)
-            ));
-        }
-    }
-    shared
-}
-
 async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let ar = api_resource::<DeadLetterQueue>();
@@ -579,31 +475,29 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             return Err(e.into());
         }
     };
-    // Another resource plans some of these names on the same broker (possible across
-    // namespaces): deleting them would take its topology — and its messages' route — away.
-    let shared = shared_on_same_broker(ctx, &dlq, &prepared.connection).await;
-    if !shared.is_empty() {
-        let note = format!(
-            "also managed by other DeadLetterQueues: {}; finalizer released, broker objects not deleted{left_note}",
-            shared.join("; ")
-        );
-        return crate::controller::release_with(
-            ctx,
-            obj,
-            &ar,
-            Note::warning("CleanupSkipped", "Delete", note),
-        )
-        .await;
-    }
     // Only what this resource recorded as created: a spec edited after the objects were
-    // made (another source queue, other dead-letter names) must not redirect the deletion
-    // to someone else's objects.
+    // made (another source queue, other dead-letter names) must neither redirect the
+    // deletion to someone else's objects nor delete half and forget the rest.
     let mut topology = prepared.topology.clone();
     let source = topology.routes.source_queue.clone();
-    if !recorded.queues.contains(&source) {
+    let tier_prefix = format!("{}.", topology.routes.retry_exchange);
+    let planned: Vec<&str> = topology
+        .queues
+        .iter()
+        .map(|q| q.name.as_str())
+        .chain(topology.exchanges.iter().map(|x| x.name.as_str()))
+        .collect();
+    let unplanned: Vec<&String> = recorded
+        .queues
+        .iter()
+        .filter(|q| !q.starts_with(&tier_prefix))
+        .chain(recorded.exchanges.iter())
+        .filter(|n| !planned.contains(&n.as_str()))
+        .collect();
+    if !recorded.queues.contains(&source) || !unplanned.is_empty() {
         let message = format!(
-            "deletionPolicy Delete: spec.source.queue is {source:?}, but the broker objects of this resource were created for {:?} (status.topology); revert spec.source.queue, or set deletionPolicy: Retain",
-            recorded.queues
+            "deletionPolicy Delete: the spec no longer plans what this resource created (status.topology: queues {:?}, exchanges {:?}; now planned: {planned:?}); revert spec.source.queue / spec.deadLetter, or set deletionPolicy: Retain",
+            recorded.queues, recorded.exchanges
         );
         if deletion_condition(ctx, obj, &current, "DeletionBlocked", &message).await? {
             publish(
@@ -629,6 +523,27 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         .brokers
         .get(&ns, &secret, &prepared.connection)
         .map_err(ReconcileError::from)?;
+    // Another resource on the same broker has created some of these names (possible
+    // across namespaces and Secrets): deleting them would take its topology away.
+    let mut shared = Vec::new();
+    for other in ownership::recorded_by_others(&dlq, &others(ctx)) {
+        if ownership::same_broker(ctx, &dlq, &broker, &other).await {
+            shared.push(object_key(&other.metadata));
+        }
+    }
+    if !shared.is_empty() {
+        let note = format!(
+            "names also in use by DeadLetterQueue {} on the same broker: finalizer released, broker objects not deleted{left_note}",
+            shared.join(", ")
+        );
+        return crate::controller::release_with(
+            ctx,
+            obj,
+            &ar,
+            Note::warning("CleanupSkipped", "Delete", note),
+        )
+        .await;
+    }
     let report = match broker.remove(&topology).await {
         Ok(r) => r,
         Err(e) => {
@@ -692,77 +607,6 @@ mod tests {
                 })
                 .collect(),
         }
-    }
-
-    fn dynamic(name: &str, created: i64, spec: serde_json::Value) -> Arc<DynamicObject> {
-        Arc::new(
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "dlqoperator.io/v1alpha1", "kind": "DeadLetterQueue",
-                "metadata": {"name": name, "namespace": "ns", "uid": name,
-                             "creationTimestamp": at(created)},
-                "spec": spec,
-            }))
-            .expect("object"),
-        )
-    }
-
-    fn spec(queue: &str, extra: serde_json::Value) -> serde_json::Value {
-        let mut s = serde_json::json!({
-            "broker": {"secretRef": {"name": "rabbit"}},
-            "source": {"queue": queue},
-            "retryPolicyRef": {"name": "p"},
-        });
-        if let (Some(o), Some(e)) = (s.as_object_mut(), extra.as_object()) {
-            o.extend(e.clone());
-        }
-        s
-    }
-
-    #[test]
-    fn the_older_resource_keeps_a_shared_name() {
-        let older = dynamic("a", 10, spec("orders", serde_json::json!({})));
-        let same_source = dynamic("b", 20, spec("orders", serde_json::json!({})));
-        let dlq_is_source = dynamic(
-            "c",
-            30,
-            spec(
-                "payments",
-                serde_json::json!({"deadLetter": {"queue": "orders"}}),
-            ),
-        );
-        let elsewhere = dynamic(
-            "d",
-            40,
-            spec(
-                "orders",
-                serde_json::json!({"broker": {"secretRef": {"name": "other"}}}),
-            ),
-        );
-        let all = vec![
-            older.clone(),
-            same_source.clone(),
-            dlq_is_source.clone(),
-            elsewhere.clone(),
-        ];
-        let typed = |o: &Arc<DynamicObject>| decode::<DeadLetterQueue>(o).expect("decodes");
-        assert!(
-            name_conflict(&typed(&older), &all).is_none(),
-            "the oldest keeps it"
-        );
-        let e = name_conflict(&typed(&same_source), &all).expect("conflict");
-        assert_eq!(e.reason(), "NameConflict");
-        assert!(
-            e.to_string().starts_with(
-                "spec.source.queue: queue \"orders\" is already managed by DeadLetterQueue ns/a"
-            ),
-            "{e}"
-        );
-        let e = name_conflict(&typed(&dlq_is_source), &all).expect("conflict");
-        assert!(e.to_string().starts_with("spec.deadLetter.queue:"), "{e}");
-        assert!(
-            name_conflict(&typed(&elsewhere), &all).is_none(),
-            "another Secret"
-        );
     }
 
     #[test]

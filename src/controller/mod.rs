@@ -15,6 +15,7 @@ pub mod conditions;
 pub mod context;
 pub mod dead_letter_queue;
 pub mod object;
+pub mod ownership;
 pub mod rbac;
 pub mod retry_policy;
 

@@ -425,6 +425,32 @@ pub struct DeadLetterQueueStatus {
     pub last_observed_time: Option<String>,
 }
 
+/// Checks that `name` can name a Kubernetes object (a Secret or RetryPolicy): a DNS
+/// subdomain per RFC 1123 as Kubernetes requires for object names (API conventions,
+/// "Names"): lower-case letters, digits, `-` and `.`, starting and ending with a letter
+/// or digit, at most 253 characters.
+fn check_object_name(errs: &mut Errors, field: &str, name: &str) {
+    if name.is_empty() {
+        errs.push(field, "must not be empty");
+        return;
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if name.len() > 253 || !name.split('.').all(label_ok) {
+        errs.push(
+            field,
+            format!(
+                "{name:?} is not a Kubernetes object name (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253)"
+            ),
+        );
+    }
+}
+
 /// RabbitMQ's limit on queue and exchange names, in bytes (AMQP 0-9-1 short string).
 pub const MAX_NAME_BYTES: usize = 255;
 
@@ -482,9 +508,11 @@ impl DeadLetterQueueSpec {
     /// [`InvalidSpec`] listing every invalid field with its path under `spec.`.
     pub fn validate(&self) -> Result<(), InvalidSpec> {
         let mut errs = Errors::default();
-        if self.broker.secret_ref.name.is_empty() {
-            errs.push("spec.broker.secretRef.name", "must not be empty");
-        }
+        check_object_name(
+            &mut errs,
+            "spec.broker.secretRef.name",
+            &self.broker.secret_ref.name,
+        );
         if self.broker.vhost.is_empty() {
             errs.push("spec.broker.vhost", "must not be empty");
         } else if self.broker.vhost == "." || self.broker.vhost == ".." {
@@ -587,9 +615,11 @@ impl DeadLetterQueueSpec {
                 format!("too long for partitions: {dlq:?}.<class> would exceed RabbitMQ's {MAX_NAME_BYTES}-byte limit"),
             );
         }
-        if self.retry_policy_ref.name.is_empty() {
-            errs.push("spec.retryPolicyRef.name", "must not be empty");
-        }
+        check_object_name(
+            &mut errs,
+            "spec.retryPolicyRef.name",
+            &self.retry_policy_ref.name,
+        );
         if let Some(q) = &self.dead_letter.queue {
             check_name(&mut errs, "spec.deadLetter.queue", q);
         }
@@ -673,5 +703,32 @@ impl DeadLetterQueueSpec {
             }
         }
         errs.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(secret: &str, policy: &str) -> DeadLetterQueueSpec {
+        serde_json::from_value(serde_json::json!({
+            "broker": {"secretRef": {"name": secret}},
+            "source": {"queue": "orders"},
+            "retryPolicyRef": {"name": policy},
+        }))
+        .expect("spec")
+    }
+
+    #[test]
+    fn references_must_be_kubernetes_object_names() {
+        assert!(spec("rabbit-mq.prod", "p1").validate().is_ok());
+        for bad in ["", " ", "Bad_Name", "../other/secrets/x", "-x", "x.", "a..b"] {
+            let err = spec(bad, "p1").validate().expect_err(bad);
+            assert_eq!(err.0[0].field, "spec.broker.secretRef.name", "{bad:?}");
+            let err = spec("rabbit", bad).validate().expect_err(bad);
+            assert_eq!(err.0[0].field, "spec.retryPolicyRef.name", "{bad:?}");
+        }
+        let long = "a".repeat(254);
+        assert!(spec(&long, "p").validate().is_err());
     }
 }

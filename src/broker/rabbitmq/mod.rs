@@ -53,6 +53,7 @@ const APPLY_TO: &str = "queues";
 #[derive(Debug)]
 pub struct RabbitMq {
     mgmt: ManagementClient,
+    cluster_name: tokio::sync::OnceCell<String>,
 }
 
 impl RabbitMq {
@@ -64,7 +65,32 @@ impl RabbitMq {
     pub fn new(conn: &BrokerConnection) -> Result<Self, BrokerError> {
         Ok(RabbitMq {
             mgmt: ManagementClient::new(conn)?,
+            cluster_name: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The broker's cluster name (`GET /api/overview`, `cluster_name`), read once per
+    /// client: two Secrets with different URIs (`localhost` and `127.0.0.1`, a Service
+    /// name and its IP) reach the same broker exactly when the names are equal.
+    ///
+    /// # Errors
+    /// Transport, authentication and API errors.
+    pub async fn cluster_name(&self) -> Result<String, BrokerError> {
+        #[derive(serde::Deserialize)]
+        struct Overview {
+            #[serde(default)]
+            cluster_name: String,
+        }
+        self.cluster_name
+            .get_or_try_init(|| async {
+                let o: Overview = self
+                    .mgmt
+                    .get_json("overview?columns=cluster_name", "overview")
+                    .await?;
+                Ok(o.cluster_name)
+            })
+            .await
+            .cloned()
     }
 
     /// HTTP requests made by this client so far (GET = read; PUT/POST/DELETE = write).
