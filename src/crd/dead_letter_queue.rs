@@ -722,7 +722,15 @@ mod tests {
     #[test]
     fn references_must_be_kubernetes_object_names() {
         assert!(spec("rabbit-mq.prod", "p1").validate().is_ok());
-        for bad in ["", " ", "Bad_Name", "../other/secrets/x", "-x", "x.", "a..b"] {
+        for bad in [
+            "",
+            " ",
+            "Bad_Name",
+            "../other/secrets/x",
+            "-x",
+            "x.",
+            "a..b",
+        ] {
             let err = spec(bad, "p1").validate().expect_err(bad);
             assert_eq!(err.0[0].field, "spec.broker.secretRef.name", "{bad:?}");
             let err = spec("rabbit", bad).validate().expect_err(bad);
