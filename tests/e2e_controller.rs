@@ -173,26 +173,25 @@ async fn ready(api: &Api<DynamicObject>, name: &str) -> Option<(String, String, 
 }
 
 /// Creates the examples' Secret, RetryPolicies and DeadLetterQueues in `ns`, with every
-/// queue name prefixed by `prefix`. Returns the DeadLetterQueue names.
-async fn create_examples(client: &Client, ns: &str, prefix: &str) -> Vec<String> {
+/// queue name prefixed by `prefix`: with `kubectl apply -f` of the rewritten manifests
+/// when `DLQ_E2E_KUBECTL` names a kubectl (`.ci/run` sets it to the one built with the
+/// API server), else through the API. Returns the DeadLetterQueue names.
+async fn create_examples(client: &Client, kubeconfig: &str, ns: &str, prefix: &str) -> Vec<String> {
     let m = dlq_operator::manifest::load_paths(&[common::root().join("examples")])
         .expect("examples load");
+    let mut docs: Vec<Value> = Vec::new();
     for s in &m.secrets {
         let mut secret: Secret = s.object.clone();
         secret.metadata.namespace = Some(ns.into());
-        Api::<Secret>::namespaced(client.clone(), ns)
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create Secret");
+        let mut v = json!(secret);
+        v["apiVersion"] = json!("v1");
+        v["kind"] = json!("Secret");
+        docs.push(v);
     }
     for p in &m.retry_policies {
         let mut rp = p.object.clone();
         rp.metadata.namespace = Some(ns.into());
-        let obj: DynamicObject = serde_json::from_value(json!(rp)).expect("dynamic");
-        rps(client, ns)
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect("create RetryPolicy");
+        docs.push(json!(rp));
     }
     let mut names = Vec::new();
     for d in &m.dead_letter_queues {
@@ -205,12 +204,64 @@ async fn create_examples(client: &Client, ns: &str, prefix: &str) -> Vec<String>
             .dead_letter
             .exchange
             .map(|x| format!("{prefix}-{x}"));
-        let obj: DynamicObject = serde_json::from_value(json!(dlq)).expect("dynamic");
-        dlqs(client, ns)
-            .create(&PostParams::default(), &obj)
-            .await
-            .expect("create DeadLetterQueue");
         names.push(dlq.metadata.name.clone().expect("name"));
+        docs.push(json!(dlq));
+    }
+    match std::env::var("DLQ_E2E_KUBECTL")
+        .ok()
+        .filter(|k| !k.is_empty())
+    {
+        Some(kubectl) => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let yaml: Vec<String> = docs
+                .iter()
+                .map(|d| serde_yaml_ng::to_string(d).expect("yaml"))
+                .collect();
+            let file = dir.path().join("examples.yaml");
+            std::fs::write(&file, yaml.join("---\n")).expect("write manifests");
+            // --validate=false: kubectl 1.20's client-side validation predates CEL fields.
+            let out = Command::new(&kubectl)
+                .args([
+                    "--kubeconfig",
+                    kubeconfig,
+                    "apply",
+                    "--validate=false",
+                    "-f",
+                ])
+                .arg(&file)
+                .output()
+                .expect("run kubectl");
+            assert!(
+                out.status.success(),
+                "kubectl apply -f: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        None => {
+            for doc in docs {
+                let obj: DynamicObject = serde_json::from_value(doc.clone()).expect("dynamic");
+                let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+                let result = match kind.as_str() {
+                    "Secret" => {
+                        let s: Secret = serde_json::from_value(doc).expect("secret");
+                        Api::<Secret>::namespaced(client.clone(), ns)
+                            .create(&PostParams::default(), &s)
+                            .await
+                            .map(|_| ())
+                    }
+                    "RetryPolicy" => rps(client, ns)
+                        .create(&PostParams::default(), &obj)
+                        .await
+                        .map(|_| ()),
+                    _ => dlqs(client, ns)
+                        .create(&PostParams::default(), &obj)
+                        .await
+                        .map(|_| ()),
+                };
+                result.unwrap_or_else(|e| panic!("create {kind}: {e}"));
+            }
+        }
     }
     names
 }
@@ -258,7 +309,7 @@ async fn operator_applies_examples_reports_status_and_replans_on_policy_edit() {
         &kubeconfig,
         &["--namespace", &ns, "--leader-election=false"],
     );
-    let names = create_examples(&client, &ns, &prefix).await;
+    let names = create_examples(&client, &kubeconfig, &ns, &prefix).await;
     assert_eq!(names, ["order-events", "payment-callback"]);
 
     let api = dlqs(&client, &ns);
@@ -545,7 +596,7 @@ async fn leader_election_runs_one_leader_and_hands_over_when_it_dies() {
     })
     .await;
     let mut b = start("replica-b");
-    let names = create_examples(&client, &ns, &prefix).await;
+    let names = create_examples(&client, &kubeconfig, &ns, &prefix).await;
     let api = dlqs(&client, &ns);
     for name in &names {
         wait_for(
