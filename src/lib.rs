@@ -14,6 +14,7 @@ pub mod crd;
 pub mod duration;
 pub mod manifest;
 pub mod metrics;
+pub mod monitor;
 pub mod reconcile;
 pub mod standalone;
 pub mod topology;

@@ -276,6 +276,10 @@ pub struct MonitoringSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub growth_per_minute: Option<f64>,
+    /// How long a firing alert keeps firing after the condition stops holding, so a
+    /// single dip does not resolve it (like Prometheus' `keep_firing_for`; default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_firing_for: Option<Duration>,
 }
 
 fn default_interval() -> Duration {
@@ -298,6 +302,7 @@ impl Default for MonitoringSpec {
             min_headroom: default_min_headroom(),
             for_: default_for(),
             growth_per_minute: None,
+            keep_firing_for: None,
         }
     }
 }
@@ -645,6 +650,9 @@ impl DeadLetterQueueSpec {
             errs.push("spec.monitoring.interval", "must be greater than 0");
         }
         errs.duration("spec.monitoring.for", &m.for_);
+        if let Some(k) = &m.keep_firing_for {
+            errs.duration("spec.monitoring.keepFiringFor", k);
+        }
         match m.baseline.mode {
             BaselineMode::Static => {
                 if m.baseline.window.is_some() {
