@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alerts;
 pub mod backoff;
 pub mod broker;
 pub mod client;

@@ -1,0 +1,215 @@
+//! Prometheus alert rules for one DeadLetterQueue (DESIGN.md §4), generated from its spec.
+//! Pure.
+//!
+//! The rules are written over the metrics the operator exports (DESIGN.md §4), so that
+//! Prometheus and the operator's own evaluator ([`crate::monitor`]) reach the same verdict
+//! on the same data (checked by `tests/alert_rules.rs` with `promtool test rules`):
+//! - `DeadLetterBacklogHigh`: `(D − B) / clamp_min(T − B, minHeadroom) >= 1` for the spec's
+//!   `for`, with `D` the sum of the resource's dead-letter queue depths; the denominator is
+//!   bounded below like the evaluator's, so a broken threshold can never divide by zero,
+//!   and a missing baseline or threshold series yields no result (the absent rule covers
+//!   it). `keep_firing_for` when `keepFiringFor` is set (Prometheus ≥ 2.42).
+//! - `DeadLetterGrowthHigh` (with `growthPerMinute`): `dlq_growth_per_minute >= G` for `for`.
+//! - `DeadLetterMetricsAbsent`: `absent(dlq_queue_depth{…, role="dead_letter"})` for `for`,
+//!   so missing data alerts instead of staying silent.
+//!
+//! Every alert carries `severity` (`spec.alerting.prometheusRule.severity`), `namespace`
+//! and `name`, and annotations `summary`, `description` (with the live value) and, when
+//! set, `runbook_url`.
+
+use serde_json::{json, Value};
+
+use crate::crd::DeadLetterQueue;
+use crate::duration::format_ms;
+use crate::monitor::Params;
+
+/// Name of the backlog alert.
+pub const BACKLOG_ALERT: &str = "DeadLetterBacklogHigh";
+/// Name of the growth alert.
+pub const GROWTH_ALERT: &str = "DeadLetterGrowthHigh";
+/// Name of the missing-data alert.
+pub const ABSENT_ALERT: &str = "DeadLetterMetricsAbsent";
+
+/// A PromQL string literal for `s` (double-quoted, `\` and `"` escaped).
+fn quote(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// The rule group of `dlq` (with validated monitoring `params`), as the `groups` entry
+/// of a Prometheus rule file or a `PrometheusRule`'s `spec.groups`.
+pub fn rule_group(dlq: &DeadLetterQueue, params: &Params) -> Value {
+    let ns = crate::manifest::namespace_of(&dlq.metadata);
+    let name = dlq.metadata.name.as_deref().unwrap_or_default();
+    let sel = format!("namespace={}, name={}", quote(ns), quote(name));
+    let by = "by (namespace, name)";
+    let baseline = format!("max {by} (dlq_backlog_baseline{{{sel}}})");
+    let threshold = format!("max {by} (dlq_backlog_threshold{{{sel}}})");
+    let depth = format!("sum {by} (dlq_queue_depth{{{sel}, role=\"dead_letter\"}})");
+    let ratio = format!(
+        "({depth} - on (namespace, name) {baseline}) / on (namespace, name) clamp_min({threshold} - on (namespace, name) {baseline}, {})",
+        params.min_headroom
+    );
+    let for_ = format_ms(params.for_ms);
+    let alerting = &dlq.spec.alerting.prometheus_rule;
+    // namespace and name also as rule labels: every rule of the file is distinct (promtool
+    // lints identical alert names with identical labels as duplicates).
+    let labels = json!({"severity": alerting.severity, "namespace": ns, "name": name});
+    let with_runbook = |mut annotations: Value| {
+        if let Some(url) = &alerting.runbook_url {
+            annotations["runbook_url"] = json!(url);
+        }
+        annotations
+    };
+    let queue = dlq.spec.dead_letter_queue_name();
+    let mut backlog = json!({
+        "alert": BACKLOG_ALERT,
+        "expr": format!("{ratio} >= 1"),
+        "for": for_,
+        "labels": labels,
+        "annotations": with_runbook(json!({
+            "summary": format!("Dead-letter backlog of {ns}/{name} is above its threshold"),
+            "description": format!(
+                "Backlog ratio {{{{ printf \"%.2f\" $value }}}} (>= 1 for {for_}) on dead-letter queue {queue} of DeadLetterQueue {ns}/{name}."
+            ),
+        })),
+    });
+    if params.keep_firing_for_ms > 0 {
+        backlog["keep_firing_for"] = json!(format_ms(params.keep_firing_for_ms));
+    }
+    let mut rules = vec![backlog];
+    if let Some(g) = params.growth_per_minute {
+        rules.push(json!({
+            "alert": GROWTH_ALERT,
+            "expr": format!("max {by} (dlq_growth_per_minute{{{sel}}}) >= {g}"),
+            "for": for_,
+            "labels": labels,
+            "annotations": with_runbook(json!({
+                "summary": format!("Dead letters of {ns}/{name} are piling up"),
+                "description": format!(
+                    "{{{{ printf \"%.1f\" $value }}}} dead letters per minute (>= {g}) on dead-letter queue {queue} of DeadLetterQueue {ns}/{name}."
+                ),
+            })),
+        }));
+    }
+    rules.push(json!({
+        "alert": ABSENT_ALERT,
+        "expr": format!("absent(dlq_queue_depth{{{sel}, role=\"dead_letter\"}})"),
+        "for": for_,
+        "labels": {"severity": alerting.severity, "namespace": ns, "name": name},
+        "annotations": with_runbook(json!({
+            "summary": format!("No dead-letter metrics for {ns}/{name}"),
+            "description": format!(
+                "dlq_queue_depth of DeadLetterQueue {ns}/{name} is missing: the operator is down, cannot reach the broker, or is not scraped. Its backlog is not watched."
+            ),
+        })),
+    }));
+    json!({"name": format!("dlq-operator.{ns}.{name}"), "rules": rules})
+}
+
+/// A Prometheus rule file (`groups:`) with the group of every `(resource, params)`.
+pub fn rule_file(items: &[(&DeadLetterQueue, &Params)]) -> Value {
+    json!({"groups": items.iter().map(|(d, p)| rule_group(d, p)).collect::<Vec<_>>()})
+}
+
+/// The `PrometheusRule` (`monitoring.coreos.com/v1`) of `dlq`, named `dlq-<name>` in its
+/// namespace, owned by it (so Kubernetes deletes it with the resource), labelled with
+/// `spec.alerting.prometheusRule.labels` (kube-prometheus-stack selects rules by
+/// `release: <its release name>` by default) and `app.kubernetes.io/managed-by`.
+pub fn prometheus_rule(dlq: &DeadLetterQueue, params: &Params) -> Value {
+    let ns = crate::manifest::namespace_of(&dlq.metadata);
+    let name = dlq.metadata.name.as_deref().unwrap_or_default();
+    let mut labels = json!(dlq.spec.alerting.prometheus_rule.labels);
+    labels["app.kubernetes.io/managed-by"] = json!("dlq-operator");
+    let mut metadata = json!({"name": format!("dlq-{name}"), "namespace": ns, "labels": labels});
+    if let Some(uid) = &dlq.metadata.uid {
+        metadata["ownerReferences"] = json!([{
+            "apiVersion": "dlqoperator.io/v1alpha1",
+            "kind": "DeadLetterQueue",
+            "name": name,
+            "uid": uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }]);
+    }
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": metadata,
+        "spec": {"groups": [rule_group(dlq, params)]},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dlq(extra: Value) -> (DeadLetterQueue, Params) {
+        let mut spec = json!({
+            "broker": {"secretRef": {"name": "rabbit"}},
+            "source": {"queue": "orders"},
+            "retryPolicyRef": {"name": "p"},
+            "monitoring": {"baseline": {"mode": "Static", "value": 10}, "threshold": 110,
+                           "for": "5m", "minHeadroom": 3},
+        });
+        if let (Some(o), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        let mut d = DeadLetterQueue::new("orders", serde_json::from_value(spec).expect("spec"));
+        d.metadata.namespace = Some("shop".into());
+        d.metadata.uid = Some("u-1".into());
+        let p = Params::from_spec(&d.spec.monitoring).expect("params");
+        (d, p)
+    }
+
+    #[test]
+    fn backlog_rule_is_guarded_and_carries_labels_and_annotations() {
+        let (d, p) = dlq(
+            json!({"alerting": {"prometheusRule": {"severity": "critical",
+            "runbookUrl": "https://runbooks/dlq", "labels": {"release": "kps"}}}}),
+        );
+        let g = rule_group(&d, &p);
+        let backlog = &g["rules"][0];
+        assert_eq!(backlog["alert"], BACKLOG_ALERT);
+        assert_eq!(backlog["for"], "5m");
+        let expr = backlog["expr"].as_str().expect("expr");
+        assert!(expr.contains("clamp_min("), "{expr}");
+        assert!(expr.ends_with(", 3) >= 1"), "{expr}");
+        assert!(expr
+            .contains(r#"dlq_queue_depth{namespace="shop", name="orders", role="dead_letter"}"#));
+        assert_eq!(backlog["labels"]["severity"], "critical");
+        assert_eq!(
+            backlog["annotations"]["runbook_url"],
+            "https://runbooks/dlq"
+        );
+        assert!(backlog.get("keep_firing_for").is_none());
+        assert_eq!(
+            g["rules"].as_array().map(Vec::len),
+            Some(2),
+            "no growth rule without growthPerMinute"
+        );
+        assert_eq!(g["rules"][1]["alert"], ABSENT_ALERT);
+
+        let rule = prometheus_rule(&d, &p);
+        assert_eq!(rule["metadata"]["name"], "dlq-orders");
+        assert_eq!(rule["metadata"]["labels"]["release"], "kps");
+        assert_eq!(rule["metadata"]["ownerReferences"][0]["uid"], "u-1");
+    }
+
+    #[test]
+    fn growth_and_keep_firing_for_when_set() {
+        let (d, p) = dlq(json!({"monitoring": {"threshold": 500, "for": "2m",
+            "growthPerMinute": 50.0, "keepFiringFor": "10m"}}));
+        let g = rule_group(&d, &p);
+        assert_eq!(g["rules"][0]["keep_firing_for"], "10m");
+        assert_eq!(g["rules"][1]["alert"], GROWTH_ALERT);
+        assert!(g["rules"][1]["expr"]
+            .as_str()
+            .expect("expr")
+            .ends_with(">= 50"));
+    }
+
+    #[test]
+    fn label_values_are_quoted() {
+        assert_eq!(quote(r#"a"b\c"#), r#""a\"b\\c""#);
+    }
+}

@@ -1,0 +1,345 @@
+//! The generated alert rules against the real `promtool` (Debian package `prometheus`,
+//! installed by `.ci/run`): every rule file passes `promtool check rules`, and for several
+//! depth series the operator's evaluator (`monitor::Evaluator`) and Prometheus (through
+//! `promtool test rules`) say firing / not firing at the same evaluation times — the
+//! expected alerts of each promtool test are computed by the evaluator, so any
+//! disagreement fails the test.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use dlq_operator::alerts::{self, ABSENT_ALERT, BACKLOG_ALERT, GROWTH_ALERT};
+use dlq_operator::crd::DeadLetterQueue;
+use dlq_operator::monitor::{AlertState, Evaluator, Params};
+
+/// `promtool` on PATH, or `None` after reporting `test` as skipped.
+fn promtool(test: &str) -> Option<&'static str> {
+    let ok = Command::new("promtool").arg("--version").output().is_ok();
+    if !ok {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: promtool is not installed (Debian package prometheus; .ci/run installs it)"
+        );
+        return None;
+    }
+    Some("promtool")
+}
+
+fn run(promtool: &str, dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(promtool)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run promtool");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn write_yaml(dir: &Path, name: &str, v: &Value) {
+    std::fs::write(dir.join(name), serde_yaml_ng::to_string(v).expect("yaml")).expect("write");
+}
+
+fn resource(monitoring: Value) -> (DeadLetterQueue, Params) {
+    let spec = json!({
+        "broker": {"secretRef": {"name": "rabbit"}},
+        "source": {"queue": "orders"},
+        "retryPolicyRef": {"name": "p"},
+        "monitoring": monitoring,
+    });
+    let mut d = DeadLetterQueue::new("orders", serde_json::from_value(spec).expect("spec"));
+    d.metadata.namespace = Some("shop".into());
+    let p = Params::from_spec(&d.spec.monitoring).expect("valid monitoring");
+    (d, p)
+}
+
+#[test]
+fn generated_rules_pass_promtool_check() {
+    let Some(promtool) = promtool("generated_rules_pass_promtool_check") else {
+        return;
+    };
+    let (_, planned) = dlq_operator::standalone::load_and_plan(&[common::root().join("examples")])
+        .expect("examples");
+    assert!(!planned.is_empty());
+    let mut resources: Vec<(DeadLetterQueue, Params)> = Vec::new();
+    let m = dlq_operator::manifest::load_paths(&[common::root().join("examples")]).expect("load");
+    for d in &m.dead_letter_queues {
+        let p = Params::from_spec(&d.object.spec.monitoring).expect("params");
+        resources.push((d.object.clone(), p));
+    }
+    resources.push(resource(
+        json!({"baseline": {"mode": "Rolling", "window": "2h"},
+        "thresholdFactor": 3.0, "minHeadroom": 50, "for": "10m", "growthPerMinute": 20.5,
+        "keepFiringFor": "15m"}),
+    ));
+    let items: Vec<(&DeadLetterQueue, &Params)> = resources.iter().map(|(d, p)| (d, p)).collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_yaml(dir.path(), "rules.yaml", &alerts::rule_file(&items));
+    let (ok, out) = run(promtool, dir.path(), &["check", "rules", "rules.yaml"]);
+    assert!(ok, "promtool check rules:\n{out}");
+    assert!(out.contains("SUCCESS"), "{out}");
+    // And a rule promtool must refuse, so the check itself is proven to bite.
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "groups:\n- name: x\n  rules:\n  - alert: X\n    expr: sum(\n",
+    )
+    .expect("write");
+    let (ok, _) = run(promtool, dir.path(), &["check", "rules", "bad.yaml"]);
+    assert!(!ok, "promtool accepted a broken expression");
+}
+
+/// Series values in promtool's notation (`_` for a missing sample).
+fn series_values(values: &[Option<f64>]) -> String {
+    values
+        .iter()
+        .map(|v| match v {
+            Some(x) => format!("{x}"),
+            None => "_".to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Feeds `depths` (one per minute) to the evaluator and to promtool; the expected alerts
+/// of the promtool test are the evaluator's states. Panics with promtool's output on any
+/// disagreement.
+fn agree(scenario: &str, monitoring: Value, depths: &[u64]) -> Vec<(AlertState, AlertState)> {
+    let promtool = promtool(scenario).expect("checked by the caller");
+    let (d, p) = resource(monitoring);
+    let mut ev = Evaluator::new(p.clone());
+    let evals: Vec<_> = depths
+        .iter()
+        .enumerate()
+        .map(|(i, &depth)| ev.observe(i as u64 * 60_000, depth))
+        .collect();
+    let labels = r#"namespace="shop", name="orders""#;
+    let mut input_series = vec![
+        json!({"series": format!(r#"dlq_queue_depth{{{labels}, role="dead_letter", queue="orders.dlq"}}"#),
+               "values": series_values(&depths.iter().map(|&x| Some(x as f64)).collect::<Vec<_>>())}),
+        json!({"series": format!("dlq_backlog_baseline{{{labels}}}"),
+               "values": series_values(&evals.iter().map(|e| Some(e.baseline)).collect::<Vec<_>>())}),
+    ];
+    if evals.iter().all(|e| e.threshold.is_some()) {
+        input_series.push(
+            json!({"series": format!("dlq_backlog_threshold{{{labels}}}"),
+            "values": series_values(&evals.iter().map(|e| e.threshold).collect::<Vec<_>>())}),
+        );
+    }
+    if p.growth_per_minute.is_some() {
+        input_series.push(json!({"series": format!("dlq_growth_per_minute{{{labels}}}"),
+            "values": series_values(&evals.iter().map(|e| e.growth_per_minute).collect::<Vec<_>>())}));
+    }
+    let group = alerts::rule_group(&d, &p);
+    let annotations = |alert: &str| -> Value {
+        group["rules"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["alert"] == alert))
+            .map(|r| r["annotations"].clone())
+            .expect("rule")
+    };
+    let mut tests = Vec::new();
+    // While an alert is kept firing by keep_firing_for, Prometheus reports the value of
+    // the last evaluation where the expression held.
+    let (mut last_ratio, mut last_growth) = (0.0, 0.0);
+    for (i, e) in evals.iter().enumerate() {
+        if let Some(r) = e.ratio.filter(|r| *r >= 1.0) {
+            last_ratio = r;
+        }
+        if let (Some(g), Some(limit)) = (e.growth_per_minute, p.growth_per_minute) {
+            if g >= limit {
+                last_growth = g;
+            }
+        }
+        let mut backlog = Vec::new();
+        if let AlertState::Firing { .. } = e.state {
+            let mut ann = annotations(BACKLOG_ALERT);
+            let desc = ann["description"]
+                .as_str()
+                .unwrap_or_default()
+                .replace("{{ printf \"%.2f\" $value }}", &format!("{last_ratio:.2}"));
+            ann["description"] = json!(desc);
+            backlog.push(
+                json!({"exp_labels": {"severity": "warning", "namespace": "shop", "name": "orders"},
+                                "exp_annotations": ann}),
+            );
+        }
+        tests.push(json!({"eval_time": format!("{i}m"), "alertname": BACKLOG_ALERT, "exp_alerts": backlog}));
+        if p.growth_per_minute.is_some() {
+            let mut growth = Vec::new();
+            if let AlertState::Firing { .. } = e.growth_state {
+                let mut ann = annotations(GROWTH_ALERT);
+                let desc = ann["description"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .replace("{{ printf \"%.1f\" $value }}", &format!("{last_growth:.1}"));
+                ann["description"] = json!(desc);
+                growth.push(json!({"exp_labels": {"severity": "warning", "namespace": "shop", "name": "orders"},
+                                   "exp_annotations": ann}));
+            }
+            tests.push(json!({"eval_time": format!("{i}m"), "alertname": GROWTH_ALERT, "exp_alerts": growth}));
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_yaml(dir.path(), "rules.yaml", &json!({"groups": [group]}));
+    write_yaml(
+        dir.path(),
+        "test.yaml",
+        &json!({
+            "rule_files": ["rules.yaml"],
+            "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": input_series, "alert_rule_test": tests}],
+        }),
+    );
+    let (ok, out) = run(promtool, dir.path(), &["test", "rules", "test.yaml"]);
+    assert!(
+        ok,
+        "{scenario}: Prometheus and the evaluator disagree:\n{out}\nevaluator: {:?}",
+        evals
+            .iter()
+            .map(|e| (e.state.name(), e.ratio))
+            .collect::<Vec<_>>()
+    );
+    evals.iter().map(|e| (e.state, e.growth_state)).collect()
+}
+
+fn firing_minutes(states: &[(AlertState, AlertState)], growth: bool) -> Vec<usize> {
+    states
+        .iter()
+        .enumerate()
+        .filter(|(_, (b, g))| matches!(if growth { g } else { b }, AlertState::Firing { .. }))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+#[test]
+fn evaluator_and_prometheus_agree_on_every_scenario() {
+    if promtool("evaluator_and_prometheus_agree_on_every_scenario").is_none() {
+        return;
+    }
+    // Baseline 100, threshold 1100: R = (D − 100) / 1000; `for` 3m.
+    let backlog = json!({"interval": "1m", "baseline": {"mode": "Static", "value": 100},
+                         "threshold": 1100, "for": "3m"});
+    let steady = agree("steady", backlog.clone(), &[100; 10]);
+    assert!(firing_minutes(&steady, false).is_empty());
+
+    let spike = agree(
+        "short spike",
+        backlog.clone(),
+        &[100, 100, 2100, 2100, 2100, 100, 100, 100],
+    );
+    assert!(
+        firing_minutes(&spike, false).is_empty(),
+        "a spike shorter than for never fires"
+    );
+
+    let sustained = agree(
+        "sustained breach",
+        backlog.clone(),
+        &[100, 2100, 2100, 2100, 2100, 2100, 2100],
+    );
+    assert_eq!(
+        firing_minutes(&sustained, false),
+        [4, 5, 6],
+        "pending at 1m, firing from 1m + 3m"
+    );
+
+    let recovery = agree(
+        "recovery",
+        backlog.clone(),
+        &[100, 1100, 1600, 2100, 2100, 2100, 600, 100, 100],
+    );
+    assert_eq!(
+        firing_minutes(&recovery, false),
+        [4, 5],
+        "resolves at the first sample below"
+    );
+
+    let mut keep = backlog.clone();
+    keep["keepFiringFor"] = json!("2m");
+    let dip = agree(
+        "dip with keepFiringFor",
+        keep,
+        &[2100, 2100, 2100, 2100, 100, 2100, 100, 100, 100, 100],
+    );
+    assert_eq!(
+        firing_minutes(&dip, false),
+        [3, 4, 5, 6, 7],
+        "one dip does not resolve it"
+    );
+
+    // Growth: +60 messages a minute against a limit of 50/min, far below the threshold.
+    let growth = json!({"interval": "1m", "baseline": {"mode": "Static", "value": 0},
+                        "threshold": 1000000, "for": "2m", "growthPerMinute": 50.0});
+    let depths: Vec<u64> = (0..6)
+        .map(|i| i * 60)
+        .chain([300, 300, 300, 300, 300, 300, 300])
+        .collect();
+    let g = agree("growth", growth, &depths);
+    assert!(firing_minutes(&g, false).is_empty());
+    assert!(
+        !firing_minutes(&g, true).is_empty(),
+        "growth fires on its own: {g:?}"
+    );
+
+    // A learned baseline: the threshold moves with it, and both sides still agree.
+    let rolling = json!({"interval": "1m", "baseline": {"mode": "Rolling", "window": "30m"},
+                         "thresholdFactor": 2.0, "minHeadroom": 10, "for": "2m"});
+    let r = agree(
+        "rolling baseline",
+        rolling,
+        &[40, 40, 40, 40, 500, 500, 500, 500, 40, 40],
+    );
+    assert_eq!(firing_minutes(&r, false), [6, 7]);
+}
+
+#[test]
+fn absent_rule_fires_when_the_metrics_stop() {
+    let Some(promtool) = promtool("absent_rule_fires_when_the_metrics_stop") else {
+        return;
+    };
+    let (d, p) = resource(json!({"interval": "1m", "threshold": 100, "for": "2m"}));
+    let group = alerts::rule_group(&d, &p);
+    let ann = group["rules"]
+        .as_array()
+        .and_then(|rs| rs.iter().find(|r| r["alert"] == ABSENT_ALERT))
+        .map(|r| r["annotations"].clone())
+        .expect("absent rule");
+    // absent() carries the selector's equality labels.
+    let labels = json!({"severity": "warning", "namespace": "shop", "name": "orders",
+                        "role": "dead_letter"});
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_yaml(dir.path(), "rules.yaml", &json!({"groups": [group]}));
+    // Samples for 0–3m, then nothing: absent once the last sample leaves the 5m lookback
+    // (after 8m), firing 2m later.
+    write_yaml(
+        dir.path(),
+        "test.yaml",
+        &json!({
+            "rule_files": ["rules.yaml"],
+            "evaluation_interval": "1m",
+            "tests": [{
+                "interval": "1m",
+                "input_series": [{"series": r#"dlq_queue_depth{namespace="shop", name="orders", role="dead_letter", queue="orders.dlq"}"#,
+                                  "values": "0 0 0 0"}],
+                "alert_rule_test": [
+                    {"eval_time": "3m", "alertname": ABSENT_ALERT, "exp_alerts": []},
+                    {"eval_time": "8m", "alertname": ABSENT_ALERT, "exp_alerts": []},
+                    {"eval_time": "11m", "alertname": ABSENT_ALERT,
+                     "exp_alerts": [{"exp_labels": labels, "exp_annotations": ann}]},
+                ],
+            }],
+        }),
+    );
+    let (ok, out) = run(promtool, dir.path(), &["test", "rules", "test.yaml"]);
+    assert!(ok, "promtool test rules:\n{out}");
+}
