@@ -377,6 +377,12 @@ async fn deletion_condition(
     Ok(true)
 }
 
+/// Releases `obj` without deleting anything, with a `CleanupSkipped` Warning saying why.
+async fn skipped(ctx: &Context, obj: &DynamicObject, note: String) -> Result<Action, Error> {
+    let note = Note::warning("CleanupSkipped", "Delete", note);
+    crate::controller::release_with(ctx, obj, &api_resource::<DeadLetterQueue>(), note).await
+}
+
 async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let ar = api_resource::<DeadLetterQueue>();
@@ -397,13 +403,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             let note = format!(
                 "spec does not decode ({invalid}): finalizer released, broker objects not deleted{left_note}"
             );
-            return crate::controller::release_with(
-                ctx,
-                obj,
-                &ar,
-                Note::warning("CleanupSkipped", "Delete", note),
-            )
-            .await;
+            return skipped(ctx, obj, note).await;
         }
     };
     if dlq.spec.deletion_policy == DeletionPolicy::Retain {
@@ -437,13 +437,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         let note = format!(
             "invalid spec ({invalid}): finalizer released, broker objects not deleted{left_note}"
         );
-        return crate::controller::release_with(
-            ctx,
-            obj,
-            &ar,
-            Note::warning("CleanupSkipped", "Delete", note),
-        )
-        .await;
+        return skipped(ctx, obj, note).await;
     }
     let (policy, secret) = read_references(ctx, &ns, &dlq).await?;
     let Some(secret) = secret else {
@@ -536,13 +530,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             "names also in use by DeadLetterQueue {} on the same broker: finalizer released, broker objects not deleted{left_note}",
             shared.join(", ")
         );
-        return crate::controller::release_with(
-            ctx,
-            obj,
-            &ar,
-            Note::warning("CleanupSkipped", "Delete", note),
-        )
-        .await;
+        return skipped(ctx, obj, note).await;
     }
     let report = match broker.remove(&topology).await {
         Ok(r) => r,
