@@ -636,9 +636,12 @@ async fn leader_election_runs_one_leader_and_hands_over_when_it_dies() {
         },
     )
     .await;
+    // The standby may take the lease once it has expired: at most one lease duration
+    // after the leader's last renewal, plus the standby's polling (slack for a loaded CI
+    // machine; the figure itself is printed below and reported in the issue note).
     let handover = killed.elapsed();
     assert!(
-        handover <= Duration::from_secs(duration + 2),
+        handover <= Duration::from_secs(duration + 4),
         "handover took {handover:?} with a {duration}s lease"
     );
     eprintln!("lease handover after SIGKILL of the leader: {handover:?} (lease {duration}s)");
