@@ -219,6 +219,7 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
             files,
             interval,
             resync,
+            metrics_bind_address,
             ..
         } => {
             if files.is_empty() {
@@ -249,6 +250,7 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
                     paths: files,
                     interval,
                     resync,
+                    metrics_addr: Some(metrics_bind_address),
                 },
                 shutdown_signal(),
             )

@@ -38,6 +38,36 @@ pub struct Metrics {
     registry: Registry,
     reconcile_total: IntCounterVec,
     reconcile_duration: HistogramVec,
+    backlog: BacklogMetrics,
+}
+
+/// One queue's depth for [`Metrics::record_backlog`].
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSample<'a> {
+    /// Queue name.
+    pub queue: &'a str,
+    /// `source`, `retry` or `dead_letter`.
+    pub role: &'a str,
+    /// Tier (e.g. `5s`) for retry queues, empty otherwise.
+    pub tier: &'a str,
+    /// Messages (ready + unacknowledged).
+    pub depth: u64,
+}
+
+/// Queue label sets (`queue`, `role`, `tier`) written per `(namespace, name)`.
+type WrittenSeries = std::collections::BTreeMap<(String, String), Vec<[String; 3]>>;
+
+/// The per-resource backlog families (DESIGN.md §4) and the label sets written, so that a
+/// resource's series can be removed with it.
+#[derive(Clone)]
+struct BacklogMetrics {
+    depth: prometheus::GaugeVec,
+    baseline: prometheus::GaugeVec,
+    threshold: prometheus::GaugeVec,
+    ratio: prometheus::GaugeVec,
+    alert_state: prometheus::GaugeVec,
+    growth: prometheus::GaugeVec,
+    written: std::sync::Arc<std::sync::Mutex<WrittenSeries>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -79,11 +109,133 @@ impl Metrics {
         registry
             .register(Box::new(reconcile_duration.clone()))
             .expect("metric registered once");
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            let g = prometheus::GaugeVec::new(Opts::new(name, help), labels)
+                .expect("valid metric definition");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("metric registered once");
+            g
+        };
+        let per_resource = ["namespace", "name"];
+        let backlog = BacklogMetrics {
+            depth: gauge(
+                "dlq_queue_depth",
+                "Messages (ready + unacknowledged) in a managed queue.",
+                &["namespace", "name", "queue", "role", "tier"],
+            ),
+            baseline: gauge(
+                "dlq_backlog_baseline",
+                "Baseline depth of the dead-letter backlog (messages).",
+                &per_resource,
+            ),
+            threshold: gauge(
+                "dlq_backlog_threshold",
+                "Threshold depth of the dead-letter backlog (messages).",
+                &per_resource,
+            ),
+            ratio: gauge(
+                "dlq_backlog_ratio",
+                "Backlog ratio (D - B) / max(T - B, minHeadroom); 1 is the threshold.",
+                &per_resource,
+            ),
+            alert_state: gauge(
+                "dlq_backlog_alert_state",
+                "Backlog alert state: 0 inactive, 1 pending, 2 firing.",
+                &per_resource,
+            ),
+            growth: gauge(
+                "dlq_growth_per_minute",
+                "Dead-letter growth over the last 5 minutes (messages per minute).",
+                &per_resource,
+            ),
+            written: Default::default(),
+        };
         Metrics {
             registry,
             reconcile_total,
             reconcile_duration,
+            backlog,
         }
+    }
+
+    /// Records one poll of the resource `namespace/name`: every queue's depth (explicit
+    /// 0 for an empty queue) and the evaluation of its dead-letter backlog. Series that
+    /// are not configured (no threshold) or not known yet (growth) are left out.
+    pub fn record_backlog(
+        &self,
+        namespace: &str,
+        name: &str,
+        queues: &[QueueSample<'_>],
+        eval: &crate::monitor::Evaluation,
+    ) {
+        let b = &self.backlog;
+        let mut written = b.written.lock().unwrap_or_else(|p| p.into_inner());
+        let sets = written
+            .entry((namespace.to_string(), name.to_string()))
+            .or_default();
+        for q in queues {
+            b.depth
+                .with_label_values(&[namespace, name, q.queue, q.role, q.tier])
+                .set(q.depth as f64);
+            let set = [q.queue.to_string(), q.role.to_string(), q.tier.to_string()];
+            if !sets.contains(&set) {
+                sets.push(set);
+            }
+        }
+        let labels = [namespace, name];
+        b.baseline.with_label_values(&labels).set(eval.baseline);
+        b.alert_state
+            .with_label_values(&labels)
+            .set(f64::from(eval.state.code()));
+        match (eval.threshold, eval.ratio) {
+            (Some(t), Some(r)) => {
+                b.threshold.with_label_values(&labels).set(t);
+                b.ratio.with_label_values(&labels).set(r);
+            }
+            _ => {
+                let _ = b.threshold.remove_label_values(&labels);
+                let _ = b.ratio.remove_label_values(&labels);
+            }
+        }
+        if let Some(g) = eval.growth_per_minute {
+            b.growth.with_label_values(&labels).set(g);
+        }
+    }
+
+    /// Removes every backlog series of `namespace/name` (resource deleted, or its data
+    /// unknown: the `absent` alert then covers it).
+    pub fn forget_backlog(&self, namespace: &str, name: &str) {
+        let b = &self.backlog;
+        let mut written = b.written.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sets) = written.remove(&(namespace.to_string(), name.to_string())) {
+            for [queue, role, tier] in sets {
+                let _ = b
+                    .depth
+                    .remove_label_values(&[namespace, name, &queue, &role, &tier]);
+            }
+        }
+        let labels = [namespace, name];
+        for g in [
+            &b.baseline,
+            &b.threshold,
+            &b.ratio,
+            &b.alert_state,
+            &b.growth,
+        ] {
+            let _ = g.remove_label_values(&labels);
+        }
+    }
+
+    /// Resources with backlog series, as `(namespace, name)`.
+    pub fn backlog_resources(&self) -> Vec<(String, String)> {
+        self.backlog
+            .written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// Records one reconcile of a resource of `kind` with `result` (`success` or an error's
@@ -233,6 +385,46 @@ mod tests {
         ));
         assert!(text
             .contains("dlq_operator_reconcile_duration_seconds_count{kind=\"DeadLetterQueue\"} 3"));
+    }
+
+    #[test]
+    fn backlog_series_are_explicit_and_removed_with_the_resource() {
+        let m = Metrics::new();
+        let p = crate::monitor::Params::from_spec(
+            &serde_json::from_value(serde_json::json!({"threshold": 100})).expect("spec"),
+        )
+        .expect("params");
+        let eval = crate::monitor::Evaluator::new(p).observe(0, 0);
+        let queues = [
+            QueueSample {
+                queue: "q",
+                role: "source",
+                tier: "",
+                depth: 0,
+            },
+            QueueSample {
+                queue: "q.retry.5s",
+                role: "retry",
+                tier: "5s",
+                depth: 0,
+            },
+            QueueSample {
+                queue: "q.dlq",
+                role: "dead_letter",
+                tier: "",
+                depth: 0,
+            },
+        ];
+        m.record_backlog("ns", "q", &queues, &eval);
+        let text = m.render();
+        assert!(text.contains(r#"dlq_queue_depth{name="q",namespace="ns",queue="q.dlq",role="dead_letter",tier=""} 0"#), "{text}");
+        assert!(text.contains(r#"dlq_backlog_ratio{name="q",namespace="ns"} 0"#));
+        assert!(text.contains(r#"dlq_backlog_threshold{name="q",namespace="ns"} 100"#));
+        assert!(text.contains(r#"dlq_backlog_alert_state{name="q",namespace="ns"} 0"#));
+        m.forget_backlog("ns", "q");
+        let text = m.render();
+        assert!(!text.contains(r#"namespace="ns""#), "{text}");
+        assert!(m.backlog_resources().is_empty());
     }
 
     #[test]

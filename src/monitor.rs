@@ -315,6 +315,11 @@ impl Evaluator {
         e
     }
 
+    /// The backlog alert state after the last sample (`Inactive` before any).
+    pub fn last_state(&self) -> AlertState {
+        self.backlog.state
+    }
+
     /// The parameters.
     pub fn params(&self) -> &Params {
         &self.params

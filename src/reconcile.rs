@@ -92,6 +92,8 @@ pub struct Prepared {
     pub connection: BrokerConnection,
     /// `spec.monitoring.interval` in milliseconds.
     pub monitoring_interval_ms: Option<u64>,
+    /// `spec.monitoring`, validated, for the backlog evaluator.
+    pub monitoring: crate::monitor::Params,
 }
 
 /// Validates a DeadLetterQueue and what it references, then plans its topology. Pure:
@@ -135,8 +137,16 @@ pub fn prepare(
     })?;
     let connection =
         BrokerConnection::from_secret_data(&dlq.spec.broker.secret_ref.name, &secret_data(secret))?;
+    let monitoring = crate::monitor::Params::from_spec(&dlq.spec.monitoring).map_err(|source| {
+        ReconcileError::InvalidSpec {
+            kind: "DeadLetterQueue",
+            name: key.clone(),
+            source,
+        }
+    })?;
     let topology = topology::plan(&key, &dlq.spec, &resolved);
     Ok(Prepared {
+        monitoring,
         key,
         policy: resolved,
         topology,

@@ -372,6 +372,8 @@ pub struct RunOptions {
     /// Re-apply unchanged manifests at least this often, to repair broker objects changed
     /// or deleted behind the operator's back (like a controller's periodic resync).
     pub resync: StdDuration,
+    /// Where to serve `/metrics`, `/healthz` and `/readyz` (`None`: not served).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Keeps reconciling: re-reads the manifests every interval and applies them again when
@@ -389,12 +391,27 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     tokio::pin!(shutdown);
+    let metrics = crate::metrics::Metrics::new();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = match opts.metrics_addr {
+        Some(addr) => {
+            let readiness = crate::metrics::Readiness::new("starting");
+            readiness.set_ready();
+            let stop = crate::controller::until_shutdown(stop_rx);
+            let (bound, server) =
+                crate::metrics::bind(addr, metrics.clone(), readiness, stop).await?;
+            tracing::info!(addr = %bound, "serving /metrics, /healthz, /readyz");
+            Some(tokio::spawn(server))
+        }
+        None => None,
+    };
+    let mut evaluators: BTreeMap<String, crate::monitor::Evaluator> = BTreeMap::new();
     let mut last_fingerprint = None;
     let mut planned: Vec<Planned> = Vec::new();
     let mut ready = false;
     let mut missing = false;
     let mut last_apply = tokio::time::Instant::now();
-    loop {
+    let result = loop {
         match load_and_plan(&opts.paths) {
             Ok((m, p)) => {
                 let fp = fingerprint(&m);
@@ -405,8 +422,13 @@ pub async fn run(
                         tracing::info!("manifests changed; reconciling");
                     }
                     let mut buf = Vec::new();
-                    let summary = apply_all(&p, &mut buf).await?;
-                    std::io::stdout().write_all(&buf)?;
+                    let summary = match apply_all(&p, &mut buf).await {
+                        Ok(s) => s,
+                        Err(e) => break Err(e),
+                    };
+                    if let Err(e) = std::io::stdout().write_all(&buf) {
+                        break Err(e);
+                    }
                     ready = summary.not_ready == 0;
                     last_fingerprint = Some(fp);
                     last_apply = tokio::time::Instant::now();
@@ -415,7 +437,7 @@ pub async fn run(
             }
             Err(e) => tracing::error!("{e} (keeping the last valid manifests)"),
         }
-        missing = poll_depths(&planned).await;
+        missing = poll_depths(&planned, &metrics, &mut evaluators).await;
         let interval = opts.interval.unwrap_or_else(|| {
             planned
                 .iter()
@@ -426,17 +448,45 @@ pub async fn run(
         tokio::select! {
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
-                return Ok(());
+                break Ok(());
             }
             _ = tokio::time::sleep(interval) => {}
         }
+    };
+    let _ = stop_tx.send(true);
+    if let Some(server) = server {
+        match server.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "metrics server failed"),
+            Err(e) => tracing::warn!(error = %e, "metrics server task failed"),
+            Ok(Ok(())) => {}
+        }
     }
+    result
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Polls depths: one call per (broker, vhost), shared by every resource on it. Logs a
 /// line per DeadLetterQueue (tiers shortest first) and returns whether a planned queue
 /// is missing on the broker.
-async fn poll_depths(planned: &[Planned]) -> bool {
+async fn poll_depths(
+    planned: &[Planned],
+    metrics: &crate::metrics::Metrics,
+    evaluators: &mut BTreeMap<String, crate::monitor::Evaluator>,
+) -> bool {
+    // Resources no longer in the manifests: their series and evaluators go.
+    let keys: Vec<&str> = planned.iter().map(|p| p.prepared.key.as_str()).collect();
+    evaluators.retain(|k, _| keys.contains(&k.as_str()));
+    for (ns, name) in metrics.backlog_resources() {
+        if !keys.contains(&format!("{ns}/{name}").as_str()) {
+            metrics.forget_backlog(&ns, &name);
+        }
+    }
     let mut groups: BTreeMap<(String, String), Vec<&Planned>> = BTreeMap::new();
     for p in planned {
         groups
@@ -459,10 +509,22 @@ async fn poll_depths(planned: &[Planned]) -> bool {
         let depths = match depths {
             Ok(d) => d,
             Err(e) => {
-                tracing::warn!("depth poll of {endpoint} vhost {vhost} failed: {e}");
+                tracing::warn!(
+                    "depth poll of {endpoint} vhost {vhost} failed: {e}; backlog unknown"
+                );
+                // Unknown, not zero: the series go, and the absent alert rule covers it.
+                for p in &members {
+                    let (ns, name) = p
+                        .prepared
+                        .key
+                        .split_once('/')
+                        .unwrap_or(("", &p.prepared.key));
+                    metrics.forget_backlog(ns, name);
+                }
                 continue;
             }
         };
+        let now = now_ms();
         for p in members {
             let shown = |name: &str| {
                 depths
@@ -512,6 +574,65 @@ async fn poll_depths(planned: &[Planned]) -> bool {
                 tiers.join(","),
                 dead_letter
             );
+            // The backlog: evaluator (re-created when spec.monitoring changes) and metrics.
+            let params = &p.prepared.monitoring;
+            if evaluators
+                .get(&p.prepared.key)
+                .is_none_or(|e| e.params() != params)
+            {
+                evaluators.insert(
+                    p.prepared.key.clone(),
+                    crate::monitor::Evaluator::new(params.clone()),
+                );
+            }
+            if let Some(evaluator) = evaluators.get_mut(&p.prepared.key) {
+                let before = evaluator.last_state();
+                let eval = evaluator.observe(now, dead_letter);
+                let tier_names: Vec<String> = p
+                    .prepared
+                    .topology
+                    .queues
+                    .iter()
+                    .map(|q| match q.role {
+                        QueueRole::Retry { delay_ms } => crate::duration::format_ms(delay_ms),
+                        _ => String::new(),
+                    })
+                    .collect();
+                let samples: Vec<crate::metrics::QueueSample<'_>> = p
+                    .prepared
+                    .topology
+                    .queues
+                    .iter()
+                    .zip(&tier_names)
+                    .map(|(q, tier)| crate::metrics::QueueSample {
+                        queue: &q.name,
+                        role: match q.role {
+                            QueueRole::Source => "source",
+                            QueueRole::Retry { .. } => "retry",
+                            QueueRole::DeadLetter { .. } => "dead_letter",
+                        },
+                        tier,
+                        depth: depths.get(&q.name).map_or(0, |d| d.messages),
+                    })
+                    .collect();
+                let (ns, name) = p
+                    .prepared
+                    .key
+                    .split_once('/')
+                    .unwrap_or(("", &p.prepared.key));
+                metrics.record_backlog(ns, name, &samples, &eval);
+                if eval.state.name() != before.name() {
+                    tracing::warn!(
+                        "{}: backlog {} (dead_letter={}, baseline={}, ratio={})",
+                        p.prepared.key,
+                        eval.state.name(),
+                        dead_letter,
+                        eval.baseline,
+                        eval.ratio
+                            .map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}"))
+                    );
+                }
+            }
             if !missing.is_empty() {
                 any_missing = true;
                 tracing::warn!(

@@ -95,6 +95,8 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
         .args([
             "run",
             "--standalone",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
             "-f",
             &dir.path().display().to_string(),
         ])
@@ -166,4 +168,105 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
         err.contains("default/d: source=0 retry["),
         "no depth status line:\n{err}"
     );
+}
+
+/// `value` of the sample of `metric` whose line contains every `labels` part, from the
+/// Prometheus text at `url`.
+async fn scrape(url: &str, metric: &str, labels: &[&str]) -> Option<f64> {
+    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .find(|l| labels.iter().all(|p| l.contains(p)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test]
+async fn run_standalone_exports_backlog_metrics_that_follow_the_dead_letter_queue() {
+    let q = unique("metq");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let dir = manifests(&[]);
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let policy = policy_yaml("p", "  maxRetries: 1\n  tiers: [5s]\n");
+    let dlq = dlq_yaml(
+        "d",
+        &q,
+        "p",
+        "s",
+        "  monitoring:\n    interval: 300ms\n    baseline: {mode: Static, value: 0}\n    threshold: 4\n    for: 1s\n",
+    )
+    .replace(
+        &format!("    queue: {q}\n"),
+        &format!("    queue: {q}\n    queueType: Classic\n"),
+    );
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!("{secret}---\n{policy}---\n{dlq}"),
+    )
+    .expect("write");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args([
+            "run",
+            "--standalone",
+            "--metrics-bind-address",
+            &format!("127.0.0.1:{port}"),
+            "-f",
+            &dir.path().display().to_string(),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let dl = format!("queue=\"{q}.dlq\"");
+    let ours = "namespace=\"default\"";
+    let wait = |metric: &'static str, labels: Vec<String>, want: f64| {
+        let url = url.clone();
+        async move {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(30) {
+                let parts: Vec<&str> = labels.iter().map(String::as_str).collect();
+                if scrape(&url, metric, &parts).await == Some(want) {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            false
+        }
+    };
+    // Series from the first poll, explicit 0 for empty queues.
+    let zero = wait("dlq_queue_depth", vec![dl.clone(), ours.into()], 0.0).await;
+    let threshold = scrape(&url, "dlq_backlog_threshold", &[ours, "name=\"d\""]).await;
+    // 6 dead letters against a threshold of 4: ratio 1.5, firing after `for` (1 s; the
+    // management statistics lag a few seconds).
+    common::publish_persistent(&format!("{q}.dlq"), 6).await;
+    let firing = wait(
+        "dlq_backlog_alert_state",
+        vec![ours.into(), "name=\"d\"".into()],
+        2.0,
+    )
+    .await;
+    let ratio = scrape(&url, "dlq_backlog_ratio", &[ours, "name=\"d\""]).await;
+    mgmt_delete(&format!("/api/queues/%2F/{q}.dlq/contents")).await;
+    let resolved = wait(
+        "dlq_backlog_alert_state",
+        vec![ours.into(), "name=\"d\"".into()],
+        0.0,
+    )
+    .await;
+
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().expect("wait");
+    common::cleanup(&q).await;
+    assert!(zero, "no explicit 0 depth series for {q}.dlq");
+    assert_eq!(threshold, Some(4.0));
+    assert!(firing, "alert state never reached 2 (firing)");
+    assert_eq!(ratio, Some(1.5));
+    assert!(resolved, "alert did not resolve after the purge");
+    assert!(status.success(), "{status:?}");
 }
