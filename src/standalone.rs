@@ -437,7 +437,6 @@ pub async fn run(
             }
             Err(e) => tracing::error!("{e} (keeping the last valid manifests)"),
         }
-        missing = poll_depths(&planned, &metrics, &mut evaluators).await;
         let interval = opts.interval.unwrap_or_else(|| {
             planned
                 .iter()
@@ -445,6 +444,7 @@ pub async fn run(
                 .min()
                 .map_or(StdDuration::from_secs(15), StdDuration::from_millis)
         });
+        missing = poll_depths(&planned, &metrics, &mut evaluators, interval).await;
         tokio::select! {
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
@@ -478,6 +478,7 @@ async fn poll_depths(
     planned: &[Planned],
     metrics: &crate::metrics::Metrics,
     evaluators: &mut BTreeMap<String, crate::monitor::Evaluator>,
+    poll_interval: StdDuration,
 ) -> bool {
     // Resources no longer in the manifests: their series and evaluators go.
     let keys: Vec<&str> = planned.iter().map(|p| p.prepared.key.as_str()).collect();
@@ -575,14 +576,20 @@ async fn poll_depths(
                 dead_letter
             );
             // The backlog: evaluator (re-created when spec.monitoring changes) and metrics.
-            let params = &p.prepared.monitoring;
+            // Samples come every poll interval, which `--interval` may set above the
+            // spec's: the gap tolerance follows the real spacing, or a longer poll would
+            // reset every Pending state.
+            let mut params = p.prepared.monitoring.clone();
+            params.interval_ms = params
+                .interval_ms
+                .max(u64::try_from(poll_interval.as_millis()).unwrap_or(u64::MAX));
             if evaluators
                 .get(&p.prepared.key)
-                .is_none_or(|e| e.params() != params)
+                .is_none_or(|e| *e.params() != params)
             {
                 evaluators.insert(
                     p.prepared.key.clone(),
-                    crate::monitor::Evaluator::new(params.clone()),
+                    crate::monitor::Evaluator::new(params),
                 );
             }
             if let Some(evaluator) = evaluators.get_mut(&p.prepared.key) {
