@@ -82,80 +82,38 @@ impl Params {
     /// Reads `spec.monitoring`.
     ///
     /// # Errors
-    /// [`InvalidSpec`] naming the field, with the checks of
-    /// [`crate::crd::DeadLetterQueueSpec::validate`] for `spec.monitoring` (durations,
+    /// [`InvalidSpec`] naming the field: the `spec.monitoring` checks of
+    /// [`crate::crd::DeadLetterQueueSpec::validate`] (`MonitoringSpec::check`: durations,
     /// `threshold` above a static baseline, `minHeadroom ≥ 1`, one threshold form).
     pub fn from_spec(m: &MonitoringSpec) -> Result<Self, InvalidSpec> {
         let mut errs = crate::crd::Errors::default();
-        let interval_ms = errs.duration("spec.monitoring.interval", &m.interval);
-        let for_ms = errs.duration("spec.monitoring.for", &m.for_);
-        let keep = m
-            .keep_firing_for
-            .as_ref()
-            .map(|k| errs.duration("spec.monitoring.keepFiringFor", k));
-        let window = m
-            .baseline
-            .window
-            .as_ref()
-            .map(|w| errs.duration("spec.monitoring.baseline.window", w));
-        if interval_ms == Some(0) {
-            errs.push("spec.monitoring.interval", "must be greater than 0");
-        }
-        if m.min_headroom == 0 {
-            errs.push("spec.monitoring.minHeadroom", "must be at least 1");
-        }
+        m.check(&mut errs);
+        errs.finish()?;
+        // Checked above: every duration parses and every number is in range.
+        let ms = |d: &crate::duration::Duration| d.as_ms().unwrap_or(0);
         let baseline = match m.baseline.mode {
             BaselineMode::Static => Baseline::Static(m.baseline.value.unwrap_or(0) as f64),
             BaselineMode::Rolling => Baseline::Rolling {
-                window_ms: window.flatten().unwrap_or(DEFAULT_WINDOW_MS).max(1),
+                window_ms: m
+                    .baseline
+                    .window
+                    .as_ref()
+                    .map_or(DEFAULT_WINDOW_MS, ms)
+                    .max(1),
             },
         };
         let threshold = match (m.threshold, m.threshold_factor) {
-            (Some(_), Some(_)) => {
-                errs.push(
-                    "spec.monitoring.thresholdFactor",
-                    "set at most one of threshold and thresholdFactor",
-                );
-                None
-            }
-            (Some(t), None) => {
-                if let Baseline::Static(b) = baseline {
-                    if (t as f64) <= b {
-                        errs.push(
-                            "spec.monitoring.threshold",
-                            format!("{t} must be greater than the static baseline {b}"),
-                        );
-                    }
-                }
-                Some(Threshold::Absolute(t as f64))
-            }
-            (None, Some(f)) => {
-                if !f.is_finite() || f <= 0.0 {
-                    errs.push(
-                        "spec.monitoring.thresholdFactor",
-                        format!("{f} must be a number greater than 0"),
-                    );
-                }
-                Some(Threshold::Factor(f))
-            }
+            (Some(t), _) => Some(Threshold::Absolute(t as f64)),
+            (None, Some(f)) => Some(Threshold::Factor(f)),
             (None, None) => None,
         };
-        if let Some(g) = m.growth_per_minute {
-            if !g.is_finite() || g < 0.0 {
-                errs.push(
-                    "spec.monitoring.growthPerMinute",
-                    format!("{g} must be a number >= 0"),
-                );
-            }
-        }
-        errs.finish()?;
         Ok(Params {
-            interval_ms: interval_ms.unwrap_or(1),
+            interval_ms: ms(&m.interval).max(1),
             baseline,
             threshold,
             min_headroom: m.min_headroom.max(1) as f64,
-            for_ms: for_ms.unwrap_or(0),
-            keep_firing_for_ms: keep.flatten().unwrap_or(0),
+            for_ms: ms(&m.for_),
+            keep_firing_for_ms: m.keep_firing_for.as_ref().map_or(0, ms),
             growth_per_minute: m.growth_per_minute,
         })
     }

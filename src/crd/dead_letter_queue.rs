@@ -307,6 +307,78 @@ impl Default for MonitoringSpec {
     }
 }
 
+impl MonitoringSpec {
+    /// Records every invalid field of `spec.monitoring` in `errs` (used by
+    /// [`DeadLetterQueueSpec::validate`] and by [`crate::monitor::Params::from_spec`]).
+    pub(crate) fn check(&self, errs: &mut Errors) {
+        let m = self;
+        if errs.duration("spec.monitoring.interval", &m.interval) == Some(0) {
+            errs.push("spec.monitoring.interval", "must be greater than 0");
+        }
+        errs.duration("spec.monitoring.for", &m.for_);
+        if let Some(k) = &m.keep_firing_for {
+            errs.duration("spec.monitoring.keepFiringFor", k);
+        }
+        match m.baseline.mode {
+            BaselineMode::Static => {
+                if m.baseline.window.is_some() {
+                    errs.push(
+                        "spec.monitoring.baseline.window",
+                        "applies only to mode Rolling",
+                    );
+                }
+            }
+            BaselineMode::Rolling => {
+                if m.baseline.value.is_some() {
+                    errs.push(
+                        "spec.monitoring.baseline.value",
+                        "applies only to mode Static",
+                    );
+                }
+                if let Some(w) = &m.baseline.window {
+                    if errs.duration("spec.monitoring.baseline.window", w) == Some(0) {
+                        errs.push("spec.monitoring.baseline.window", "must be greater than 0");
+                    }
+                }
+            }
+        }
+        if m.threshold.is_some() && m.threshold_factor.is_some() {
+            errs.push(
+                "spec.monitoring.thresholdFactor",
+                "set at most one of threshold and thresholdFactor",
+            );
+        }
+        if let Some(f) = m.threshold_factor {
+            if !f.is_finite() || f <= 0.0 {
+                errs.push(
+                    "spec.monitoring.thresholdFactor",
+                    format!("{f} must be a number greater than 0"),
+                );
+            }
+        }
+        if let (BaselineMode::Static, Some(t)) = (m.baseline.mode, m.threshold) {
+            let b = m.baseline.value.unwrap_or(0);
+            if t <= b {
+                errs.push(
+                    "spec.monitoring.threshold",
+                    format!("{t} must be greater than the static baseline {b}"),
+                );
+            }
+        }
+        if m.min_headroom == 0 {
+            errs.push("spec.monitoring.minHeadroom", "must be at least 1");
+        }
+        if let Some(g) = m.growth_per_minute {
+            if !g.is_finite() || g < 0.0 {
+                errs.push(
+                    "spec.monitoring.growthPerMinute",
+                    format!("{g} must be a number >= 0"),
+                );
+            }
+        }
+    }
+}
+
 /// Generated alert rules (`spec.alerting`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -645,71 +717,7 @@ impl DeadLetterQueueSpec {
         if self.dead_letter.max_length == 0 {
             errs.push("spec.deadLetter.maxLength", "must be at least 1");
         }
-        let m = &self.monitoring;
-        if errs.duration("spec.monitoring.interval", &m.interval) == Some(0) {
-            errs.push("spec.monitoring.interval", "must be greater than 0");
-        }
-        errs.duration("spec.monitoring.for", &m.for_);
-        if let Some(k) = &m.keep_firing_for {
-            errs.duration("spec.monitoring.keepFiringFor", k);
-        }
-        match m.baseline.mode {
-            BaselineMode::Static => {
-                if m.baseline.window.is_some() {
-                    errs.push(
-                        "spec.monitoring.baseline.window",
-                        "applies only to mode Rolling",
-                    );
-                }
-            }
-            BaselineMode::Rolling => {
-                if m.baseline.value.is_some() {
-                    errs.push(
-                        "spec.monitoring.baseline.value",
-                        "applies only to mode Static",
-                    );
-                }
-                if let Some(w) = &m.baseline.window {
-                    if errs.duration("spec.monitoring.baseline.window", w) == Some(0) {
-                        errs.push("spec.monitoring.baseline.window", "must be greater than 0");
-                    }
-                }
-            }
-        }
-        if m.threshold.is_some() && m.threshold_factor.is_some() {
-            errs.push(
-                "spec.monitoring.thresholdFactor",
-                "set at most one of threshold and thresholdFactor",
-            );
-        }
-        if let Some(f) = m.threshold_factor {
-            if !f.is_finite() || f <= 0.0 {
-                errs.push(
-                    "spec.monitoring.thresholdFactor",
-                    format!("{f} must be a number greater than 0"),
-                );
-            }
-        }
-        if let (BaselineMode::Static, Some(t)) = (m.baseline.mode, m.threshold) {
-            let b = m.baseline.value.unwrap_or(0);
-            if t <= b {
-                errs.push(
-                    "spec.monitoring.threshold",
-                    format!("{t} must be greater than the static baseline {b}"),
-                );
-            }
-        }
-        if m.min_headroom == 0 {
-            errs.push("spec.monitoring.minHeadroom", "must be at least 1");
-        }
-        if let Some(g) = m.growth_per_minute {
-            if !g.is_finite() || g < 0.0 {
-                errs.push(
-                    "spec.monitoring.growthPerMinute",
-                    format!("{g} must be a number >= 0"),
-                );
-            }
-        }
+        self.monitoring.check(&mut errs);
         errs.finish()
     }
 }
