@@ -118,8 +118,7 @@ fn prepare(
             ),
             source: invalid.clone(),
         }),
-        Some(Ok(p)) => reconcile::prepare(dlq, Some(p), secret),
-        None => reconcile::prepare(dlq, None, secret),
+        other => reconcile::prepare(dlq, other.and_then(|r| r.as_ref().ok()), secret),
     }
 }
 
@@ -345,15 +344,17 @@ pub fn events_for(
     notes
 }
 
-/// Sets `Ready` and `TopologyReady` to `False` with `reason`/`message` during deletion
-/// and writes the status if that changed it (`true` then).
-async fn deletion_condition(
+/// Deletion cannot go on: `Ready` and `TopologyReady` become `False` with
+/// `reason`/`message` (status written, and a Warning Event recorded, only when that
+/// changes them); returns `err`, which keeps the finalizer and retries with backoff.
+async fn deletion_stopped(
     ctx: &Context,
     obj: &DynamicObject,
     current: &DeadLetterQueueStatus,
     reason: &'static str,
-    message: &str,
-) -> Result<bool, Error> {
+    message: String,
+    err: Error,
+) -> Result<Action, Error> {
     let mut status = current.clone();
     let now = ctx.now();
     for type_ in [TOPOLOGY_READY, READY] {
@@ -361,7 +362,7 @@ async fn deletion_condition(
             type_,
             status: false,
             reason,
-            message: message.to_string(),
+            message: message.clone(),
         };
         conditions::set(
             &mut status.conditions,
@@ -370,11 +371,12 @@ async fn deletion_condition(
             &now,
         );
     }
-    if status == *current {
-        return Ok(false);
+    if status != *current {
+        let ar = api_resource::<DeadLetterQueue>();
+        crate::controller::apply_status(ctx, &ar, obj, &status).await?;
+        publish(ctx, obj, &ar, Note::warning(reason, "Delete", message)).await;
     }
-    crate::controller::apply_status(ctx, &api_resource::<DeadLetterQueue>(), obj, &status).await?;
-    Ok(true)
+    Err(err)
 }
 
 /// Releases `obj` without deleting anything, with a `CleanupSkipped` Warning saying why.
@@ -462,11 +464,8 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let prepared = match reconcile::prepare(&dlq, Some(&policy), Some(&secret)) {
         Ok(p) => p,
         Err(e) => {
-            let message = format!("cannot delete broker objects: {e}");
-            if deletion_condition(ctx, obj, &current, e.reason(), &message).await? {
-                publish(ctx, obj, &ar, Note::warning(e.reason(), "Delete", message)).await;
-            }
-            return Err(e.into());
+            let (reason, message) = (e.reason(), format!("cannot delete broker objects: {e}"));
+            return deletion_stopped(ctx, obj, &current, reason, message, e.into()).await;
         }
     };
     // Only what this resource recorded as created: a spec edited after the objects were
@@ -493,16 +492,8 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             "deletionPolicy Delete: the spec no longer plans what this resource created (status.topology: queues {:?}, exchanges {:?}; now planned: {planned:?}); revert spec.source.queue / spec.deadLetter, or set deletionPolicy: Retain",
             recorded.queues, recorded.exchanges
         );
-        if deletion_condition(ctx, obj, &current, "DeletionBlocked", &message).await? {
-            publish(
-                ctx,
-                obj,
-                &ar,
-                Note::warning("DeletionBlocked", "Delete", message.clone()),
-            )
-            .await;
-        }
-        return Err(Error::DeletionBlocked(message));
+        let err = Error::DeletionBlocked(message.clone());
+        return deletion_stopped(ctx, obj, &current, "DeletionBlocked", message, err).await;
     }
     topology
         .queues
@@ -536,11 +527,8 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         Ok(r) => r,
         Err(e) => {
             let e = ReconcileError::from(e);
-            let message = format!("cannot delete broker objects: {e}");
-            if deletion_condition(ctx, obj, &current, e.reason(), &message).await? {
-                publish(ctx, obj, &ar, Note::warning(e.reason(), "Delete", message)).await;
-            }
-            return Err(e.into());
+            let (reason, message) = (e.reason(), format!("cannot delete broker objects: {e}"));
+            return deletion_stopped(ctx, obj, &current, reason, message, e.into()).await;
         }
     };
     if report.is_complete() {
@@ -562,16 +550,8 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         "deletionPolicy Delete: not deleting, {}; the finalizer is kept until they are drained (or set deletionPolicy: Retain)",
         report.blocked.join("; ")
     );
-    if deletion_condition(ctx, obj, &current, "DeletionBlocked", &message).await? {
-        publish(
-            ctx,
-            obj,
-            &ar,
-            Note::warning("DeletionBlocked", "Delete", message.clone()),
-        )
-        .await;
-    }
-    Err(Error::DeletionBlocked(message))
+    let err = Error::DeletionBlocked(message.clone());
+    deletion_stopped(ctx, obj, &current, "DeletionBlocked", message, err).await
 }
 
 #[cfg(test)]
