@@ -136,25 +136,7 @@ fn ready_pair(status: bool, reason: &'static str, message: String) -> [Desired; 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::{Action, ObjectKind};
-
-    fn at(secs: i64) -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid timestamp"))
-    }
-
-    fn report(outcomes: Vec<Outcome>) -> ApplyReport {
-        ApplyReport {
-            actions: outcomes
-                .into_iter()
-                .enumerate()
-                .map(|(i, outcome)| Action {
-                    kind: ObjectKind::Queue,
-                    name: format!("q{i}"),
-                    outcome,
-                })
-                .collect(),
-        }
-    }
+    use crate::controller::test_support::{at, report};
 
     #[test]
     fn transition_time_changes_only_with_status() {

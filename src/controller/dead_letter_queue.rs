@@ -557,25 +557,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::{Action as BrokerAction, ObjectKind};
-
-    fn at(secs: i64) -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid timestamp"))
-    }
-
-    fn report(outcomes: Vec<Outcome>) -> ApplyReport {
-        ApplyReport {
-            actions: outcomes
-                .into_iter()
-                .enumerate()
-                .map(|(i, outcome)| BrokerAction {
-                    kind: ObjectKind::Queue,
-                    name: format!("q{i}"),
-                    outcome,
-                })
-                .collect(),
-        }
-    }
+    use crate::controller::test_support::{at, report};
 
     #[test]
     fn first_apply_writes_status_and_records_one_event() {

@@ -19,6 +19,34 @@ pub mod ownership;
 pub mod rbac;
 pub mod retry_policy;
 
+/// Fixtures shared by the controller's unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use crate::broker::{Action, ApplyReport, ObjectKind, Outcome};
+
+    /// The time `secs` seconds after the epoch.
+    pub fn at(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid timestamp"))
+    }
+
+    /// A report with one queue `q<i>` per outcome.
+    pub fn report(outcomes: Vec<Outcome>) -> ApplyReport {
+        ApplyReport {
+            actions: outcomes
+                .into_iter()
+                .enumerate()
+                .map(|(i, outcome)| Action {
+                    kind: ObjectKind::Queue,
+                    name: format!("q{i}"),
+                    outcome,
+                })
+                .collect(),
+        }
+    }
+}
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;

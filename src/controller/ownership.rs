@@ -250,11 +250,7 @@ pub async fn same_broker(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-    fn at(secs: i64) -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid timestamp"))
-    }
+    use crate::controller::test_support::at;
 
     fn dynamic(
         name: &str,

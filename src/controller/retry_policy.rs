@@ -133,11 +133,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::test_support::at;
     use crate::crd::RetryPolicySpec;
-
-    fn at(secs: i64) -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid timestamp"))
-    }
 
     fn policy(spec: serde_json::Value, generation: i64) -> RetryPolicy {
         let spec: RetryPolicySpec = serde_json::from_value(spec).expect("spec");
