@@ -147,6 +147,24 @@ fn agree(scenario: &str, monitoring: Value, depths: &[u64]) -> Vec<(AlertState, 
             .map(|r| r["annotations"].clone())
             .expect("rule")
     };
+    // One promtool alert test: at minute `i`, `alert` is expected firing (with its
+    // annotations, `$value` printed with `format` rendered as `value`) or not.
+    let alert_test = |i: usize, alert: &str, state: AlertState, format: &str, value: String| {
+        let mut expected = Vec::new();
+        if let AlertState::Firing { .. } = state {
+            let mut ann = annotations(alert);
+            let desc = ann["description"]
+                .as_str()
+                .unwrap_or_default()
+                .replace(&format!("{{{{ printf \"{format}\" $value }}}}"), &value);
+            ann["description"] = json!(desc);
+            expected.push(json!({
+                "exp_labels": {"severity": "warning", "namespace": "shop", "name": "orders"},
+                "exp_annotations": ann,
+            }));
+        }
+        json!({"eval_time": format!("{i}m"), "alertname": alert, "exp_alerts": expected})
+    };
     let mut tests = Vec::new();
     // While an alert is kept firing by keep_firing_for, Prometheus reports the value of
     // the last evaluation where the expression held.
@@ -160,33 +178,21 @@ fn agree(scenario: &str, monitoring: Value, depths: &[u64]) -> Vec<(AlertState, 
                 last_growth = g;
             }
         }
-        let mut backlog = Vec::new();
-        if let AlertState::Firing { .. } = e.state {
-            let mut ann = annotations(BACKLOG_ALERT);
-            let desc = ann["description"]
-                .as_str()
-                .unwrap_or_default()
-                .replace("{{ printf \"%.2f\" $value }}", &format!("{last_ratio:.2}"));
-            ann["description"] = json!(desc);
-            backlog.push(
-                json!({"exp_labels": {"severity": "warning", "namespace": "shop", "name": "orders"},
-                                "exp_annotations": ann}),
-            );
-        }
-        tests.push(json!({"eval_time": format!("{i}m"), "alertname": BACKLOG_ALERT, "exp_alerts": backlog}));
+        tests.push(alert_test(
+            i,
+            BACKLOG_ALERT,
+            e.state,
+            "%.2f",
+            format!("{last_ratio:.2}"),
+        ));
         if p.growth_per_minute.is_some() {
-            let mut growth = Vec::new();
-            if let AlertState::Firing { .. } = e.growth_state {
-                let mut ann = annotations(GROWTH_ALERT);
-                let desc = ann["description"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .replace("{{ printf \"%.1f\" $value }}", &format!("{last_growth:.1}"));
-                ann["description"] = json!(desc);
-                growth.push(json!({"exp_labels": {"severity": "warning", "namespace": "shop", "name": "orders"},
-                                   "exp_annotations": ann}));
-            }
-            tests.push(json!({"eval_time": format!("{i}m"), "alertname": GROWTH_ALERT, "exp_alerts": growth}));
+            tests.push(alert_test(
+                i,
+                GROWTH_ALERT,
+                e.growth_state,
+                "%.1f",
+                format!("{last_growth:.1}"),
+            ));
         }
     }
     let dir = tempfile::tempdir().expect("tempdir");
