@@ -60,6 +60,34 @@ fn render_needs_no_broker() {
     }
 }
 
+/// DeadLetterQueue `d` of classic source queue `q` (policy `p`, Secret `s`), with `extra`
+/// under `spec:`. Classic queues: RabbitMQ deletes an obsolete classic tier only-if-empty
+/// itself (quorum tiers are unbound and retained, see tests/broker_rabbitmq.rs).
+fn classic_dlq_yaml(q: &str, extra: &str) -> String {
+    dlq_yaml("d", q, "p", "s", extra).replace(
+        &format!("    queue: {q}\n"),
+        &format!("    queue: {q}\n    queueType: Classic\n"),
+    )
+}
+
+/// `dlq-operator run --standalone -f dir` serving metrics on `addr`, with `RUST_LOG=log`
+/// and stdout/stderr set by `io`.
+fn standalone(
+    dir: &std::path::Path,
+    addr: &str,
+    log: &str,
+    io: fn() -> Stdio,
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["run", "--standalone", "--metrics-bind-address", addr, "-f"])
+        .arg(dir)
+        .env("RUST_LOG", log)
+        .stdout(io())
+        .stderr(io())
+        .spawn()
+        .expect("spawn")
+}
+
 async fn wait_for_queue(name: &str, deadline: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < deadline {
@@ -78,12 +106,7 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
     let secret = secret_yaml("s", "guest", "guest", MGMT);
     let write_policy = |tiers: &str| {
         let policy = policy_yaml("p", &format!("  maxRetries: 2\n  tiers: [{tiers}]\n"));
-        // Classic queues: RabbitMQ deletes an obsolete classic tier only-if-empty itself
-        // (quorum tiers are unbound and retained, see tests/broker_rabbitmq.rs).
-        let dlq = dlq_yaml("d", &q, "p", "s", "  monitoring:\n    interval: 300ms\n").replace(
-            &format!("    queue: {q}\n"),
-            &format!("    queue: {q}\n    queueType: Classic\n"),
-        );
+        let dlq = classic_dlq_yaml(&q, "  monitoring:\n    interval: 300ms\n");
         std::fs::write(
             dir.path().join("all.yaml"),
             format!("{secret}---\n{policy}---\n{dlq}"),
@@ -91,20 +114,7 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
         .expect("write");
     };
     write_policy("1s, 2s");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-        .args([
-            "run",
-            "--standalone",
-            "--metrics-bind-address",
-            "127.0.0.1:0",
-            "-f",
-            &dir.path().display().to_string(),
-        ])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut child = standalone(dir.path(), "127.0.0.1:0", "info", Stdio::piped);
 
     assert!(wait_for_queue(&format!("{q}.retry.2s"), Duration::from_secs(20)).await);
     write_policy("1s, 3s");
@@ -190,36 +200,21 @@ async fn run_standalone_exports_backlog_metrics_that_follow_the_dead_letter_queu
     let dir = manifests(&[]);
     let secret = secret_yaml("s", "guest", "guest", MGMT);
     let policy = policy_yaml("p", "  maxRetries: 1\n  tiers: [5s]\n");
-    let dlq = dlq_yaml(
-        "d",
+    let dlq = classic_dlq_yaml(
         &q,
-        "p",
-        "s",
         "  monitoring:\n    interval: 300ms\n    baseline: {mode: Static, value: 0}\n    threshold: 4\n    for: 1s\n",
-    )
-    .replace(
-        &format!("    queue: {q}\n"),
-        &format!("    queue: {q}\n    queueType: Classic\n"),
     );
     std::fs::write(
         dir.path().join("all.yaml"),
         format!("{secret}---\n{policy}---\n{dlq}"),
     )
     .expect("write");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-        .args([
-            "run",
-            "--standalone",
-            "--metrics-bind-address",
-            &format!("127.0.0.1:{port}"),
-            "-f",
-            &dir.path().display().to_string(),
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut child = standalone(
+        dir.path(),
+        &format!("127.0.0.1:{port}"),
+        "warn",
+        Stdio::null,
+    );
     let url = format!("http://127.0.0.1:{port}/metrics");
     let dl = format!("queue=\"{q}.dlq\"");
     let ours = "namespace=\"default\"";
