@@ -220,6 +220,18 @@ impl DesiredTopology {
         }
     }
 
+    /// The distinct `(exchange, queue)` pairs of [`DesiredTopology::bindings`], sorted.
+    pub fn binding_pairs(&self) -> Vec<(&str, &str)> {
+        let mut pairs: Vec<(&str, &str)> = self
+            .bindings
+            .iter()
+            .map(|b| (b.exchange.as_str(), b.queue.as_str()))
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        pairs
+    }
+
     /// Names of retry tier queues of this source queue that the plan no longer wants.
     /// `existing` are the queues on the broker with their declare-time arguments. A queue
     /// counts as one of ours only if it carries a tier's signature — name

@@ -46,6 +46,29 @@ fn run(promtool: &str, dir: &Path, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// `promtool test rules` of rule group `group` with `input_series` and `alert_rule_test`
+/// (1 minute series and evaluation intervals): success and promtool's output.
+fn promtool_test(
+    promtool: &str,
+    group: &Value,
+    input_series: Value,
+    alert_rule_test: Value,
+) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_yaml(dir.path(), "rules.yaml", &json!({"groups": [group]}));
+    write_yaml(
+        dir.path(),
+        "test.yaml",
+        &json!({
+            "rule_files": ["rules.yaml"],
+            "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": input_series,
+                       "alert_rule_test": alert_rule_test}],
+        }),
+    );
+    run(promtool, dir.path(), &["test", "rules", "test.yaml"])
+}
+
 fn write_yaml(dir: &Path, name: &str, v: &Value) {
     std::fs::write(dir.join(name), serde_yaml_ng::to_string(v).expect("yaml")).expect("write");
 }
@@ -195,18 +218,7 @@ fn agree(scenario: &str, monitoring: Value, depths: &[u64]) -> Vec<(AlertState, 
             ));
         }
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    write_yaml(dir.path(), "rules.yaml", &json!({"groups": [group]}));
-    write_yaml(
-        dir.path(),
-        "test.yaml",
-        &json!({
-            "rule_files": ["rules.yaml"],
-            "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": input_series, "alert_rule_test": tests}],
-        }),
-    );
-    let (ok, out) = run(promtool, dir.path(), &["test", "rules", "test.yaml"]);
+    let (ok, out) = promtool_test(promtool, &group, json!(input_series), json!(tests));
     assert!(
         ok,
         "{scenario}: Prometheus and the evaluator disagree:\n{out}\nevaluator: {:?}",
@@ -323,29 +335,19 @@ fn absent_rule_fires_when_the_metrics_stop() {
     // absent() carries the selector's equality labels.
     let labels = json!({"severity": "warning", "namespace": "shop", "name": "orders",
                         "role": "dead_letter"});
-    let dir = tempfile::tempdir().expect("tempdir");
-    write_yaml(dir.path(), "rules.yaml", &json!({"groups": [group]}));
     // Samples for 0–3m, then nothing: absent once the last sample leaves the 5m lookback
     // (after 8m), firing 2m later.
-    write_yaml(
-        dir.path(),
-        "test.yaml",
-        &json!({
-            "rule_files": ["rules.yaml"],
-            "evaluation_interval": "1m",
-            "tests": [{
-                "interval": "1m",
-                "input_series": [{"series": r#"dlq_queue_depth{namespace="shop", name="orders", role="dead_letter", queue="orders.dlq"}"#,
-                                  "values": "0 0 0 0"}],
-                "alert_rule_test": [
-                    {"eval_time": "3m", "alertname": ABSENT_ALERT, "exp_alerts": []},
-                    {"eval_time": "8m", "alertname": ABSENT_ALERT, "exp_alerts": []},
-                    {"eval_time": "11m", "alertname": ABSENT_ALERT,
-                     "exp_alerts": [{"exp_labels": labels, "exp_annotations": ann}]},
-                ],
-            }],
-        }),
+    let (ok, out) = promtool_test(
+        promtool,
+        &group,
+        json!([{"series": r#"dlq_queue_depth{namespace="shop", name="orders", role="dead_letter", queue="orders.dlq"}"#,
+                "values": "0 0 0 0"}]),
+        json!([
+            {"eval_time": "3m", "alertname": ABSENT_ALERT, "exp_alerts": []},
+            {"eval_time": "8m", "alertname": ABSENT_ALERT, "exp_alerts": []},
+            {"eval_time": "11m", "alertname": ABSENT_ALERT,
+             "exp_alerts": [{"exp_labels": labels, "exp_annotations": ann}]},
+        ]),
     );
-    let (ok, out) = run(promtool, dir.path(), &["test", "rules", "test.yaml"]);
     assert!(ok, "promtool test rules:\n{out}");
 }

@@ -42,13 +42,7 @@ fn conn() -> BrokerConnection {
 /// listing (one page), the policies, one per bound exchange/queue pair. Independent of
 /// how many other objects the vhost holds.
 fn reads_per_apply(t: &DesiredTopology) -> u64 {
-    let mut pairs: Vec<(&str, &str)> = t
-        .bindings
-        .iter()
-        .map(|b| (b.exchange.as_str(), b.queue.as_str()))
-        .collect();
-    pairs.sort_unstable();
-    pairs.dedup();
+    let pairs = t.binding_pairs();
     (1 + t.exchanges.len()
         + usize::from(t.source_exchange.is_some())
         + t.queues.len()

@@ -926,14 +926,7 @@ impl RabbitMq {
         snap.policies = self.list("policies", vhost, "").await?;
         const BINDING_COLUMNS: &str =
             "columns=source,destination,destination_type,routing_key,properties_key";
-        let mut pairs: Vec<(&str, &str)> = plan
-            .bindings
-            .iter()
-            .map(|b| (b.exchange.as_str(), b.queue.as_str()))
-            .collect();
-        pairs.sort_unstable();
-        pairs.dedup();
-        for (x, q) in pairs {
+        for (x, q) in plan.binding_pairs() {
             let found: Option<Vec<BindingInfo>> = self
                 .get_opt(&format!(
                     "bindings/{v}/e/{}/q/{}?{BINDING_COLUMNS}",
