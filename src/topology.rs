@@ -29,7 +29,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::backoff::ResolvedPolicy;
-use crate::crd::{DeadLetterQueueSpec, ErrorClass, PartitionBy, QueueType, TopologyStatus};
+use crate::crd::{DeadLetterQueueSpec, ErrorClass, QueueType, TopologyStatus};
 use crate::duration::format_ms;
 
 /// Prefix of every policy name the operator owns.
@@ -336,7 +336,6 @@ pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) ->
     let q = spec.source.queue.as_str();
     let qtype = spec.source.queue_type;
     let dlx = spec.dead_letter_exchange_name();
-    let dlq = spec.dead_letter_queue_name();
     let retry_exchange = spec.retry_exchange_name();
     let priority = spec.broker.policy_priority;
 
@@ -350,18 +349,14 @@ pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) ->
     };
 
     // Dead-letter queues: default first, then one per class when partitioned.
-    let mut dead_letter_queues: Vec<(String, Option<ErrorClass>)> = vec![(dlq.clone(), None)];
-    let mut partitions = BTreeMap::new();
-    if spec.dead_letter.partition_by == PartitionBy::ErrorClass {
-        for class in ErrorClass::ALL {
-            // The partition's routing key is its queue name: unlike a bare class slug it
-            // can never equal the default key (the source queue's name), which validation
-            // keeps distinct from every planned queue name.
-            let name = format!("{dlq}.{}", class.slug());
-            partitions.insert(class, name.clone());
-            dead_letter_queues.push((name, Some(class)));
-        }
-    }
+    // The partition's routing key is its queue name: unlike a bare class slug it can never
+    // equal the default key (the source queue's name), which validation keeps distinct
+    // from every planned queue name.
+    let dead_letter_queues = spec.dead_letter_queue_names();
+    let partitions: BTreeMap<ErrorClass, String> = dead_letter_queues
+        .iter()
+        .filter_map(|(name, class)| class.map(|c| (c, name.clone())))
+        .collect();
 
     let retention_ms = spec.dead_letter.retention.as_ms().unwrap_or(0);
     let mut policies = Vec::new();

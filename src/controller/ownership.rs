@@ -21,13 +21,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject};
 
-use crate::backoff::ResolvedPolicy;
 use crate::broker::rabbitmq::RabbitMq;
 use crate::controller::context::Context;
 use crate::controller::object::{decode, status_of};
-use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus, RetryPolicySpec};
+use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus};
 use crate::manifest::object_key;
-use crate::topology::QueueRole;
 
 /// One broker name a resource claims.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,46 +63,41 @@ impl Claim {
     }
 }
 
-/// The names `dlq` claims, the source queue first.
+/// The names `dlq` claims, the source queue first. From the spec alone (the same name
+/// helpers `topology::plan` uses): called for every other resource on each reconcile.
 pub fn claims(dlq: &DeadLetterQueue) -> Vec<Claim> {
-    let Ok(policy) = ResolvedPolicy::from_spec(&RetryPolicySpec::default()) else {
-        return Vec::new();
+    let spec = &dlq.spec;
+    let claim = |kind, name, prefix, field| Claim {
+        kind,
+        name,
+        prefix,
+        field,
     };
-    let t = crate::topology::plan(&object_key(&dlq.metadata), &dlq.spec, &policy);
-    let mut out = Vec::new();
-    for q in &t.queues {
-        let field = match q.role {
-            QueueRole::Source => "spec.source.queue",
-            QueueRole::DeadLetter { .. } => "spec.deadLetter.queue",
-            QueueRole::Retry { .. } => continue,
-        };
-        out.push(Claim {
-            kind: "queue",
-            name: q.name.clone(),
-            prefix: false,
-            field,
-        });
-    }
-    out.push(Claim {
-        kind: "queue",
-        name: format!("{}.", t.routes.retry_exchange),
-        prefix: true,
-        field: "spec.source.queue",
-    });
-    for x in &t.exchanges {
-        let field = if x.name == t.routes.dead_letter_exchange {
-            "spec.deadLetter.exchange"
-        } else {
-            "spec.source.queue"
-        };
-        out.push(Claim {
-            kind: "exchange",
-            name: x.name.clone(),
-            prefix: false,
-            field,
-        });
-    }
-    out.sort_by_key(|c| !(c.kind == "queue" && c.field == "spec.source.queue" && !c.prefix));
+    let retry = spec.retry_exchange_name();
+    let mut out = vec![claim(
+        "queue",
+        spec.source.queue.clone(),
+        false,
+        "spec.source.queue",
+    )];
+    out.extend(
+        spec.dead_letter_queue_names()
+            .into_iter()
+            .map(|(name, _)| claim("queue", name, false, "spec.deadLetter.queue")),
+    );
+    out.push(claim(
+        "queue",
+        format!("{retry}."),
+        true,
+        "spec.source.queue",
+    ));
+    out.push(claim(
+        "exchange",
+        spec.dead_letter_exchange_name(),
+        false,
+        "spec.deadLetter.exchange",
+    ));
+    out.push(claim("exchange", retry, false, "spec.source.queue"));
     out
 }
 

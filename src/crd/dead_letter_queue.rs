@@ -579,6 +579,19 @@ impl DeadLetterQueueSpec {
         format!("{}.retry", self.source.queue)
     }
 
+    /// The dead-letter queues: the default one, then with `partitionBy: ErrorClass` one
+    /// per error class, `<dead-letter queue>.<class slug>` (e.g. `orders.dlq.timeout`).
+    pub fn dead_letter_queue_names(&self) -> Vec<(String, Option<crate::crd::ErrorClass>)> {
+        let dlq = self.dead_letter_queue_name();
+        let mut names = vec![(dlq.clone(), None)];
+        if self.dead_letter.partition_by == PartitionBy::ErrorClass {
+            for class in crate::crd::ErrorClass::ALL {
+                names.push((format!("{dlq}.{}", class.slug()), Some(class)));
+            }
+        }
+        names
+    }
+
     /// Checks every rule the schema states (and those it cannot), naming each bad field.
     ///
     /// # Errors
@@ -639,10 +652,10 @@ impl DeadLetterQueueSpec {
                 format!("{dlq:?} collides with the source queue or its retry tiers"),
             );
         }
-        if self.dead_letter.partition_by == PartitionBy::ErrorClass
-            && crate::crd::ErrorClass::ALL
-                .iter()
-                .any(|c| format!("{dlq}.{}", c.slug()) == q)
+        if self
+            .dead_letter_queue_names()
+            .iter()
+            .any(|(name, class)| class.is_some() && name == q)
         {
             errs.push(
                 "spec.deadLetter.queue",
