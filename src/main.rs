@@ -66,8 +66,9 @@ enum Command {
         /// (--standalone).
         #[arg(long)]
         interval: Option<String>,
-        /// Re-apply unchanged resources at least this often (repairs objects changed on
-        /// the broker behind the operator's back).
+        /// Re-apply unchanged resources at least this often, in both modes (repairs
+        /// objects changed on the broker behind the operator's back; at least 10s for the
+        /// controller).
         #[arg(long, default_value = "5m")]
         resync: String,
         /// Watch only this namespace (default: all namespaces).
@@ -83,7 +84,8 @@ enum Command {
         /// Name of the leader Lease.
         #[arg(long, default_value = "dlq-operator")]
         lease_name: String,
-        /// Namespace of the leader Lease (default: the kubeconfig's or Pod's namespace).
+        /// Namespace of the leader Lease (default: $POD_NAMESPACE, else the kubeconfig's
+        /// or in-cluster namespace, else `default`).
         #[arg(long, env = "POD_NAMESPACE")]
         lease_namespace: Option<String>,
         /// Lease duration in seconds: how long a dead leader blocks the others.

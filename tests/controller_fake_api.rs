@@ -751,11 +751,38 @@ async fn delete_when_secret_is_gone_or_nothing_was_created_releases_with_an_even
 }
 
 #[tokio::test]
-async fn errors_have_one_metric_label_each() {
+async fn errors_have_one_metric_label_each_and_stale_finalizer_patches_retry_at_once() {
     let e = Error::DeletionBlocked("x".into());
     assert_eq!(e.metric_label(), "deletion_blocked");
     assert!(!e.is_permanent());
     assert_eq!(Error::NoNamespace.metric_label(), "no_namespace");
+
+    // A finalizer patch refused because the cached copy was stale: retried at once,
+    // without growing the object's backoff; other API errors back off.
+    let api_error = |code: u16| {
+        let status: kube::core::Status = serde_json::from_value(json!({
+            "status": "Failure", "message": "the server rejected our request", "reason": "Invalid", "code": code
+        }))
+        .expect("status");
+        kube::Error::Api(Box::new(status))
+    };
+    let stale = Error::Finalizer(Box::new(kube::runtime::finalizer::Error::AddFinalizer(
+        api_error(422),
+    )));
+    assert!(stale.is_stale_finalizer_patch());
+    let forbidden = Error::Finalizer(Box::new(kube::runtime::finalizer::Error::AddFinalizer(
+        api_error(403),
+    )));
+    assert!(!forbidden.is_stale_finalizer_patch());
+    let ctx = context(FakeApi::default().client(NS));
+    let obj = Arc::new(DlqBuilder::new("orders", "q").build());
+    assert_eq!(
+        error_policy(obj.clone(), &stale, ctx.clone()),
+        Action::requeue(std::time::Duration::from_secs(1))
+    );
+    assert_eq!(ctx.backoff.failures("team-a/orders"), 0);
+    error_policy(obj, &forbidden, ctx.clone());
+    assert_eq!(ctx.backoff.failures("team-a/orders"), 1);
 }
 
 #[tokio::test]

@@ -123,6 +123,21 @@ impl Error {
         }
     }
 
+    /// `true` when adding or removing the finalizer was refused because the object
+    /// changed under the patch (422 from the patch's `test` operation, or 409): the
+    /// reconcile worked on a stale cached copy and a prompt retry fixes it.
+    pub fn is_stale_finalizer_patch(&self) -> bool {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Finalizer(inner) => matches!(
+                inner.as_ref(),
+                F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s))
+                    if s.code == 422 || s.code == 409
+            ),
+            _ => false,
+        }
+    }
+
     /// `true` for errors a retry cannot fix (an invalid spec): the object waits for a
     /// change instead of being retried.
     pub fn is_permanent(&self) -> bool {
@@ -288,6 +303,12 @@ pub fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> 
     if err.is_permanent() {
         info!(object = %key, error = %err, "invalid spec: waiting for a change");
         return Action::await_change();
+    }
+    if err.is_stale_finalizer_patch() {
+        // The finalizer patch was computed from a cached copy that is one write behind
+        // (the object already has its finalizer): the next reconcile sees the new copy.
+        tracing::debug!(object = %key, error = %err, "finalizer patch on a stale copy; retrying");
+        return Action::requeue(Duration::from_secs(1));
     }
     let (delay, failures) = ctx.backoff.next_delay(&key);
     warn!(object = %key, error = %err, failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
