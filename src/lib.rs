@@ -10,6 +10,7 @@ pub mod alerts;
 pub mod backoff;
 pub mod broker;
 pub mod client;
+pub mod collector;
 pub mod controller;
 pub mod crd;
 pub mod duration;

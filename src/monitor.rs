@@ -163,6 +163,8 @@ struct Sustained {
     state: AlertState,
     /// First evaluation of the current dip while firing.
     dip_since: Option<u64>,
+    /// First evaluation of the current run of the condition (Pending or Firing).
+    active_since: Option<u64>,
 }
 
 impl Sustained {
@@ -170,6 +172,7 @@ impl Sustained {
         Sustained {
             state: AlertState::Inactive,
             dip_since: None,
+            active_since: None,
         }
     }
 
@@ -212,6 +215,11 @@ impl Sustained {
                 }
             }
         };
+        self.active_since = match self.state {
+            AlertState::Inactive => None,
+            AlertState::Pending { since } => Some(since),
+            AlertState::Firing { since } => Some(self.active_since.unwrap_or(since)),
+        };
         self.state
     }
 }
@@ -231,6 +239,9 @@ pub struct Evaluation {
     pub ratio: Option<f64>,
     /// State of the backlog alert (`R ≥ 1` for `for`).
     pub state: AlertState,
+    /// First evaluation (ms) of the current Pending-or-Firing run of the backlog alert
+    /// (status `breachingSince`); `None` while `Inactive`.
+    pub breaching_since: Option<u64>,
     /// Growth, messages per minute, once two samples of the growth window exist.
     pub growth_per_minute: Option<f64>,
     /// State of the growth alert (`growthPerMinute`), `Inactive` when unset.
@@ -356,6 +367,7 @@ impl Evaluator {
             threshold,
             ratio,
             state,
+            breaching_since: self.backlog.active_since,
             growth_per_minute: growth,
             growth_state,
         }
@@ -486,6 +498,20 @@ mod tests {
         assert_eq!(evals[1].state, AlertState::Pending { since: 10 * S });
         assert_eq!(evals[4].state, AlertState::Firing { since: 40 * S });
         assert_eq!(evals[4].state.code(), 2);
+        // breachingSince: the start of the run, through Pending and Firing; cleared after.
+        let since: Vec<Option<u64>> = evals.iter().map(|e| e.breaching_since).collect();
+        assert_eq!(
+            since,
+            [
+                None,
+                Some(10 * S),
+                Some(10 * S),
+                Some(10 * S),
+                Some(10 * S),
+                Some(10 * S),
+                None
+            ]
+        );
         // With an uneven poll the first evaluation after `for` fires.
         let evals = run(
             breach_params(),

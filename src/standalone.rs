@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::broker::rabbitmq::RabbitMq;
 use crate::broker::{ApplyReport, Broker, Outcome};
+use crate::collector::Collector;
 use crate::controller::conditions;
 use crate::crd::{FieldError, InvalidSpec};
 use crate::manifest::{self, object_key, Loaded, ManifestError, Manifests, SourceRef};
@@ -268,7 +269,7 @@ pub async fn apply_all(planned: &[Planned], out: &mut impl Write) -> std::io::Re
         let [_, ready] = conditions::for_reconcile(&result);
         let counts = result.as_ref().ok().map(Counts::of);
         match (ready.status, counts) {
-            (true, Some(counts)) => {
+            (conditions::ConditionStatus::True, Some(counts)) => {
                 summary.ready += 1;
                 writeln!(out, "  => ready ({counts})")?;
             }
@@ -405,7 +406,7 @@ pub async fn run(
         }
         None => None,
     };
-    let mut evaluators: BTreeMap<String, crate::monitor::Evaluator> = BTreeMap::new();
+    let mut collector = Collector::new(metrics.clone());
     let mut last_fingerprint = None;
     let mut planned: Vec<Planned> = Vec::new();
     let mut ready = false;
@@ -444,7 +445,7 @@ pub async fn run(
                 .min()
                 .map_or(StdDuration::from_secs(15), StdDuration::from_millis)
         });
-        missing = poll_depths(&planned, &metrics, &mut evaluators, interval).await;
+        missing = poll_depths(&planned, &mut collector, interval).await;
         tokio::select! {
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
@@ -471,23 +472,17 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Polls depths: one call per (broker, vhost), shared by every resource on it. Logs a
-/// line per DeadLetterQueue (tiers shortest first) and returns whether a planned queue
-/// is missing on the broker.
+/// Polls depths: one call per (broker, vhost), shared by every resource on it
+/// ([`crate::collector`]). Logs a line per DeadLetterQueue (tiers shortest first) and
+/// returns whether a planned queue is missing on the broker.
 async fn poll_depths(
     planned: &[Planned],
-    metrics: &crate::metrics::Metrics,
-    evaluators: &mut BTreeMap<String, crate::monitor::Evaluator>,
+    collector: &mut Collector,
     poll_interval: StdDuration,
 ) -> bool {
     // Resources no longer in the manifests: their series and evaluators go.
     let keys: Vec<&str> = planned.iter().map(|p| p.prepared.key.as_str()).collect();
-    evaluators.retain(|k, _| keys.contains(&k.as_str()));
-    for (ns, name) in metrics.backlog_resources() {
-        if !keys.contains(&format!("{ns}/{name}").as_str()) {
-            metrics.forget_backlog(&ns, &name);
-        }
-    }
+    collector.retain(|k| keys.contains(&k));
     let mut groups: BTreeMap<(String, String), Vec<&Planned>> = BTreeMap::new();
     for p in planned {
         groups
@@ -513,69 +508,43 @@ async fn poll_depths(
                 tracing::warn!(
                     "depth poll of {endpoint} vhost {vhost} failed: {e}; backlog unknown"
                 );
-                // Unknown, not zero: the series go, and the absent alert rule covers it.
                 for p in &members {
-                    let (ns, name) = p
-                        .prepared
-                        .key
-                        .split_once('/')
-                        .unwrap_or(("", &p.prepared.key));
-                    metrics.forget_backlog(ns, name);
+                    collector.unknown(&p.prepared.key);
                 }
                 continue;
             }
         };
         let now = now_ms();
         for p in members {
+            let observed = crate::collector::observe(&p.prepared.topology, &depths);
             let shown = |name: &str| {
                 depths
                     .get(name)
                     .map_or_else(|| "missing".to_string(), |d| d.messages.to_string())
             };
-            let mut tiers = Vec::new();
-            let mut dead_letter = 0;
-            let mut missing = Vec::new();
-            for q in &p.prepared.topology.queues {
-                if !depths.contains_key(&q.name) {
-                    missing.push(q.name.as_str());
-                }
-                match q.role {
-                    QueueRole::Retry { delay_ms } => tiers.push(format!(
-                        "{}={}",
-                        crate::duration::format_ms(delay_ms),
-                        shown(&q.name)
-                    )),
-                    QueueRole::DeadLetter { .. } => {
-                        dead_letter += depths.get(&q.name).map_or(0, |d| d.messages)
-                    }
-                    QueueRole::Source => {}
-                }
-            }
-            // Tier queues of this source that the plan no longer has (retained quorum
-            // tiers, draining classic ones): their depth tells when they can go.
-            let prefix = format!("{}.", p.prepared.topology.routes.retry_exchange);
-            let retired: Vec<String> = depths
+            let tiers: Vec<String> = observed
+                .queues
                 .iter()
-                .filter(|(name, _)| {
-                    name.strip_prefix(&prefix)
-                        .is_some_and(|t| crate::duration::parse_ms(t).is_ok())
-                        && !p.prepared.topology.queues.iter().any(|q| &q.name == *name)
-                })
-                .map(|(name, d)| format!("{}={}", &name[prefix.len()..], d.messages))
+                .filter(|q| q.role == "retry")
+                .map(|q| format!("{}={}", q.tier, shown(&q.name)))
                 .collect();
-            let retired = if retired.is_empty() {
+            let retired = if observed.retired.is_empty() {
                 String::new()
             } else {
-                format!(" retired[{}]", retired.join(","))
+                let r: Vec<String> = observed
+                    .retired
+                    .iter()
+                    .map(|(tier, d)| format!("{tier}={d}"))
+                    .collect();
+                format!(" retired[{}]", r.join(","))
             };
             tracing::info!(
                 "{}: source={} retry[{}]{retired} dead_letter={}",
                 p.prepared.key,
                 shown(&p.prepared.topology.routes.source_queue),
                 tiers.join(","),
-                dead_letter
+                observed.depth.dead_letter
             );
-            // The backlog: evaluator (re-created when spec.monitoring changes) and metrics.
             // Samples come every poll interval, which `--interval` may set above the
             // spec's: the gap tolerance follows the real spacing, or a longer poll would
             // reset every Pending state.
@@ -583,69 +552,24 @@ async fn poll_depths(
             params.interval_ms = params
                 .interval_ms
                 .max(u64::try_from(poll_interval.as_millis()).unwrap_or(u64::MAX));
-            if evaluators
-                .get(&p.prepared.key)
-                .is_none_or(|e| *e.params() != params)
-            {
-                evaluators.insert(
-                    p.prepared.key.clone(),
-                    crate::monitor::Evaluator::new(params),
+            let (eval, before) = collector.record(&p.prepared.key, &params, &observed, now, None);
+            if eval.state.name() != before.name() {
+                tracing::warn!(
+                    "{}: backlog {} (dead_letter={}, baseline={}, ratio={})",
+                    p.prepared.key,
+                    eval.state.name(),
+                    observed.depth.dead_letter,
+                    eval.baseline,
+                    eval.ratio
+                        .map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}"))
                 );
             }
-            if let Some(evaluator) = evaluators.get_mut(&p.prepared.key) {
-                let before = evaluator.last_state();
-                let eval = evaluator.observe(now, dead_letter);
-                let tier_names: Vec<String> = p
-                    .prepared
-                    .topology
-                    .queues
-                    .iter()
-                    .map(|q| match q.role {
-                        QueueRole::Retry { delay_ms } => crate::duration::format_ms(delay_ms),
-                        _ => String::new(),
-                    })
-                    .collect();
-                let samples: Vec<crate::metrics::QueueSample<'_>> = p
-                    .prepared
-                    .topology
-                    .queues
-                    .iter()
-                    .zip(&tier_names)
-                    .map(|(q, tier)| crate::metrics::QueueSample {
-                        queue: &q.name,
-                        role: match q.role {
-                            QueueRole::Source => "source",
-                            QueueRole::Retry { .. } => "retry",
-                            QueueRole::DeadLetter { .. } => "dead_letter",
-                        },
-                        tier,
-                        depth: depths.get(&q.name).map_or(0, |d| d.messages),
-                    })
-                    .collect();
-                let (ns, name) = p
-                    .prepared
-                    .key
-                    .split_once('/')
-                    .unwrap_or(("", &p.prepared.key));
-                metrics.record_backlog(ns, name, &samples, &eval);
-                if eval.state.name() != before.name() {
-                    tracing::warn!(
-                        "{}: backlog {} (dead_letter={}, baseline={}, ratio={})",
-                        p.prepared.key,
-                        eval.state.name(),
-                        dead_letter,
-                        eval.baseline,
-                        eval.ratio
-                            .map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}"))
-                    );
-                }
-            }
-            if !missing.is_empty() {
+            if !observed.missing.is_empty() {
                 any_missing = true;
                 tracing::warn!(
                     "{}: queue(s) missing on the broker: {}; re-applying",
                     p.prepared.key,
-                    missing.join(", ")
+                    observed.missing.join(", ")
                 );
             }
         }

@@ -30,6 +30,7 @@ const DLQ_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/deadlett
 const RP_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/retrypolicies";
 const SECRET_PATH: &str = "/api/v1/namespaces/team-a/secrets";
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
+const RULE_PATH: &str = "/apis/monitoring.coreos.com/v1/namespaces/team-a/prometheusrules";
 
 fn at(secs: i64) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid timestamp"))
@@ -235,8 +236,15 @@ async fn create_adds_finalizer_applies_topology_and_patches_status_then_steady_s
         "no broker contact before the finalizer"
     );
 
-    // 2. With the finalizer: read policy and Secret, apply on RabbitMQ, patch status,
-    //    record the TopologyApplied Event.
+    // 2. With the finalizer: read policy and Secret, apply on RabbitMQ, read and write
+    //    the PrometheusRule (its CRD is served here: a stale one is in place), patch
+    //    status, record the TopologyApplied and RulesApplied Events.
+    let rule_path = format!("{RULE_PATH}/dlq-orders");
+    fake.put(
+        &rule_path,
+        json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+        "metadata": {"name": "dlq-orders", "namespace": NS}, "spec": {"groups": []}}),
+    );
     let with_finalizer = builder.clone().finalizer();
     let action = dead_letter_queue::reconcile(Arc::new(with_finalizer.build()), ctx.clone())
         .await
@@ -248,11 +256,45 @@ async fn create_adds_finalizer_applies_topology_and_patches_status_then_steady_s
         [
             ("GET".to_string(), format!("{RP_PATH}/policy")),
             ("GET".to_string(), format!("{SECRET_PATH}/rabbit")),
+            ("GET".to_string(), rule_path.clone()),
+            ("PATCH".to_string(), rule_path.clone()),
             ("PATCH".to_string(), format!("{DLQ_PATH}/orders/status")),
+            ("POST".to_string(), EVENTS_PATH.to_string()),
             ("POST".to_string(), EVENTS_PATH.to_string()),
         ]
     );
+    // The rule: server-side apply, owned by the resource, with the three alert rules.
+    let rule = &calls[3];
+    assert!(rule.query.contains("fieldManager=dlq-operator") && rule.query.contains("force=true"));
+    assert_eq!(
+        rule.body["metadata"]["ownerReferences"][0]["kind"],
+        "DeadLetterQueue"
+    );
+    assert_eq!(
+        rule.body["metadata"]["ownerReferences"][0]["name"],
+        "orders"
+    );
+    assert_eq!(
+        rule.body["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "dlq-operator"
+    );
+    let alerts: Vec<&str> = rule.body["spec"]["groups"][0]["rules"]
+        .as_array()
+        .map(|rs| rs.iter().filter_map(|r| r["alert"].as_str()).collect())
+        .unwrap_or_default();
+    // Backlog (guarded: without a threshold series it cannot fire) and absent rules.
+    assert_eq!(alerts, ["DeadLetterBacklogHigh", "DeadLetterMetricsAbsent"]);
+    fake.put(&rule_path, rule.body.clone());
     let status = status_patch(&calls);
+    let rules = condition(&status, "AlertRulesReady");
+    assert_eq!(
+        (rules["status"].as_str(), rules["reason"].as_str()),
+        (Some("True"), Some("RulesApplied"))
+    );
+    assert!(
+        status.get("depth").is_none() && status.get("backlogRatio").is_none(),
+        "the reconcile does not write the monitor's fields: {status}"
+    );
     assert_eq!(status["observedGeneration"], 1);
     for type_ in ["Ready", "TopologyReady"] {
         let c = condition(&status, type_);
@@ -272,17 +314,21 @@ async fn create_adds_finalizer_applies_topology_and_patches_status_then_steady_s
         ])
     );
     let evs = events(&calls);
-    assert_eq!(evs.len(), 1);
+    assert_eq!(evs.len(), 2);
     assert_eq!(evs[0].0, "Normal");
     assert_eq!(evs[0].1, "TopologyApplied");
+    assert_eq!(
+        (evs[1].0.as_str(), evs[1].1.as_str()),
+        ("Normal", "RulesApplied")
+    );
     assert!(
         evs[0].2.contains(&format!("queue {q}.dlq: created")),
         "{}",
         evs[0].2
     );
-    assert_eq!(calls[3].body["regarding"]["name"], "orders");
+    assert_eq!(calls[5].body["regarding"]["name"], "orders");
     assert_eq!(
-        calls[3].body["reportingController"],
+        calls[5].body["reportingController"],
         "dlqoperator.io/dlq-operator"
     );
     // The topology is really on the broker.
@@ -306,7 +352,11 @@ async fn create_adds_finalizer_applies_topology_and_patches_status_then_steady_s
             .expect("steady");
     }
     let calls = fake.take();
-    assert_eq!(calls.len(), 6, "two reads per reconcile: {calls:#?}");
+    assert_eq!(
+        calls.len(),
+        9,
+        "three reads (policy, Secret, rule) per reconcile: {calls:#?}"
+    );
     assert!(
         calls.iter().all(|c| !c.is_write()),
         "no API write: {calls:#?}"
@@ -562,7 +612,20 @@ async fn broker_down_is_broker_unreachable_with_growing_backoff() {
             .iter()
             .map(|e| (e.0.as_str(), e.1.as_str()))
             .collect::<Vec<_>>(),
-        [("Warning", "BrokerUnreachable")]
+        [
+            ("Warning", "BrokerUnreachable"),
+            ("Warning", "PrometheusOperatorMissing")
+        ]
+    );
+    // No PrometheusRule CRD in this fake cluster: said once, nothing else breaks.
+    let rules = condition(&status, "AlertRulesReady");
+    assert_eq!(rules["status"], "False");
+    assert_eq!(rules["reason"], "PrometheusOperatorMissing");
+    assert!(
+        calls
+            .iter()
+            .all(|c| !(c.path.starts_with(RULE_PATH) && c.is_write())),
+        "no write to a resource type the server does not serve: {calls:#?}"
     );
     // Per-object exponential backoff: each failure waits up to twice as long, capped.
     let obj = Arc::new(dlq.build());

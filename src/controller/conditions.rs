@@ -14,13 +14,52 @@ pub const READY: &str = "Ready";
 /// Condition type: the broker topology is in place.
 pub const TOPOLOGY_READY: &str = "TopologyReady";
 
+/// Condition type: the dead-letter backlog is high (DESIGN.md §2, §4): `True` while the
+/// backlog alert fires, `False` otherwise (reason `BacklogPending` while it is pending),
+/// `Unknown` when the depths cannot be read.
+pub const BACKLOG_HIGH: &str = "BacklogHigh";
+/// Condition type: the generated `PrometheusRule` is in place.
+pub const ALERT_RULES_READY: &str = "AlertRulesReady";
+
+/// A condition's `status` (API conventions: `True`, `False` or `Unknown`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// It does not.
+    False,
+    /// It cannot be determined (e.g. the broker cannot be read).
+    Unknown,
+}
+
+impl ConditionStatus {
+    /// `True`, `False` or `Unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(b: bool) -> Self {
+        if b {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    }
+}
+
 /// The desired state of one condition, before timestamps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Desired {
     /// Condition type (e.g. [`READY`]).
     pub type_: &'static str,
-    /// `true` for `True`, `false` for `False`.
-    pub status: bool,
+    /// `True`, `False` or `Unknown`.
+    pub status: ConditionStatus,
     /// CamelCase reason (e.g. `TopologyApplied`, `ArgumentConflict`).
     pub reason: &'static str,
     /// Human-readable detail.
@@ -38,7 +77,7 @@ pub fn set(
     generation: Option<i64>,
     now: &Time,
 ) -> bool {
-    let status = if desired.status { "True" } else { "False" };
+    let status = desired.status.as_str();
     match conditions.iter_mut().find(|c| c.type_ == desired.type_) {
         Some(c) => {
             let transition = c.status != status;
@@ -120,13 +159,13 @@ fn ready_pair(status: bool, reason: &'static str, message: String) -> [Desired; 
     [
         Desired {
             type_: TOPOLOGY_READY,
-            status,
+            status: status.into(),
             reason,
             message: message.clone(),
         },
         Desired {
             type_: READY,
-            status,
+            status: status.into(),
             reason,
             message,
         },
@@ -178,7 +217,7 @@ mod tests {
         ]);
         r.actions[1].name = "orders.retry.15s".into();
         let [_, ready] = for_reconcile(&Ok(r));
-        assert!(ready.status);
+        assert_eq!(ready.status, ConditionStatus::True);
         assert_eq!(
             ready.message,
             "all 1 broker objects in place; obsolete retry tiers: queue orders.retry.15s: retained: delete it once its depth is 0"
@@ -192,7 +231,7 @@ mod tests {
         let [topology, ready] = for_reconcile(&err);
         assert_eq!(topology.type_, TOPOLOGY_READY);
         assert_eq!(ready.type_, READY);
-        assert!(!ready.status);
+        assert_eq!(ready.status, ConditionStatus::False);
         assert_eq!(ready.reason, "RetryPolicyNotFound");
         assert!(ready.message.contains("default/p"));
     }

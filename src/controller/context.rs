@@ -198,6 +198,8 @@ pub struct Context {
     /// the controller starts; used to refuse names another resource already manages.
     pub dead_letter_queues:
         Arc<std::sync::OnceLock<kube::runtime::reflector::Store<kube::api::DynamicObject>>>,
+    /// What the backlog monitor watches, set by the DeadLetterQueue reconcile.
+    pub backlog: Arc<crate::controller::backlog::Targets>,
 }
 
 impl std::fmt::Debug for Context {
@@ -229,6 +231,7 @@ impl Context {
             clock: system_clock(),
             resync: Duration::from_secs(300),
             dead_letter_queues: Arc::default(),
+            backlog: Arc::default(),
         }
     }
 

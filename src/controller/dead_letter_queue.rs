@@ -19,10 +19,12 @@ use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::ResourceExt;
 
 use crate::broker::{ApplyReport, Broker, ObjectKind, Outcome};
-use crate::controller::conditions::{self, Desired, READY, TOPOLOGY_READY};
+use crate::controller::conditions::{
+    self, ConditionStatus, Desired, ALERT_RULES_READY, READY, TOPOLOGY_READY,
+};
 use crate::controller::context::Context;
 use crate::controller::object::{api_resource, decode, status_of};
-use crate::controller::ownership;
+use crate::controller::{alert_rules, backlog, ownership};
 use crate::controller::{publish, Error, Note};
 use crate::crd::{
     DeadLetterQueue, DeadLetterQueueStatus, DeletionPolicy, InvalidSpec, RetryPolicy,
@@ -127,6 +129,8 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let key = object_key(&obj.metadata);
     let current: DeadLetterQueueStatus = status_of(obj);
     let mut prepared = None;
+    // `None`: alert rules not looked at (invalid spec); `Some(None)`: alerting disabled.
+    let mut alert_rules = None;
     let result = match decode_valid(obj) {
         Err(e) => Err(e),
         Ok(dlq) => {
@@ -136,17 +140,38 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
                 Ok(p) => {
                     let result = match secret
                         .as_ref()
-                        .map(|s| ctx.brokers.get(&ns, s, &p.connection))
+                        .map(|s| (s, ctx.brokers.get(&ns, s, &p.connection)))
                     {
-                        Some(Ok(broker)) => {
+                        Some((s, Ok(broker))) => {
                             match name_conflict(ctx, &dlq, &current, &broker).await {
                                 Some(conflict) => Err(conflict),
-                                None => reconcile::apply(broker.as_ref(), &p).await,
+                                None => {
+                                    let secret_key = format!(
+                                        "{ns}/{}@{}",
+                                        s.metadata.name.as_deref().unwrap_or_default(),
+                                        s.metadata.resource_version.as_deref().unwrap_or_default()
+                                    );
+                                    backlog::watch(
+                                        ctx,
+                                        obj,
+                                        &p.topology,
+                                        &p.monitoring,
+                                        broker.clone(),
+                                        secret_key,
+                                    );
+                                    reconcile::apply(broker.as_ref(), &p).await
+                                }
                             }
                         }
-                        Some(Err(e)) => Err(e.into()),
+                        Some((_, Err(e))) => Err(e.into()),
                         None => Err(ReconcileError::SecretNotFound(key.clone())),
                     };
+                    let had_rules = current
+                        .conditions
+                        .iter()
+                        .any(|c| c.type_ == ALERT_RULES_READY && c.status == "True");
+                    alert_rules =
+                        Some(alert_rules::apply(ctx, &ns, &dlq, &p.monitoring, had_rules).await);
                     prepared = Some(p);
                     result
                 }
@@ -154,18 +179,38 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         }
     };
     let now = ctx.now();
-    let (status, changed) = status_after(
+    let (mut status, _) = status_after(
         &current,
         obj.metadata.generation,
         &result,
         prepared.as_ref(),
         &now,
     );
-    if changed {
-        crate::controller::apply_status(ctx, &api_resource::<DeadLetterQueue>(), obj, &status)
-            .await?;
+    match &alert_rules {
+        Some(Some(desired)) => {
+            conditions::set(
+                &mut status.conditions,
+                desired,
+                obj.metadata.generation,
+                &now,
+            );
+        }
+        Some(None) => status.conditions.retain(|c| c.type_ != ALERT_RULES_READY),
+        None => {}
     }
-    for note in events_for(&current, &status, &result) {
+    // Only the reconcile's part: the backlog fields belong to the monitor.
+    if status.reconcile_part() != current.reconcile_part() {
+        crate::controller::apply_status(
+            ctx,
+            &api_resource::<DeadLetterQueue>(),
+            obj,
+            &status.reconcile_part(),
+        )
+        .await?;
+    }
+    let mut notes = events_for(&current, &status, &result);
+    notes.extend(alert_rule_events(&current, &status));
+    for note in notes {
         publish(ctx, obj, &api_resource::<DeadLetterQueue>(), note).await;
     }
     match result {
@@ -344,6 +389,32 @@ pub fn events_for(
     notes
 }
 
+/// The Event for a change of `AlertRulesReady` from `before` to `after` (its status or
+/// reason): Normal `RulesApplied`, or a Warning with its reason
+/// (`PrometheusOperatorMissing`, `RulesApplyFailed`). Pure.
+pub fn alert_rule_events(
+    before: &DeadLetterQueueStatus,
+    after: &DeadLetterQueueStatus,
+) -> Vec<Note> {
+    let rules = |s: &DeadLetterQueueStatus| -> Option<Condition> {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == ALERT_RULES_READY)
+            .cloned()
+    };
+    let Some(r) = rules(after) else {
+        return Vec::new();
+    };
+    if rules(before).is_some_and(|o| o.status == r.status && o.reason == r.reason) {
+        return Vec::new();
+    }
+    vec![if r.status == "True" {
+        Note::normal(&r.reason, "Apply", r.message)
+    } else {
+        Note::warning(&r.reason, "Apply", r.message)
+    }]
+}
+
 /// Deletion cannot go on: `Ready` and `TopologyReady` become `False` with
 /// `reason`/`message` (status written, and a Warning Event recorded, only when that
 /// changes them); returns `err`, which keeps the finalizer and retries with backoff.
@@ -360,7 +431,7 @@ async fn deletion_stopped(
     for type_ in [TOPOLOGY_READY, READY] {
         let desired = Desired {
             type_,
-            status: false,
+            status: ConditionStatus::False,
             reason,
             message: message.clone(),
         };
@@ -373,7 +444,7 @@ async fn deletion_stopped(
     }
     if status != *current {
         let ar = api_resource::<DeadLetterQueue>();
-        crate::controller::apply_status(ctx, &ar, obj, &status).await?;
+        crate::controller::apply_status(ctx, &ar, obj, &status.reconcile_part()).await?;
         publish(ctx, obj, &ar, Note::warning(reason, "Delete", message)).await;
     }
     Err(err)
@@ -388,6 +459,8 @@ async fn skipped(ctx: &Context, obj: &DynamicObject, note: String) -> Result<Act
 async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let ar = api_resource::<DeadLetterQueue>();
+    // Its backlog is no longer watched: the monitor drops its series.
+    ctx.backlog.remove(&object_key(&obj.metadata));
     let current: DeadLetterQueueStatus = status_of(obj);
     let left = current
         .topology

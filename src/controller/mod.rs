@@ -11,6 +11,8 @@
 //! - [`run`]: waits for the CRDs, takes the leader Lease, runs both controllers until
 //!   SIGTERM (draining in-flight reconciles) or until the lease is lost.
 
+pub mod alert_rules;
+pub mod backlog;
 pub mod conditions;
 pub mod context;
 pub mod dead_letter_queue;
@@ -226,6 +228,21 @@ pub async fn apply_status<S: serde::Serialize>(
     obj: &DynamicObject,
     status: &S,
 ) -> Result<(), Error> {
+    apply_status_as(ctx, resource, obj, status, context::FIELD_MANAGER).await
+}
+
+/// [`apply_status`] under the field manager `manager` (the backlog monitor owns its own
+/// status fields: [`backlog::FIELD_MANAGER`]).
+///
+/// # Errors
+/// Kubernetes API errors.
+pub async fn apply_status_as<S: serde::Serialize>(
+    ctx: &Context,
+    resource: &ApiResource,
+    obj: &DynamicObject,
+    status: &S,
+    manager: &str,
+) -> Result<(), Error> {
     let ns = obj
         .metadata
         .namespace
@@ -239,7 +256,7 @@ pub async fn apply_status<S: serde::Serialize>(
     });
     api.patch_status(
         obj.metadata.name.as_deref().unwrap_or_default(),
-        &kube::api::PatchParams::apply(context::FIELD_MANAGER).force(),
+        &kube::api::PatchParams::apply(manager).force(),
         &kube::api::Patch::Apply(&body),
     )
     .await?;
@@ -640,6 +657,7 @@ pub async fn controllers(
 ) {
     let stop = futures::FutureExt::shared(Box::pin(stop));
     let stop_after = stop.clone();
+    let stop_monitor = stop.clone();
     let dlq_ar = api_resource::<DeadLetterQueue>();
     let rp_ar = api_resource::<RetryPolicy>();
     let all_or_ns = |ar: &ApiResource| -> Api<DynamicObject> {
@@ -714,7 +732,7 @@ pub async fn controllers(
             )
         })
         .graceful_shutdown_on(stop.clone())
-        .run(dead_letter_queue::reconcile, error_policy, dlq_ctx)
+        .run(dead_letter_queue::reconcile, error_policy, dlq_ctx.clone())
         .for_each(|r| async move { log_result("DeadLetterQueue", r) });
 
     let rp_writer = Writer::<DynamicObject>::new(rp_ar.clone());
@@ -730,9 +748,11 @@ pub async fn controllers(
         .run(retry_policy::reconcile, error_policy, rp_ctx)
         .for_each(|r| async move { log_result("RetryPolicy", r) });
 
-    let both = futures::future::join(
+    let monitor = backlog::run(dlq_ctx, stop_monitor);
+    let both = futures::future::join3(
         dlq_controller.instrument(tracing::info_span!("controller", kind = "DeadLetterQueue")),
         rp_controller.instrument(tracing::info_span!("controller", kind = "RetryPolicy")),
+        monitor.instrument(tracing::info_span!("monitor")),
     );
     // In-flight reconciles finish after the stop request; a reconcile stuck on an
     // unresponsive endpoint must not keep the process (and its Lease) forever.

@@ -32,7 +32,7 @@ pub const RULES: &[Rule] = &[
         api_group: "dlqoperator.io",
         resources: &["deadletterqueues/status"],
         verbs: &["patch"],
-        why: "write status (server-side apply, field manager dlq-operator)",
+        why: "write status (server-side apply: field manager dlq-operator for the reconcile's part, dlq-operator-monitor for the backlog part)",
     },
     Rule {
         api_group: "dlqoperator.io",
@@ -57,6 +57,12 @@ pub const RULES: &[Rule] = &[
         resources: &["events"],
         verbs: &["create", "patch"],
         why: "record Events (a repeated Event is patched into a series)",
+    },
+    Rule {
+        api_group: "monitoring.coreos.com",
+        resources: &["prometheusrules"],
+        verbs: &["get", "patch", "delete"],
+        why: "write each DeadLetterQueue's PrometheusRule (server-side apply); delete it when alerting is disabled",
     },
     Rule {
         api_group: "coordination.k8s.io",

@@ -13,7 +13,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use crate::backoff::ResolvedPolicy;
-use crate::controller::conditions::{self, Desired, READY};
+use crate::controller::conditions::{self, ConditionStatus, Desired, READY};
 use crate::controller::context::Context;
 use crate::controller::object::{api_resource, decode, status_of};
 use crate::controller::{publish, Error, Note};
@@ -58,7 +58,7 @@ pub fn status_for(
             status.worst_case_retry_duration = Some(worst);
             Desired {
                 type_: READY,
-                status: true,
+                status: ConditionStatus::True,
                 reason: "Valid",
                 message: format!(
                     "{} retries over {} tier(s)",
@@ -73,7 +73,7 @@ pub fn status_for(
             status.worst_case_retry_duration = None;
             Desired {
                 type_: READY,
-                status: false,
+                status: ConditionStatus::False,
                 reason: "InvalidSpec",
                 message: invalid.to_string(),
             }

@@ -463,8 +463,12 @@ pub struct DepthStatus {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterQueueStatus {
-    /// `Ready`, `TopologyReady`, `BacklogHigh`, `AlertRulesReady`.
+    /// `Ready`, `TopologyReady`, `BacklogHigh`, `AlertRulesReady`. A map list keyed by
+    /// `type` (`x-kubernetes-list-type: map`), so that the reconcile and the backlog
+    /// monitor, two field managers, each own their own conditions under server-side
+    /// apply.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// Generation the status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -500,6 +504,49 @@ pub struct DeadLetterQueueStatus {
     /// RFC 3339 time of the last depth observation written to status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_observed_time: Option<String>,
+}
+
+/// Condition types written by the backlog monitor (field manager
+/// `dlq-operator-monitor`); the reconcile writes the others.
+pub const BACKLOG_CONDITIONS: &[&str] = &["BacklogHigh"];
+
+impl DeadLetterQueueStatus {
+    /// The part of the status the reconcile owns: conditions other than
+    /// [`BACKLOG_CONDITIONS`], `observedGeneration`, `topology`, `tiers`. The backlog
+    /// fields are left out, so a server-side apply of it never overwrites what the
+    /// monitor wrote.
+    pub fn reconcile_part(&self) -> Self {
+        DeadLetterQueueStatus {
+            conditions: self
+                .conditions
+                .iter()
+                .filter(|c| !BACKLOG_CONDITIONS.contains(&c.type_.as_str()))
+                .cloned()
+                .collect(),
+            observed_generation: self.observed_generation,
+            topology: self.topology.clone(),
+            tiers: self.tiers.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// The part of the status the backlog monitor owns: the [`BACKLOG_CONDITIONS`],
+    /// `depth`, `baseline`, `threshold`, `backlogRatio`, `alertState`, `breachingSince`,
+    /// `growthPerMinute`, `lastObservedTime`.
+    pub fn backlog_part(&self) -> Self {
+        DeadLetterQueueStatus {
+            conditions: self
+                .conditions
+                .iter()
+                .filter(|c| BACKLOG_CONDITIONS.contains(&c.type_.as_str()))
+                .cloned()
+                .collect(),
+            observed_generation: None,
+            topology: None,
+            tiers: Vec::new(),
+            ..self.clone()
+        }
+    }
 }
 
 /// Checks that `name` can name a Kubernetes object (a Secret or RetryPolicy): a DNS

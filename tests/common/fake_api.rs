@@ -1,6 +1,7 @@
 //! A fake Kubernetes API for controller tests and benchmarks: kube's `tower-test` mock
 //! service (as in kube-rs `controller-rs`), answering GETs from an in-memory set of
-//! objects (404 for the rest), echoing patched objects, accepting Events, and recording
+//! objects (404 for the rest, worded like a real API server for a group/version no
+//! object is served under, i.e. a CRD that is not installed), echoing patched objects, accepting Events, and recording
 //! every call (method, path, query, JSON body) for exact assertions.
 
 use std::collections::BTreeMap;
@@ -94,20 +95,39 @@ impl FakeApi {
     fn answer(&self, call: &Call) -> (u16, Value) {
         let objects = self.objects.lock().expect("lock");
         let status_path = call.path.trim_end_matches("/status");
+        // An API group/version under which no object is served answers like a real API
+        // server without that CRD: "the server could not find the requested resource".
+        let not_served = |path: &str| {
+            let group_version: String = path.split('/').take(4).collect::<Vec<_>>().join("/");
+            path.starts_with("/apis/") && !objects.keys().any(|k| k.starts_with(&group_version))
+        };
+        let missing = |path: &str| {
+            if not_served(path) {
+                (404, resource_not_served())
+            } else {
+                (404, not_found(path))
+            }
+        };
         match call.method.as_str() {
             "GET" => match objects.get(&call.path) {
                 Some(o) => (200, o.clone()),
-                None => (404, not_found(&call.path)),
+                None => missing(&call.path),
             },
             "PATCH" => match objects.get(status_path) {
                 // Echo the object (the controller only needs a decodable answer).
                 Some(o) => (200, o.clone()),
-                None => (404, not_found(&call.path)),
+                None => missing(&call.path),
             },
             "POST" => (201, call.body.clone()),
             _ => (405, json!({})),
         }
     }
+}
+
+fn resource_not_served() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+           "message": "the server could not find the requested resource", "reason": "NotFound",
+           "code": 404})
 }
 
 fn not_found(path: &str) -> Value {

@@ -1,0 +1,321 @@
+//! The depth collector shared by the controller and `run --standalone` (DESIGN.md §4):
+//! one management-API listing per broker and vhost per interval
+//! ([`Broker::queue_depths`](crate::broker::Broker::queue_depths)), shared by every
+//! DeadLetterQueue on that vhost; from it, each resource's queue depths ([`observe`],
+//! pure), its backlog evaluation and its metrics ([`Collector`]).
+//!
+//! Why the management API and not the `rabbitmq_prometheus` plugin's
+//! `/metrics/detailed?family=queue_coarse_metrics`: see docs/ARCHITECTURE.md
+//! ("Depth collection") for the figures measured on RabbitMQ 3.10.8.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::broker::QueueDepth;
+use crate::crd::DepthStatus;
+use crate::metrics::{Metrics, QueueSample};
+use crate::monitor::{AlertState, Baseline, Evaluation, Evaluator, Params};
+use crate::topology::{DesiredTopology, QueueRole};
+
+/// One planned queue's depth in a poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedQueue {
+    /// Queue name.
+    pub name: String,
+    /// `source`, `retry` or `dead_letter` (the metrics' `role` label).
+    pub role: &'static str,
+    /// Tier as a canonical duration (e.g. `5s`) for a retry queue, empty otherwise.
+    pub tier: String,
+    /// Messages (ready + unacknowledged); 0 for a queue missing on the broker.
+    pub depth: u64,
+}
+
+/// What one poll says about one DeadLetterQueue's topology.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Observed {
+    /// Depths for status: source, each retry tier, and the dead-letter queues (all
+    /// partitions summed).
+    pub depth: DepthStatus,
+    /// Every planned queue, in plan order.
+    pub queues: Vec<ObservedQueue>,
+    /// Planned queues the broker does not have.
+    pub missing: Vec<String>,
+    /// Retry tier queues of this source that the plan no longer has (retained quorum
+    /// tiers, draining classic ones), as `(tier, depth)`: their depth tells when they can
+    /// go.
+    pub retired: Vec<(String, u64)>,
+}
+
+/// The `role` label of a planned queue.
+pub fn role_label(role: &QueueRole) -> &'static str {
+    match role {
+        QueueRole::Source => "source",
+        QueueRole::Retry { .. } => "retry",
+        QueueRole::DeadLetter { .. } => "dead_letter",
+    }
+}
+
+/// Picks `topology`'s queues out of a vhost's `depths` (one listing of every queue of
+/// the vhost). Pure. A planned queue the listing lacks counts 0 and is named in
+/// [`Observed::missing`]. Retired tiers are found by a range scan of the sorted listing
+/// (`<retry exchange>.<duration>`), so the cost per resource does not grow with the
+/// vhost's queue count.
+pub fn observe(topology: &DesiredTopology, depths: &BTreeMap<String, QueueDepth>) -> Observed {
+    let mut out = Observed::default();
+    for q in &topology.queues {
+        let depth = match depths.get(&q.name) {
+            Some(d) => d.messages,
+            None => {
+                out.missing.push(q.name.clone());
+                0
+            }
+        };
+        let tier = match q.role {
+            QueueRole::Retry { delay_ms } => {
+                let tier = crate::duration::format_ms(delay_ms);
+                out.depth.retry.insert(tier.clone(), depth);
+                tier
+            }
+            QueueRole::DeadLetter { .. } => {
+                out.depth.dead_letter = out.depth.dead_letter.saturating_add(depth);
+                String::new()
+            }
+            QueueRole::Source => {
+                out.depth.source = depth;
+                String::new()
+            }
+        };
+        out.queues.push(ObservedQueue {
+            name: q.name.clone(),
+            role: role_label(&q.role),
+            tier,
+            depth,
+        });
+    }
+    let prefix = format!("{}.", topology.routes.retry_exchange);
+    for (name, d) in depths
+        .range(prefix.clone()..)
+        .take_while(|(name, _)| name.starts_with(&prefix))
+    {
+        let tier = &name[prefix.len()..];
+        if crate::duration::parse_ms(tier).is_ok()
+            && !topology.queues.iter().any(|q| &q.name == name)
+        {
+            out.retired.push((tier.to_string(), d.messages));
+        }
+    }
+    out
+}
+
+/// `namespace` and `name` of a `namespace/name` key.
+pub fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+/// The backlog evaluators of every DeadLetterQueue (by `namespace/name`) and the metrics
+/// they feed. One per driver.
+#[derive(Debug)]
+pub struct Collector {
+    metrics: Metrics,
+    evaluators: HashMap<String, Evaluator>,
+}
+
+impl Collector {
+    /// A collector recording into `metrics`.
+    pub fn new(metrics: Metrics) -> Self {
+        Collector {
+            metrics,
+            evaluators: HashMap::new(),
+        }
+    }
+
+    /// Evaluates the dead-letter depth of one poll of `key` taken at `now_ms` (ms since
+    /// the Unix epoch) and records every queue's depth and the evaluation in the metrics.
+    /// The evaluator is created on first use and re-created when `params` change; a
+    /// rolling one resumes from `resume_baseline` (the baseline persisted in status, so a
+    /// restart does not forget it). Returns the evaluation and the alert state before it.
+    pub fn record(
+        &mut self,
+        key: &str,
+        params: &Params,
+        observed: &Observed,
+        now_ms: u64,
+        resume_baseline: Option<f64>,
+    ) -> (Evaluation, AlertState) {
+        let fresh = || match (params.baseline, resume_baseline) {
+            (Baseline::Rolling { .. }, Some(b)) => Evaluator::resume(params.clone(), b, now_ms),
+            _ => Evaluator::new(params.clone()),
+        };
+        let evaluator = self
+            .evaluators
+            .entry(key.to_string())
+            .and_modify(|e| {
+                if e.params() != params {
+                    *e = fresh();
+                }
+            })
+            .or_insert_with(fresh);
+        let before = evaluator.last_state();
+        let eval = evaluator.observe(now_ms, observed.depth.dead_letter);
+        let samples: Vec<QueueSample<'_>> = observed
+            .queues
+            .iter()
+            .map(|q| QueueSample {
+                queue: &q.name,
+                role: q.role,
+                tier: &q.tier,
+                depth: q.depth,
+            })
+            .collect();
+        let (ns, name) = split_key(key);
+        self.metrics.record_backlog(ns, name, &samples, &eval);
+        (eval, before)
+    }
+
+    /// The depths of `key` are unknown (the broker could not be read): its series are
+    /// removed (unknown is not zero; the `absent` alert rule covers it). The evaluator is
+    /// kept, so a short outage (up to two intervals) does not reset a `Pending` state.
+    pub fn unknown(&mut self, key: &str) {
+        let (ns, name) = split_key(key);
+        self.metrics.forget_backlog(ns, name);
+    }
+
+    /// Forgets every resource for which `keep` is false: its evaluator and its series.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.evaluators.retain(|k, _| keep(k));
+        for (ns, name) in self.metrics.backlog_resources() {
+            if !keep(&format!("{ns}/{name}")) {
+                self.metrics.forget_backlog(&ns, &name);
+            }
+        }
+    }
+
+    /// Forgets `key`: its evaluator and its series (the resource was deleted).
+    pub fn forget(&mut self, key: &str) {
+        self.evaluators.remove(key);
+        self.unknown(key);
+    }
+
+    /// Number of resources with an evaluator.
+    pub fn len(&self) -> usize {
+        self.evaluators.len()
+    }
+
+    /// `true` when no resource has an evaluator.
+    pub fn is_empty(&self) -> bool {
+        self.evaluators.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topology() -> DesiredTopology {
+        let dlq: crate::crd::DeadLetterQueue = serde_yaml_ng::from_str(
+            r#"
+apiVersion: dlqoperator.io/v1alpha1
+kind: DeadLetterQueue
+metadata: {name: orders, namespace: shop}
+spec:
+  broker: {secretRef: {name: s}}
+  source: {queue: orders}
+  retryPolicyRef: {name: p}
+  deadLetter: {partitionBy: ErrorClass}
+"#,
+        )
+        .expect("dlq");
+        let policy = crate::backoff::ResolvedPolicy::from_spec(&crate::crd::RetryPolicySpec {
+            tiers: Some(vec![
+                crate::duration::Duration("5s".into()),
+                crate::duration::Duration("1m".into()),
+            ]),
+            ..Default::default()
+        })
+        .expect("policy");
+        crate::topology::plan("shop/orders", &dlq.spec, &policy)
+    }
+
+    fn depth(messages: u64) -> QueueDepth {
+        QueueDepth {
+            messages,
+            ready: messages,
+            unacked: 0,
+        }
+    }
+
+    #[test]
+    fn observe_picks_the_resources_queues_sums_partitions_and_finds_retired_tiers() {
+        let t = topology();
+        let mut depths: BTreeMap<String, QueueDepth> = t
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.name.clone(), depth(i as u64 + 1)))
+            .collect();
+        // Another resource's queues, a retired tier, and a name that only looks like one.
+        depths.insert("orders.retry.15s".into(), depth(7));
+        depths.insert("orders.retry.notatier".into(), depth(9));
+        depths.insert("ordersx.retry.5s".into(), depth(11));
+        depths.insert("payments.dlq".into(), depth(1000));
+        let missing = t
+            .queues
+            .iter()
+            .find(|q| matches!(q.role, QueueRole::DeadLetter { .. }))
+            .expect("a dead-letter queue")
+            .name
+            .clone();
+        depths.remove(&missing);
+        let o = observe(&t, &depths);
+        assert_eq!(o.missing, vec![missing.clone()]);
+        assert_eq!(o.queues.len(), t.queues.len());
+        let want_dl: u64 = t
+            .queues
+            .iter()
+            .filter(|q| matches!(q.role, QueueRole::DeadLetter { .. }))
+            .map(|q| depths.get(&q.name).map_or(0, |d| d.messages))
+            .sum();
+        assert_eq!(o.depth.dead_letter, want_dl);
+        assert_eq!(
+            o.depth.retry.keys().cloned().collect::<Vec<_>>(),
+            vec!["1m".to_string(), "5s".to_string()]
+        );
+        assert_eq!(
+            o.depth.source,
+            depths.get("orders").expect("source").messages
+        );
+        assert_eq!(o.retired, vec![("15s".to_string(), 7)]);
+        let dl = o.queues.iter().find(|q| q.name == missing).expect("listed");
+        assert_eq!((dl.depth, dl.role), (0, "dead_letter"));
+    }
+
+    #[test]
+    fn collector_records_forgets_and_resumes_a_rolling_baseline() {
+        let metrics = Metrics::new();
+        let mut c = Collector::new(metrics.clone());
+        let t = topology();
+        let spec: crate::crd::MonitoringSpec = serde_json::from_value(serde_json::json!({
+            "interval": "1s", "baseline": {"mode": "Rolling", "window": "1h"},
+            "thresholdFactor": 2.0, "for": "0s"}))
+        .expect("spec");
+        let params = Params::from_spec(&spec).expect("params");
+        let mut o = observe(&t, &BTreeMap::new());
+        o.depth.dead_letter = 500;
+        // A resumed baseline of 40: 500 is far above 2 × 40, so it fires at once.
+        let (eval, before) = c.record("shop/orders", &params, &o, 1_000, Some(40.0));
+        assert_eq!(before, AlertState::Inactive);
+        assert_eq!(eval.baseline, 40.0);
+        assert_eq!(eval.state.code(), 2);
+        assert_eq!(
+            metrics.backlog_resources(),
+            vec![("shop".into(), "orders".into())]
+        );
+        assert!(metrics
+            .render()
+            .contains("dlq_backlog_alert_state{name=\"orders\",namespace=\"shop\"} 2"));
+        c.unknown("shop/orders");
+        assert!(metrics.backlog_resources().is_empty());
+        assert_eq!(c.len(), 1, "the evaluator outlives an unknown poll");
+        c.retain(|k| k != "shop/orders");
+        assert!(c.is_empty());
+    }
+}
