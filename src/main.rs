@@ -107,11 +107,15 @@ enum Command {
         #[arg(long, value_enum, default_value_t = RbacFormat::Yaml)]
         format: RbacFormat,
     },
-    /// Print the planned topology without touching a broker.
+    /// Print the planned topology and alert rules without touching a broker.
     Render {
         /// Manifest file or directory (repeatable).
         #[arg(short = 'f', long = "filename", required = true)]
         files: Vec<PathBuf>,
+        /// Print only the Prometheus rule file (`groups:`) of every DeadLetterQueue, for
+        /// Prometheus's `rule_files` where the Prometheus Operator is not used.
+        #[arg(long)]
+        rules: bool,
     },
     /// Write the CustomResourceDefinitions as YAML.
     Crdgen {
@@ -346,12 +350,14 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Render { files } => {
+        Command::Render { files, rules } => {
             let (_, planned) = standalone::load_and_plan(&files).map_err(|e| e.to_string())?;
-            print!(
-                "{}",
-                standalone::render(&planned).map_err(|e| e.to_string())?
-            );
+            let out = if rules {
+                standalone::render_rules(&planned)
+            } else {
+                standalone::render(&planned)
+            };
+            print!("{}", out.map_err(|e| e.to_string())?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Crdgen { out_dir } => {

@@ -27,6 +27,8 @@ pub struct Planned {
     pub source: SourceRef,
     /// The plan.
     pub prepared: Prepared,
+    /// The DeadLetterQueue as read (for its alert rules).
+    pub object: crate::crd::DeadLetterQueue,
 }
 
 /// Loads manifests and validates and plans every DeadLetterQueue, without any network.
@@ -138,6 +140,7 @@ fn plan_one(
         Ok(prepared) => Ok(Planned {
             source: d.source.clone(),
             prepared,
+            object: dlq.clone(),
         }),
         Err(ReconcileError::InvalidSpec { kind, name, source }) => {
             let origin = if kind == "RetryPolicy" {
@@ -311,6 +314,9 @@ pub struct Rendered<'a> {
     pub worst_case_retry_duration: String,
     /// The planned topology.
     pub topology: &'a crate::topology::DesiredTopology,
+    /// The Prometheus alert rule group of the resource (what its `PrometheusRule` holds
+    /// in a cluster; [`render_rules`] prints them as a rule file).
+    pub alert_rules: serde_json::Value,
 }
 
 /// Renders the planned topology of every DeadLetterQueue as multi-document YAML.
@@ -335,11 +341,26 @@ pub fn render(planned: &[Planned]) -> Result<String, serde_yaml_ng::Error> {
             tiers,
             worst_case_retry_duration: worst,
             topology: &p.prepared.topology,
+            alert_rules: crate::alerts::rule_group(&p.object, &p.prepared.monitoring),
         };
         out.push_str("---\n");
         out.push_str(&serde_yaml_ng::to_string(&doc)?);
     }
     Ok(out)
+}
+
+/// The Prometheus rule file (`groups:`, for Prometheus's `rule_files` or
+/// `promtool check rules`) of every DeadLetterQueue: the same rules the controller puts
+/// in each resource's `PrometheusRule`.
+///
+/// # Errors
+/// Serialisation errors (not expected).
+pub fn render_rules(planned: &[Planned]) -> Result<String, serde_yaml_ng::Error> {
+    let items: Vec<(&crate::crd::DeadLetterQueue, &crate::monitor::Params)> = planned
+        .iter()
+        .map(|p| (&p.object, &p.prepared.monitoring))
+        .collect();
+    serde_yaml_ng::to_string(&crate::alerts::rule_file(&items))
 }
 
 fn fingerprint(m: &Manifests) -> u64 {

@@ -351,3 +351,37 @@ fn absent_rule_fires_when_the_metrics_stop() {
     );
     assert!(ok, "promtool test rules:\n{out}");
 }
+
+/// `dlq-operator render --rules -f examples/` prints a rule file that `promtool check
+/// rules` accepts, with a group per example resource.
+#[test]
+fn render_rules_prints_a_valid_rule_file() {
+    let Some(promtool) = promtool("render_rules_prints_a_valid_rule_file") else {
+        return;
+    };
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let out = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["render", "--rules", "-f"])
+        .arg(&examples)
+        .output()
+        .expect("run dlq-operator");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("rules.yaml"), &out.stdout).expect("write");
+    let (ok, log) = run(promtool, dir.path(), &["check", "rules", "rules.yaml"]);
+    assert!(ok, "promtool check rules: {log}");
+    let file: Value = serde_yaml_ng::from_slice(&out.stdout).expect("yaml");
+    let groups: Vec<&str> = file["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            "dlq-operator.default.order-events",
+            "dlq-operator.default.payment-callback"
+        ]
+    );
+}
