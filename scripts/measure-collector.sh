@@ -12,7 +12,10 @@
 #   --every M       publish one message to every M-th queue (default 100; 0 = none)
 #   --page-size P   page size for the paginated variant (default 500, the API maximum)
 #   --settle S      seconds to wait for statistics after declaring (default 10)
-#   --save-dir DIR  where the raw responses of the last run are kept (default /tmp/notes)
+#   --save-dir DIR  where the last successful raw responses and the per-request samples
+#                   (collector-samples.tsv) are kept (default /tmp/notes)
+#   --max-time S    client timeout per HTTP request, seconds (default 600; note the broker's
+#                   management listener closes requests that run longer than its idle timeout)
 #   --no-cleanup    keep the vhost at the end (it is deleted by default, also on failure)
 #   --cleanup       only delete VHOST (e.g. left over from an interrupted run) and exit
 #   --force         proceed even if VHOST already exists (it will be deleted at the end)
@@ -37,6 +40,7 @@ EVERY=100
 PAGE_SIZE=500
 SETTLE=10
 SAVE_DIR=/tmp/notes
+MAX_TIME=600
 CLEANUP=1
 CLEANUP_ONLY=0
 FORCE=0
@@ -50,10 +54,11 @@ while [ $# -gt 0 ]; do
     --page-size) PAGE_SIZE="$2"; shift 2 ;;
     --settle) SETTLE="$2"; shift 2 ;;
     --save-dir) SAVE_DIR="$2"; shift 2 ;;
+    --max-time) MAX_TIME="$2"; shift 2 ;;
     --no-cleanup) CLEANUP=0; shift ;;
     --cleanup) CLEANUP_ONLY=1; shift ;;
     --force) FORCE=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *)
       case $pos in
@@ -286,53 +291,67 @@ URL_B="$MGMT/api/queues/$VH_ENC?columns=$COLS&disable_stats=true&enable_queue_to
 URL_C="$PROM/metrics/detailed?vhost=$VH_ENC&family=queue_coarse_metrics"
 URL_D="$MGMT/api/queues/$VH_ENC?page=%d&page_size=$PAGE_SIZE&columns=$COLS"
 mkdir -p "$SAVE_DIR"
-SAMPLES="$WORK/samples.tsv"
-: >"$SAMPLES"
+SAMPLES="$SAVE_DIR/collector-samples.tsv"
+printf 'variant\tround\tok\twall_s\tbytes\tbroker_cpu_s\tpages\tdetail\n' >"$SAMPLES"
 
-# One timed GET: writes the body to $2, prints "wall_seconds bytes http_code".
+# One timed GET: writes the body to $2, prints "wall_seconds bytes http_code curl_exit".
 timed_get() {
-  local extra=()
+  local extra=() out rc=0
   [[ "$1" == "$MGMT"* ]] && extra=("${AUTH[@]}")
-  curl -s --max-time 600 "${extra[@]}" -o "$2" -w '%{time_total} %{size_download} %{http_code}\n' "$1"
+  out="$(curl -s --max-time "$MAX_TIME" "${extra[@]}" -o "$2" -w '%{time_total} %{size_download} %{http_code}' "$1")" || rc=$?
+  echo "${out:-0 0 000} $rc"
 }
+ticks_to_s() { awk -v d="$1" -v hz="$CLK_TCK" 'BEGIN{printf "%.2f", d/hz}'; }
 
-measure_one() { # variant url outfile
-  local c0 c1 out wall bytes code
+measure_one() { # variant round url savefile
+  local c0 c1 out wall bytes code rc ok=1 detail="HTTP 200"
+  rm -f "$WORK/body"
   c0=$(cpu_ticks)
-  out="$(timed_get "$2" "$3")" || true
+  out="$(timed_get "$3" "$WORK/body")"
   c1=$(cpu_ticks)
-  read -r wall bytes code <<<"$out"
-  [ "$code" = 200 ] || log "WARNING: variant $1 returned HTTP ${code:-none}"
-  printf '%s\t%s\t%s\t%s\t1\n' "$1" "$wall" "$bytes" "$(awk -v d=$((c1 - c0)) -v hz="$CLK_TCK" 'BEGIN{printf "%.2f", d/hz}')" >>"$SAMPLES"
+  read -r wall bytes code rc <<<"$out"
+  if [ "$code" != 200 ] || [ "$rc" != 0 ]; then
+    ok=0; detail="HTTP $code, curl exit $rc"
+    log "WARNING: variant $1 round $2 failed after ${wall}s: $detail"
+  else
+    mv "$WORK/body" "$4"   # keep the last successful response only
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t1\t%s\n' "$1" "$2" "$ok" "$wall" "$bytes" "$(ticks_to_s $((c1 - c0)))" "$detail" >>"$SAMPLES"
 }
 
-measure_paged() { # all pages of variant d; wall and bytes are summed over pages
-  local c0 c1 page=1 pages=1 out wall bytes code tw=0 tb=0
+measure_paged() { # round; all pages of variant d, wall and bytes summed over pages
+  local c0 c1 page=1 pages=1 out wall bytes code rc tw=0 tb=0 ok=1 detail="HTTP 200"
   c0=$(cpu_ticks)
   while [ "$page" -le "$pages" ]; do
     # shellcheck disable=SC2059
-    out="$(timed_get "$(printf "$URL_D" "$page")" "$WORK/d.json")" || true
-    read -r wall bytes code <<<"$out"
-    [ "$code" = 200 ] || { log "WARNING: variant d page $page returned HTTP ${code:-none}"; break; }
+    out="$(timed_get "$(printf "$URL_D" "$page")" "$WORK/d.json")"
+    read -r wall bytes code rc <<<"$out"
+    tw=$(awk -v a="$tw" -v b="$wall" 'BEGIN{printf "%.6f", a+b}')
+    tb=$((tb + bytes))
+    if [ "$code" != 200 ] || [ "$rc" != 0 ]; then
+      ok=0; detail="page $page: HTTP $code, curl exit $rc"
+      log "WARNING: variant d round $1 failed: $detail"
+      break
+    fi
     if [ "$page" = 1 ]; then
       pages="$(grep -o '"page_count":[0-9]*' "$WORK/d.json" | head -1 | cut -d: -f2)"
       pages="${pages:-1}"
       cp "$WORK/d.json" "$SAVE_DIR/collector-d-page1.json"
     fi
-    tw=$(awk -v a="$tw" -v b="$wall" 'BEGIN{printf "%.6f", a+b}')
-    tb=$((tb + bytes))
     page=$((page + 1))
   done
   c1=$(cpu_ticks)
-  printf 'd\t%s\t%s\t%s\t%s\n' "$tw" "$tb" "$(awk -v d=$((c1 - c0)) -v hz="$CLK_TCK" 'BEGIN{printf "%.2f", d/hz}')" "$((page - 1))" >>"$SAMPLES"
+  [ "$ok" = 1 ] && page=$((page - 1))
+  printf 'd\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$ok" "$tw" "$tb" "$(ticks_to_s $((c1 - c0)))" "$page" "$detail" >>"$SAMPLES"
 }
 
+# Rounds interleave the variants so that drifting background load hits all of them alike.
 for run in $(seq 1 "$RUNS"); do
   log "round $run/$RUNS"
-  measure_one a "$URL_A" "$SAVE_DIR/collector-a.json"
-  measure_one b "$URL_B" "$SAVE_DIR/collector-b.json"
-  measure_one c "$URL_C" "$SAVE_DIR/collector-c.txt"
-  measure_paged
+  measure_one a "$run" "$URL_A" "$SAVE_DIR/collector-a.json"
+  measure_one b "$run" "$URL_B" "$SAVE_DIR/collector-b.json"
+  measure_one c "$run" "$URL_C" "$SAVE_DIR/collector-c.txt"
+  measure_paged "$run"
 done
 RSS_AFTER_MEAS="$(rss_kb)"
 
@@ -344,10 +363,14 @@ import json, os, re, statistics, sys
  rss0, rss1, rss2, page_size, runs) = sys.argv[1:17]
 n, published = int(n), int(published)
 idle1 = float(idle1)
-rows = {}
-for line in open(samples):
-    v, wall, size, cpu, pages = line.rstrip("\n").split("\t")
-    rows.setdefault(v, []).append((float(wall), int(size), float(cpu), int(pages)))
+rows, fails, raw = {}, {}, []
+for line in list(open(samples))[1:]:
+    v, rnd, ok, wall, size, cpu, pages, detail = line.rstrip("\n").split("\t")
+    raw.append((v, rnd, ok, wall, size, cpu, pages, detail))
+    if ok == "1":
+        rows.setdefault(v, []).append((float(wall), int(size), float(cpu), int(pages)))
+    else:
+        fails.setdefault(v, []).append(f"round {rnd}: {detail} after {float(wall):.1f} s, broker CPU {cpu} s")
 
 def check_json(path, label):
     try:
@@ -402,17 +425,23 @@ label = {
 print()
 print(f"## Queue-depth read cost, {n} queues in vhost `{vhost}` (RabbitMQ, {runs} runs each, median (min–max))")
 print()
-print("| variant | wall time, s | response bytes | broker CPU, s | broker CPU net of idle, s | pages |")
-print("|---|---|---|---|---|---|")
+print("| variant | ok runs | wall time, s | response bytes | broker CPU, s | broker CPU net of idle, s | pages |")
+print("|---|---|---|---|---|---|---|")
 for v in "abcd":
+    okn = f"{len(rows.get(v, []))}/{len(rows.get(v, [])) + len(fails.get(v, []))}"
     if v not in rows:
-        print(f"| {label[v]} | – | – | – | – | – |"); continue
+        print(f"| {label[v]} | {okn} | – | – | – | – | – |"); continue
     r = rows[v]
     walls = [x[0] for x in r]; sizes = [x[1] for x in r]; cpus = [x[2] for x in r]
     net = [max(0.0, x[2] - idle1 * x[0]) for x in r]
     pages = sorted({x[3] for x in r})
-    print(f"| {label[v]} | {fmt(walls, lambda x: f'{x:.3f}')} | {fmt(sizes, lambda x: f'{x:,.0f}')} | "
+    print(f"| {label[v]} | {okn} | {fmt(walls, lambda x: f'{x:.3f}')} | {fmt(sizes, lambda x: f'{x:,.0f}')} | "
           f"{fmt(cpus, lambda x: f'{x:.2f}')} | {fmt(net, lambda x: f'{x:.2f}')} | {'/'.join(map(str, pages))} |")
+print()
+print("Only successful requests enter the statistics. Failed requests:" if fails else "No request failed.")
+for v in "abcd":
+    for f in fails.get(v, []):
+        print(f"- ({v}) {f}")
 print()
 print(f"- Broker CPU = utime+stime of beam.smp from /proc/<pid>/stat across the request (10 ms ticks); "
       f"'net of idle' subtracts the idle rate with the queues in place ({idle1:.3f} CPU-s/s; "
@@ -427,6 +456,16 @@ print("  - " + check_json(os.path.join(save, "collector-b.json"), "b"))
 print("  - " + check_prom(os.path.join(save, "collector-c.txt")))
 print("  - " + check_json(os.path.join(save, "collector-d-page1.json"), "d page 1"))
 print(f"- Raw responses: {save}/collector-a.json, collector-b.json, collector-c.txt, collector-d-page1.json")
+print(f"- Per-request samples: {samples}")
 print(f"- Command: `{cmdline}`")
+print()
+print("<details><summary>all samples</summary>")
+print()
+print("| variant | round | ok | wall s | bytes | broker CPU s | pages | detail |")
+print("|---|---|---|---|---|---|---|---|")
+for r in raw:
+    print("| " + " | ".join(r) + " |")
+print()
+print("</details>")
 print()
 PY

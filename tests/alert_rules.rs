@@ -365,7 +365,11 @@ fn render_rules_prints_a_valid_rule_file() {
         .arg(&examples)
         .output()
         .expect("run dlq-operator");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("rules.yaml"), &out.stdout).expect("write");
     let (ok, log) = run(promtool, dir.path(), &["check", "rules", "rules.yaml"]);

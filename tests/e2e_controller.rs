@@ -690,3 +690,176 @@ async fn leader_election_runs_one_leader_and_hands_over_when_it_dies() {
     assert!(c.log().contains("lost the leader Lease"), "{}", c.log());
     cleanup(&prefix).await;
 }
+
+/// The `BacklogHigh` condition of a DeadLetterQueue as (status, reason), and its status.
+async fn backlog(api: &Api<DynamicObject>, name: &str) -> Option<(String, String, Value)> {
+    let o = api.get_opt(name).await.ok()??;
+    let status = o.data["status"].clone();
+    let c = status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "BacklogHigh")?
+        .clone();
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["reason"].as_str()?.to_string(),
+        status,
+    ))
+}
+
+/// The value of the metric line that starts with `series` (name and labels, as rendered).
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// DESIGN.md §4 and issue 4's real-broker test: short intervals (200 ms, `for` 2 s), a
+/// dead-letter queue filled above its threshold and held → `BacklogHigh` goes Pending
+/// then True, with ratio ≥ 1 and alert state 2 in the metrics; drained → resolved. Then
+/// the broker goes away (a proxy in front of its management API is stopped, so the
+/// shared broker keeps serving the other tests) → `Unknown`/`BrokerUnreachable`, series
+/// removed, the operator keeps running; the broker comes back → it recovers.
+#[tokio::test]
+async fn backlog_goes_pending_then_high_resolves_and_survives_a_broker_outage() {
+    const TEST: &str = "backlog_goes_pending_then_high_resolves_and_survives_a_broker_outage";
+    let Some(client) = client(TEST).await else {
+        return;
+    };
+    let kubeconfig = common::e2e::kubeconfig(TEST).expect("set");
+    ensure_crds(&client).await;
+    let ns = namespace(&client, "e2e-backlog").await;
+    let q = unique("e2e-bl");
+    let mut proxy = common::proxy::Proxy::start("127.0.0.1:15672").await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "rabbit"},
+        "stringData": {"uri": AMQP, "managementUri": format!("http://guest:guest@{}", proxy.addr)},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create Secret");
+    let rp = DynamicObject::new("policy", &api_resource::<RetryPolicy>())
+        .data(json!({"spec": {"maxRetries": 1, "tiers": ["5s"]}}));
+    rps(&client, &ns)
+        .create(&PostParams::default(), &rp)
+        .await
+        .expect("create RetryPolicy");
+    let dlq =
+        DynamicObject::new("orders", &api_resource::<DeadLetterQueue>()).data(json!({"spec": {
+            "broker": {"secretRef": {"name": "rabbit"}},
+            "source": {"queue": q},
+            "retryPolicyRef": {"name": "policy"},
+            "monitoring": {"interval": "200ms", "baseline": {"mode": "Static", "value": 0},
+                           "threshold": 5, "for": "2s"},
+        }}));
+    let api = dlqs(&client, &ns);
+    api.create(&PostParams::default(), &dlq)
+        .await
+        .expect("create DeadLetterQueue");
+    let op = Operator::start(
+        &kubeconfig,
+        &["--namespace", &ns, "--leader-election=false"],
+    );
+    let labels = format!("namespace=\"{ns}\"");
+    let depth_series =
+        format!("dlq_queue_depth{{name=\"orders\",{labels},queue=\"{q}.dlq\",role=\"dead_letter\",tier=\"\"}}");
+    let ratio_series = format!("dlq_backlog_ratio{{name=\"orders\",{labels}}}");
+    let state_series = format!("dlq_backlog_alert_state{{name=\"orders\",{labels}}}");
+
+    // Empty: BacklogNormal, and an explicit 0 depth series from the first poll.
+    let (_, _, status) = wait_for(Duration::from_secs(60), "BacklogNormal", &op, || async {
+        backlog(&api, "orders")
+            .await
+            .filter(|b| b.0 == "False" && b.1 == "BacklogNormal")
+    })
+    .await;
+    assert_eq!(status["alertState"], "Inactive");
+    assert_eq!(status["threshold"], 5.0);
+    let m = op.metrics().await;
+    assert_eq!(metric(&m, &depth_series), Some(0.0), "{m}");
+
+    // Fill the dead-letter queue above the threshold (10 > 5: ratio 2) and hold it.
+    common::publish_persistent(&format!("{q}.dlq"), 10).await;
+    let (_, _, pending) = wait_for(Duration::from_secs(60), "BacklogPending", &op, || async {
+        backlog(&api, "orders")
+            .await
+            .filter(|b| b.1 == "BacklogPending")
+    })
+    .await;
+    assert_eq!(pending["alertState"], "Pending");
+    assert!(pending["breachingSince"].is_string(), "{pending}");
+    let (_, _, firing) = wait_for(Duration::from_secs(30), "BacklogHigh True", &op, || async {
+        backlog(&api, "orders")
+            .await
+            .filter(|b| b.0 == "True" && b.1 == "BacklogHigh")
+    })
+    .await;
+    assert_eq!(firing["alertState"], "Firing");
+    assert_eq!(firing["depth"]["deadLetter"], 10);
+    assert_eq!(firing["backlogRatio"], 2.0);
+    assert_eq!(firing["breachingSince"], pending["breachingSince"]);
+    let m = op.metrics().await;
+    assert!(metric(&m, &ratio_series).is_some_and(|r| r >= 1.0), "{m}");
+    assert_eq!(metric(&m, &state_series), Some(2.0), "{m}");
+    // `kubectl get dlq` shows it.
+    let (_, rows) = table(&client, &ns).await;
+    assert_eq!(rows[0][2], 10, "DLQ depth column: {rows:?}");
+    assert_eq!(rows[0][5], "Firing", "Alert column: {rows:?}");
+
+    // Drain it: resolved.
+    common::mgmt_delete(&format!("/api/queues/%2F/{q}.dlq/contents")).await;
+    wait_for(Duration::from_secs(60), "resolved", &op, || async {
+        backlog(&api, "orders")
+            .await
+            .filter(|b| b.0 == "False" && b.1 == "BacklogNormal")
+    })
+    .await;
+    assert_eq!(metric(&op.metrics().await, &state_series), Some(0.0));
+
+    // The broker goes away: unknown (not zero), the operator keeps running.
+    proxy.stop().await;
+    let (_, _, unknown) = wait_for(
+        Duration::from_secs(60),
+        "BrokerUnreachable",
+        &op,
+        || async {
+            backlog(&api, "orders")
+                .await
+                .filter(|b| b.0 == "Unknown" && b.1 == "BrokerUnreachable")
+        },
+    )
+    .await;
+    assert_eq!(unknown["alertState"], "Unknown");
+    assert!(unknown.get("backlogRatio").is_none(), "{unknown}");
+    let m = op.metrics().await;
+    assert_eq!(metric(&m, &depth_series), None, "series removed: {m}");
+    assert!(op.healthy().await, "still running");
+
+    // It comes back: the monitor recovers by itself.
+    proxy.restart().await;
+    wait_for(Duration::from_secs(60), "recovered", &op, || async {
+        backlog(&api, "orders")
+            .await
+            .filter(|b| b.0 == "False" && b.1 == "BacklogNormal")
+    })
+    .await;
+    assert_eq!(metric(&op.metrics().await, &depth_series), Some(0.0));
+
+    // Every transition was recorded as an Event.
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .expect("events");
+    let reasons: Vec<String> = events
+        .items
+        .iter()
+        .filter_map(|e| e.reason.clone())
+        .collect();
+    for want in ["BacklogHigh", "BacklogResolved", "BrokerUnreachable"] {
+        assert!(reasons.iter().any(|r| r == want), "{want} in {reasons:?}");
+    }
+    drop(op);
+    cleanup(&q).await;
+}

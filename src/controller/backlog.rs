@@ -229,8 +229,10 @@ pub fn backlog_condition(reading: Reading<'_>, params: &Params) -> Desired {
 /// `BacklogHigh` condition or the alert state changed, or when a figure (depths,
 /// baseline, threshold, ratio to 3 decimals, growth to 2) changed and the last write
 /// (`lastObservedTime`) is at least `status_interval` old. `lastObservedTime` is the
-/// reading's time (`now`) on every write. An unknown reading clears the depths, ratio
-/// and growth (unknown, not zero) and sets `alertState: Unknown`; the baseline is kept.
+/// reading's time (`now`) on every write of an observed reading. An unknown reading
+/// clears the ratio, growth and `breachingSince` (unknown, not zero) and sets
+/// `alertState: Unknown`; the depths stay as last observed, dated by the unchanged
+/// `lastObservedTime`, and the baseline is kept.
 pub fn backlog_status(
     current: &DeadLetterQueueStatus,
     generation: Option<i64>,
@@ -257,7 +259,8 @@ pub fn backlog_status(
             next.growth_per_minute = eval.growth_per_minute.map(|g| round(g, 2));
         }
         Reading::Unknown { .. } => {
-            next.depth = None;
+            // Depths stay as last observed (dated by lastObservedTime, which an unknown
+            // reading does not move); what is computed from live data goes.
             next.backlog_ratio = None;
             next.alert_state = Some("Unknown".to_string());
             next.breaching_since = None;
@@ -273,7 +276,9 @@ pub fn backlog_status(
     let interval_passed = last_write
         .is_none_or(|t| now.0.duration_since(t).as_secs_f64() >= status_interval.as_secs_f64());
     if condition_changed || state_changed || (figures_changed && interval_passed) {
-        next.last_observed_time = Some(now.0.to_string());
+        if let Reading::Observed { .. } = reading {
+            next.last_observed_time = Some(now.0.to_string());
+        }
         Some(next)
     } else {
         None
@@ -682,7 +687,8 @@ mod tests {
             ("Unknown".into(), "BrokerUnreachable".into())
         );
         assert_eq!(unknown.backlog_ratio, None, "unknown, not zero");
-        assert_eq!(unknown.depth, None);
+        assert_eq!(unknown.depth, observed.depth, "last observed, dated");
+        assert_eq!(unknown.last_observed_time, observed.last_observed_time);
         assert_eq!(unknown.baseline, Some(100.0));
         assert_eq!(unknown.alert_state.as_deref(), Some("Unknown"));
         let events = backlog_events(&observed, &unknown);
