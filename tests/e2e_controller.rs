@@ -863,3 +863,103 @@ async fn backlog_goes_pending_then_high_resolves_and_survives_a_broker_outage() 
     drop(op);
     cleanup(&q).await;
 }
+
+/// With the Prometheus Operator's PrometheusRule CRD served (a minimal stand-in with the
+/// real group, version, kind and plural; its schema keeps every field), each
+/// DeadLetterQueue gets its PrometheusRule: owned by it, labelled as the spec says, and
+/// reported as `AlertRulesReady=True`; disabling alerting deletes it.
+#[tokio::test]
+async fn prometheus_rule_is_applied_owned_and_removed_when_alerting_is_disabled() {
+    const TEST: &str = "prometheus_rule_is_applied_owned_and_removed_when_alerting_is_disabled";
+    let Some(client) = client(TEST).await else {
+        return;
+    };
+    let kubeconfig = common::e2e::kubeconfig(TEST).expect("set");
+    ensure_crds(&client).await;
+    common::e2e::ensure_prometheus_rule_crd(&client).await;
+    let ns = namespace(&client, "e2e-rules").await;
+    let prefix = unique("e2e-rules");
+    let op = Operator::start(
+        &kubeconfig,
+        &["--namespace", &ns, "--leader-election=false"],
+    );
+    create_examples(&client, &kubeconfig, &ns, &prefix).await;
+    let api = dlqs(&client, &ns);
+    let rules: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &dlq_operator::controller::alert_rules::api_resource(),
+    );
+    let condition = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            let o = api.get_opt(name).await.ok()??;
+            o.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "AlertRulesReady")
+                .cloned()
+        }
+    };
+    let c = wait_for(Duration::from_secs(60), "AlertRulesReady", &op, || async {
+        condition("order-events")
+            .await
+            .filter(|c| c["status"] == "True")
+    })
+    .await;
+    assert_eq!(c["reason"], "RulesApplied");
+    let rule = rules.get("dlq-order-events").await.expect("PrometheusRule");
+    let dlq = api.get("order-events").await.expect("dlq");
+    let owner = &rule.metadata.owner_references.as_ref().expect("owner")[0];
+    assert_eq!(owner.kind, "DeadLetterQueue");
+    assert_eq!(Some(&owner.uid), dlq.metadata.uid.as_ref());
+    assert_eq!(
+        rule.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+            .map(String::as_str),
+        Some("dlq-operator")
+    );
+    let alerts: Vec<&str> = rule.data["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    assert!(alerts.contains(&"DeadLetterBacklogHigh"), "{alerts:?}");
+    assert!(alerts.contains(&"DeadLetterMetricsAbsent"), "{alerts:?}");
+
+    // Alerting disabled: the rule goes and so does the condition.
+    api.patch(
+        "order-events",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"alerting": {"prometheusRule": {"enabled": false}}}})),
+    )
+    .await
+    .expect("disable alerting");
+    wait_for(Duration::from_secs(60), "rule deleted", &op, || async {
+        rules
+            .get_opt("dlq-order-events")
+            .await
+            .ok()
+            .and_then(|r| r.is_none().then_some(()))
+    })
+    .await;
+    wait_for(
+        Duration::from_secs(30),
+        "condition removed",
+        &op,
+        || async {
+            let o = api.get("order-events").await.ok()?;
+            let has = o.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "AlertRulesReady");
+            (!has).then_some(())
+        },
+    )
+    .await;
+    drop(op);
+    cleanup(&prefix).await;
+}

@@ -36,6 +36,9 @@ use crate::reconcile::{self, Prepared, ReconcileError};
 /// Finalizer that holds a DeadLetterQueue until its `deletionPolicy` is carried out.
 pub const FINALIZER: &str = "dlqoperator.io/cleanup";
 
+/// How soon a resource whose PrometheusRule is not in place is reconciled again (at most).
+pub const ALERT_RULES_RECHECK: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Kind label of this controller's metrics.
 pub const KIND: &str = "DeadLetterQueue";
 
@@ -216,7 +219,17 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     match result {
         Ok(_) => {
             ctx.backoff.reset(&key);
-            Ok(Action::requeue(ctx.resync))
+            // Rules not in place (e.g. the Prometheus Operator is installed later): look
+            // again within a minute rather than at the next resync.
+            let rules_pending = matches!(
+                &alert_rules,
+                Some(Some(d)) if d.status != ConditionStatus::True
+            );
+            Ok(Action::requeue(if rules_pending {
+                ctx.resync.min(ALERT_RULES_RECHECK)
+            } else {
+                ctx.resync
+            }))
         }
         Err(e) => Err(e.into()),
     }

@@ -98,3 +98,49 @@ pub async fn ensure_crds(client: &Client) {
         }
     }
 }
+
+/// Installs a stand-in for the Prometheus Operator's PrometheusRule CRD (real group,
+/// version, kind and plural; a schema that keeps every field) if none is served, and
+/// waits until it is Established.
+pub async fn ensure_prometheus_rule_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = "prometheusrules.monitoring.coreos.com";
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "names": {"kind": "PrometheusRule", "listKind": "PrometheusRuleList",
+                      "plural": "prometheusrules", "singular": "prometheusrule"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    }))
+    .expect("crd");
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("PrometheusRule CRD rejected: {e}"),
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = crds.get(name).await.expect("get crd");
+        let established = got
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "PrometheusRule CRD not Established"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
