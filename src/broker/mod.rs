@@ -398,6 +398,42 @@ pub struct QueueDepth {
     pub unacked: u64,
 }
 
+/// One row of the depth listing `GET /api/queues/{vhost}?columns=name,messages,
+/// messages_ready,messages_unacknowledged` (counts absent until the broker's first
+/// statistics collection).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct QueueDepthRow {
+    /// Queue name.
+    pub name: String,
+    /// Ready plus unacknowledged messages.
+    #[serde(default)]
+    pub messages: Option<u64>,
+    /// Ready messages.
+    #[serde(default)]
+    pub messages_ready: Option<u64>,
+    /// Unacknowledged messages.
+    #[serde(default)]
+    pub messages_unacknowledged: Option<u64>,
+}
+
+/// The depths of a depth listing, by queue name (a queue without statistics yet counts
+/// 0). Pure: what [`Broker::queue_depths`] does with the management API's answer, and
+/// what the collector benchmark measures.
+pub fn depths_from_rows(rows: Vec<QueueDepthRow>) -> BTreeMap<String, QueueDepth> {
+    rows.into_iter()
+        .map(|q| {
+            let ready = q.messages_ready.unwrap_or(0);
+            let unacked = q.messages_unacknowledged.unwrap_or(0);
+            let depth = QueueDepth {
+                messages: q.messages.unwrap_or(ready + unacked),
+                ready,
+                unacked,
+            };
+            (q.name, depth)
+        })
+        .collect()
+}
+
 /// Result of [`Broker::delete_queue_if_empty`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeleteOutcome {

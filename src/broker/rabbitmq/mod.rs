@@ -626,26 +626,14 @@ impl Broker for RabbitMq {
     /// # Errors
     /// [`BrokerError::NotFound`] for a missing vhost; transport/authentication errors.
     async fn queue_depths(&self, vhost: &str) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
-        let queues: Vec<QueueInfo> = self
+        let rows: Vec<crate::broker::QueueDepthRow> = self
             .list(
                 "queues",
                 vhost,
                 "?columns=name,messages,messages_ready,messages_unacknowledged",
             )
             .await?;
-        Ok(queues
-            .into_iter()
-            .map(|q| {
-                let ready = q.messages_ready.unwrap_or(0);
-                let unacked = q.messages_unacknowledged.unwrap_or(0);
-                let depth = QueueDepth {
-                    messages: q.messages.unwrap_or(ready + unacked),
-                    ready,
-                    unacked,
-                };
-                (q.name, depth)
-            })
-            .collect())
+        Ok(crate::broker::depths_from_rows(rows))
     }
 
     /// `DELETE /api/queues/{vhost}/{name}?if-empty=true`: the broker refuses a non-empty
