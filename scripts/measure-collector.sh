@@ -354,13 +354,15 @@ for run in $(seq 1 "$RUNS"); do
   measure_paged "$run"
 done
 RSS_AFTER_MEAS="$(rss_kb)"
+log "measuring idle broker CPU after the measurements (10 s)"
+IDLE_AFTER="$(idle_cpu_rate 10)"
 
 # ---- report -------------------------------------------------------------------------------
 python3 - "$SAMPLES" "$SAVE_DIR" "$VHOST" "$N" "$PUBLISHED" "$IDLE_BEFORE" "$IDLE_LOADED" "$CMDLINE" \
-  "$DECL_S" "$PUB_S" "$THREADS" "$RSS_BEFORE" "$RSS_LOADED" "$RSS_AFTER_MEAS" "$PAGE_SIZE" "$RUNS" <<'PY'
+  "$DECL_S" "$PUB_S" "$THREADS" "$RSS_BEFORE" "$RSS_LOADED" "$RSS_AFTER_MEAS" "$PAGE_SIZE" "$RUNS" "$IDLE_AFTER" <<'PY'
 import json, os, re, statistics, sys
 (samples, save, vhost, n, published, idle0, idle1, cmdline, decl, pub, threads,
- rss0, rss1, rss2, page_size, runs) = sys.argv[1:17]
+ rss0, rss1, rss2, page_size, runs, idle2) = sys.argv[1:18]
 n, published = int(n), int(published)
 idle1 = float(idle1)
 rows, fails, raw = {}, {}, []
@@ -445,7 +447,8 @@ for v in "abcd":
 print()
 print(f"- Broker CPU = utime+stime of beam.smp from /proc/<pid>/stat across the request (10 ms ticks); "
       f"'net of idle' subtracts the idle rate with the queues in place ({idle1:.3f} CPU-s/s; "
-      f"{float(idle0):.3f} CPU-s/s before the queues were created) times the wall time.")
+      f"{float(idle0):.3f} CPU-s/s before the queues were created, {float(idle2):.3f} CPU-s/s after the "
+      f"measurements) times the wall time; each idle rate is one 10 s window.")
 print(f"- Queue creation: {n} PUT /api/queues with {threads} keep-alive connections in {decl} s "
       f"({n / float(decl):.0f}/s); {published} messages published in {pub} s.")
 print(f"- beam.smp RSS: {int(rss0) / 1024:.0f} MiB before, {int(rss1) / 1024:.0f} MiB with {n} queues, "
