@@ -7,21 +7,24 @@
 //! HTTP request itself.
 //!
 //! The listing stands in for the broker: by default one generated in the management
-//! API's format (every planned queue of N/5 DeadLetterQueues of 5 queues each: source,
-//! three retry tiers, dead-letter queue); with `DLQ_COLLECTOR_RECORDED=<file>`, a
-//! recorded answer of a real broker (`scripts/measure-collector.sh` saves one), whose
-//! queues are then matched by as many resources as it has queues / 5.
+//! API's JSON format (every planned queue of N/5 DeadLetterQueues of 5 queues each:
+//! source, three retry tiers, dead-letter queue), or with `--prometheus` in the
+//! `rabbitmq_prometheus` plugin's format (`/metrics/detailed?family=queue_coarse_metrics`,
+//! four lines per queue, parsed by [`depths_from_prometheus`]); with
+//! `DLQ_COLLECTOR_RECORDED=<file>`, a recorded answer of a real broker in either format
+//! (`scripts/measure-collector.sh` saves both; vhost `dlq-collector-bench`), evaluated for
+//! as many resources as it has queues / 5.
 //!
 //! CPU time is the thread's own (`/proc/thread-self/schedstat`, ns); peak RSS is the
 //! process's `VmHWM`.
 //!
-//! Run: `cargo bench --bench collector` (30,000 queues) or
-//! `cargo bench --bench collector -- 100000`.
+//! Run: `cargo bench --bench collector` (30,000 queues),
+//! `cargo bench --bench collector -- 100000`, `cargo bench --bench collector -- --prometheus`.
 
 use std::time::Instant;
 
 use dlq_operator::backoff::ResolvedPolicy;
-use dlq_operator::broker::{depths_from_rows, QueueDepthRow};
+use dlq_operator::broker::{depths_from_prometheus, depths_from_rows, QueueDepthRow};
 use dlq_operator::collector::{observe, Collector};
 use dlq_operator::crd::{DeadLetterQueue, RetryPolicySpec};
 use dlq_operator::metrics::Metrics;
@@ -84,6 +87,32 @@ fn resources(n: usize) -> Vec<(String, DesiredTopology, Params)> {
         .collect()
 }
 
+/// The same listing in the `rabbitmq_prometheus` format (vhost `/`), as the plugin
+/// writes it: the four `queue_coarse_metrics` families, one line per queue each.
+fn prometheus_listing(topologies: &[(String, DesiredTopology, Params)], poll: u64) -> String {
+    let names: Vec<&str> = topologies
+        .iter()
+        .flat_map(|(_, t, _)| t.queues.iter().map(|q| q.name.as_str()))
+        .collect();
+    let mut out = String::new();
+    for (family, pick) in [
+        ("rabbitmq_detailed_queue_messages_ready", 0),
+        ("rabbitmq_detailed_queue_messages_unacked", 1),
+        ("rabbitmq_detailed_queue_messages", 2),
+        ("rabbitmq_detailed_queue_process_reductions_total", 3),
+    ] {
+        out.push_str(&format!(
+            "# TYPE {family} gauge\n# HELP {family} generated\n"
+        ));
+        for (i, name) in names.iter().enumerate() {
+            let ready = (i as u64 * 7919 + poll * 13) % 500;
+            let v = [ready, 1, ready + 1, 123_456][pick];
+            out.push_str(&format!("{family}{{vhost=\"/\",queue=\"{name}\"}} {v}\n"));
+        }
+    }
+    out
+}
+
 /// A depth listing in the management API's format for every queue of `topologies`.
 fn listing(topologies: &[(String, DesiredTopology, Params)], poll: u64) -> String {
     let rows: Vec<serde_json::Value> = topologies
@@ -104,18 +133,44 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(30_000);
+    let prometheus = std::env::args().any(|a| a == "--prometheus");
     let recorded = std::env::var("DLQ_COLLECTOR_RECORDED").ok();
-    let (bodies, resources, source) = match &recorded {
+    let parse = |body: &str, vhost: &str| {
+        if prometheus {
+            depths_from_prometheus(body, vhost).expect("prometheus listing")
+        } else {
+            let rows: Vec<QueueDepthRow> = serde_json::from_str(body).expect("JSON listing");
+            depths_from_rows(rows)
+        }
+    };
+    let format = if prometheus {
+        "rabbitmq_prometheus"
+    } else {
+        "management API JSON"
+    };
+    let (bodies, resources, source, vhost) = match &recorded {
         Some(path) => {
             let body = std::fs::read_to_string(path).expect("recorded listing");
-            let rows: Vec<QueueDepthRow> = serde_json::from_str(&body).expect("listing");
-            let r = resources(rows.len() / 5);
-            (vec![body], r, format!("recorded answer {path}"))
+            let r = resources(parse(&body, "dlq-collector-bench").len() / 5);
+            (
+                vec![body],
+                r,
+                format!("recorded {format} answer {path}"),
+                "dlq-collector-bench",
+            )
         }
         None => {
             let r = resources(queues / 5);
-            let bodies = (0..2).map(|p| listing(&r, p)).collect();
-            (bodies, r, "generated listing".to_string())
+            let bodies = (0..2)
+                .map(|p| {
+                    if prometheus {
+                        prometheus_listing(&r, p)
+                    } else {
+                        listing(&r, p)
+                    }
+                })
+                .collect();
+            (bodies, r, format!("generated {format} listing"), "/")
         }
     };
     let rss_before = status_mib("VmRSS:");
@@ -128,8 +183,7 @@ fn main() {
         let body = &bodies[poll % bodies.len()];
         let now_ms = 1_000_000 + poll as u64 * 15_000;
         let (cpu0, wall0) = (cpu_ns(), Instant::now());
-        let rows: Vec<QueueDepthRow> = serde_json::from_str(body).expect("listing");
-        let depths = depths_from_rows(rows);
+        let depths = parse(body, vhost);
         listed = depths.len();
         let mut firing = 0;
         for (key, topology, params) in &resources {

@@ -947,3 +947,67 @@ async fn remove_refuses_while_the_source_queue_has_consumers() {
     assert!(!queues.contains(&format!("{q}.dlq")));
     raw.cleanup(&q).await;
 }
+
+/// With `prometheusUri`, depths come from the `rabbitmq_prometheus` plugin (one request
+/// per vhost) and agree with the management API's; a `prometheusUri` nothing answers on
+/// falls back to the management API.
+#[tokio::test]
+async fn depths_from_the_prometheus_plugin_agree_with_the_management_api() {
+    let q = unique("prom-depth");
+    let raw = Raw::new();
+    assert_eq!(
+        raw.put(&format!("queues/%2F/{q}"), json!({"durable": true}))
+            .await,
+        201
+    );
+    for i in 0..3 {
+        publish(&q, format!("m{i}").as_bytes()).await;
+    }
+    let with_prometheus = |uri: &str| {
+        BrokerConnection::from_secret_data(
+            "rabbitmq",
+            &secret(&[
+                ("uri", AMQP_URI),
+                ("managementUri", MGMT_URI),
+                ("prometheusUri", uri),
+            ]),
+        )
+        .expect("valid secret")
+    };
+    let prom = RabbitMq::new(&with_prometheus("http://127.0.0.1:15692")).expect("client");
+    let mgmt = RabbitMq::new(&conn()).expect("client");
+    // Both lag by the statistics interval (5 s): wait until both see the 3 messages.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p = prom.queue_depths("/").await.expect("prometheus depths");
+        let m = mgmt.queue_depths("/").await.expect("management depths");
+        let (pd, md) = (p.get(&q).copied(), m.get(&q).copied());
+        if pd.is_some_and(|d| d.messages == 3) && md.is_some_and(|d| d.messages == 3) {
+            assert_eq!(pd, md, "same depth from both");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "depths never reached 3: prometheus {pd:?}, management {md:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let before = prom.request_counts().reads;
+    prom.queue_depths("/").await.expect("depths");
+    assert_eq!(
+        prom.request_counts().reads - before,
+        1,
+        "one request per vhost"
+    );
+
+    // Nothing listens there: the management API answers instead.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let broken =
+        RabbitMq::new(&with_prometheus(&format!("http://127.0.0.1:{port}"))).expect("client");
+    let d = broken.queue_depths("/").await.expect("fell back");
+    assert_eq!(d.get(&q).map(|d| d.messages), Some(3));
+    raw.delete(&format!("queues/%2F/{q}")).await;
+}

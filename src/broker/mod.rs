@@ -129,6 +129,8 @@ pub struct BrokerConnection {
     amqp: Url,
     /// Management base URI without userinfo, query or fragment.
     management: Url,
+    /// Base URI of the `rabbitmq_prometheus` plugin (`prometheusUri`), if set.
+    prometheus: Option<Url>,
     username: String,
     password: String,
     ca_pem: Option<Vec<u8>>,
@@ -150,6 +152,11 @@ impl BrokerConnection {
     ///   plugin (e.g. `http://rabbitmq:15672`; a path prefix is kept).
     /// - `username`, `password` (optional): override the userinfo of `uri`. Without any
     ///   user, `guest` is used as the URI specification says.
+    /// - `prometheusUri` (optional): `http://` or `https://` base URI of the
+    ///   `rabbitmq_prometheus` plugin (e.g. `http://rabbitmq:15692`). When set, queue
+    ///   depths are read from its `/metrics/detailed?vhost=…&family=queue_coarse_metrics`
+    ///   (far cheaper for the broker on large vhosts: docs/ARCHITECTURE.md, "Depth
+    ///   collection"); no credentials are sent to it.
     /// - `ca.crt` (optional): PEM CA certificate(s) trusted for both AMQPS and HTTPS.
     /// - `tls.crt` + `tls.key` (optional, both or neither): PEM client certificate and
     ///   PKCS#8 private key.
@@ -216,6 +223,31 @@ impl BrokerConnection {
             ));
         }
 
+        let prometheus = match text("prometheusUri")? {
+            None => None,
+            Some(u) if u.is_empty() => return Err(invalid("prometheusUri", "value is empty")),
+            Some(u) => {
+                let mut url = Url::parse(&u)
+                    .map_err(|e| invalid("prometheusUri", &format!("not a valid URI ({e})")))?;
+                if !matches!(url.scheme(), "http" | "https") {
+                    return Err(invalid("prometheusUri", "not an http(s) URI"));
+                }
+                if url.host_str().is_none_or(str::is_empty) {
+                    return Err(invalid("prometheusUri", "URI has no host"));
+                }
+                if url.path().trim_end_matches('/').ends_with("/metrics") {
+                    return Err(invalid(
+                        "prometheusUri",
+                        "give the plugin's base URI without /metrics (e.g. http://rabbitmq:15692)",
+                    ));
+                }
+                strip_userinfo(&mut url);
+                url.set_query(None);
+                url.set_fragment(None);
+                Some(url)
+            }
+        };
+
         let username = match text("username")? {
             Some(u) if !u.is_empty() => u,
             Some(_) => return Err(invalid("username", "value is empty")),
@@ -271,6 +303,7 @@ impl BrokerConnection {
             secret_name: secret_name.to_string(),
             amqp,
             management,
+            prometheus,
             username,
             password,
             ca_pem,
@@ -307,6 +340,11 @@ impl BrokerConnection {
     /// The management base URI with `user:***@` as userinfo, for logs and errors.
     pub fn redacted_management_uri(&self) -> String {
         with_userinfo(&self.management, &self.username, "***")
+    }
+
+    /// The `rabbitmq_prometheus` base URI (`prometheusUri`), if set.
+    pub fn prometheus_base(&self) -> Option<&Url> {
+        self.prometheus.as_ref()
     }
 
     /// The management base URI without credentials (basic auth is sent as a header).
@@ -432,6 +470,130 @@ pub fn depths_from_rows(rows: Vec<QueueDepthRow>) -> BTreeMap<String, QueueDepth
             (q.name, depth)
         })
         .collect()
+}
+
+/// The families of `rabbitmq_prometheus`'s `queue_coarse_metrics` read for depths.
+const PROM_MESSAGES: &str = "rabbitmq_detailed_queue_messages";
+const PROM_READY: &str = "rabbitmq_detailed_queue_messages_ready";
+const PROM_UNACKED: &str = "rabbitmq_detailed_queue_messages_unacked";
+
+/// The depths of `vhost`'s queues from a `rabbitmq_prometheus` answer to
+/// `/metrics/detailed?vhost=…&family=queue_coarse_metrics` (Prometheus text exposition
+/// format 0.0.4: `name{label="value",…} value [timestamp]`, label values escaped with
+/// `\\`, `\"` and `\n`). Pure. Samples of other vhosts and other families are skipped.
+///
+/// The general-purpose parser crates were not used: `prometheus-parse` splits label
+/// values on `,` and `=` (a queue named `a,b` would be read as `a`, silently giving
+/// another queue's depth) and `openmetrics-parser` is LGPL-3.0.
+///
+/// # Errors
+/// A line of one of the three families read that does not parse (quoted, with the line
+/// number): a depth is never guessed.
+pub fn depths_from_prometheus(
+    text: &str,
+    vhost: &str,
+) -> Result<BTreeMap<String, QueueDepth>, String> {
+    #[derive(Default)]
+    struct Counts {
+        messages: Option<u64>,
+        ready: Option<u64>,
+        unacked: Option<u64>,
+    }
+    let mut counts: BTreeMap<String, Counts> = BTreeMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let Some((name, rest)) = line.split_once('{') else {
+            continue;
+        };
+        let family = match name {
+            PROM_MESSAGES => 0,
+            PROM_READY => 1,
+            PROM_UNACKED => 2,
+            _ => continue,
+        };
+        let bad = |why: &str| format!("line {}: {why}: {:?}", n + 1, truncate(line, 200));
+        let (labels, value) = parse_labels(rest).map_err(|e| bad(&e))?;
+        let value = value
+            .split_whitespace()
+            .next()
+            .ok_or_else(|| bad("no value"))?;
+        let value: f64 = value.parse().map_err(|_| bad("value is not a number"))?;
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(bad("value is not a count"));
+        }
+        let label = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v);
+        if label("vhost").map(String::as_str) != Some(vhost) {
+            continue;
+        }
+        let queue = label("queue").ok_or_else(|| bad("no queue label"))?;
+        let c = counts.entry(queue.clone()).or_default();
+        let v = Some(value as u64);
+        match family {
+            0 => c.messages = v,
+            1 => c.ready = v,
+            _ => c.unacked = v,
+        }
+    }
+    Ok(counts
+        .into_iter()
+        .map(|(name, c)| {
+            let ready = c.ready.unwrap_or(0);
+            let unacked = c.unacked.unwrap_or(0);
+            let depth = QueueDepth {
+                messages: c.messages.unwrap_or(ready + unacked),
+                ready,
+                unacked,
+            };
+            (name, depth)
+        })
+        .collect())
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Parses `a="x",b="y\"z"} rest` (what follows a metric name's `{`) into the label pairs
+/// and the text after `}`.
+fn parse_labels(s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+    let mut labels = Vec::new();
+    let mut rest = s;
+    loop {
+        rest = rest.trim_start_matches([' ', ',']);
+        if let Some(after) = rest.strip_prefix('}') {
+            return Ok((labels, after));
+        }
+        let eq = rest.find('=').ok_or("label without `=`")?;
+        let name = rest[..eq].trim().to_string();
+        if name.is_empty() {
+            return Err("empty label name".into());
+        }
+        let mut chars = rest[eq + 1..].char_indices();
+        if !matches!(chars.next(), Some((_, '"'))) {
+            return Err(format!("label {name} has no quoted value"));
+        }
+        let mut value = String::new();
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, c)) => value.push(c),
+                    None => return Err("escape at end of line".into()),
+                },
+                '"' => {
+                    end = Some(eq + 1 + i + 1);
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        let end = end.ok_or_else(|| format!("label {name}: unterminated value"))?;
+        labels.push((name, value));
+        rest = &rest[end..];
+    }
 }
 
 /// Result of [`Broker::delete_queue_if_empty`].
@@ -650,5 +812,95 @@ impl RemovalReport {
     /// `true` when nothing blocked the removal.
     pub fn is_complete(&self) -> bool {
         self.blocked.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_depths_read_escaped_names_and_only_the_vhost() {
+        let text = concat!(
+            "# TYPE rabbitmq_detailed_queue_messages_ready gauge\n",
+            "rabbitmq_detailed_queue_messages_ready{vhost=\"/\",queue=\"orders\"} 3\n",
+            "rabbitmq_detailed_queue_messages_ready{vhost=\"/\",queue=\"orders,eu\"} 40\n",
+            "rabbitmq_detailed_queue_messages_ready{vhost=\"/\",queue=\"a\\\"b=c\\\\}\"} 5\n",
+            "rabbitmq_detailed_queue_messages_unacked{vhost=\"/\",queue=\"orders\"} 2\n",
+            "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"orders\"} 5\n",
+            "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"orders,eu\"} 40\n",
+            "rabbitmq_detailed_queue_messages{vhost=\"other\",queue=\"orders\"} 999\n",
+            "rabbitmq_detailed_queue_process_reductions_total{vhost=\"/\",queue=\"orders\"} 12345\n",
+            "rabbitmq_identity_info{rabbitmq_node=\"rabbit@h\"} 1\n",
+        );
+        let d = depths_from_prometheus(text, "/").expect("parses");
+        assert_eq!(
+            d.get("orders"),
+            Some(&QueueDepth {
+                messages: 5,
+                ready: 3,
+                unacked: 2
+            })
+        );
+        assert_eq!(
+            d.get("orders,eu").map(|q| q.messages),
+            Some(40),
+            "comma in a name"
+        );
+        assert_eq!(
+            d.get("a\"b=c\\}").map(|q| (q.messages, q.ready)),
+            Some((5, 5)),
+            "escaped quote and backslash, no total: ready + unacked"
+        );
+        assert_eq!(d.len(), 3, "the other vhost is left out: {d:?}");
+        assert_eq!(
+            depths_from_prometheus(text, "other").expect("parses")["orders"].messages,
+            999
+        );
+    }
+
+    #[test]
+    fn a_malformed_depth_line_is_an_error_not_a_guess() {
+        for line in [
+            "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"q} 1",
+            "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=q} 1",
+            "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"q\"} lots",
+            "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"q\"} -1",
+            "rabbitmq_detailed_queue_messages{vhost=\"/\"} 1",
+        ] {
+            let err = depths_from_prometheus(line, "/").expect_err(line);
+            assert!(err.starts_with("line 1: "), "{err}");
+        }
+        // Other families may be anything.
+        assert!(depths_from_prometheus("other_metric{x=y} z", "/")
+            .expect("ignored")
+            .is_empty());
+    }
+
+    #[test]
+    fn prometheus_uri_is_checked_and_stripped_of_credentials() {
+        let data = |p: &str| -> BTreeMap<String, Vec<u8>> {
+            [
+                ("uri", "amqp://guest:guest@h:5672/%2f"),
+                ("managementUri", "http://h:15672"),
+                ("prometheusUri", p),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .collect()
+        };
+        let ok =
+            BrokerConnection::from_secret_data("s", &data("http://u:pw@h:15692/")).expect("valid");
+        assert_eq!(
+            ok.prometheus_base().map(Url::as_str),
+            Some("http://h:15692/"),
+            "no credentials are kept for an unauthenticated endpoint"
+        );
+        for bad in ["ftp://h:15692", "http://h:15692/metrics", "", "not a uri"] {
+            match BrokerConnection::from_secret_data("s", &data(bad)) {
+                Err(BrokerError::InvalidSecret { key, .. }) => assert_eq!(key, "prometheusUri"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
     }
 }

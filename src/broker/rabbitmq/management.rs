@@ -265,6 +265,55 @@ impl ManagementClient {
         Ok(answer)
     }
 
+    /// GETs the `rabbitmq_prometheus` plugin's queue depths of `vhost`
+    /// (`{prometheusUri}/metrics/detailed?vhost=…&family=queue_coarse_metrics`, no
+    /// credentials sent) and parses them ([`crate::broker::depths_from_prometheus`]).
+    /// `Ok(None)` when the Secret has no `prometheusUri`.
+    ///
+    /// # Errors
+    /// Transport errors, a non-2xx answer, or an answer that does not parse.
+    pub async fn prometheus_depths(
+        &self,
+        vhost: &str,
+    ) -> Result<Option<BTreeMap<String, crate::broker::QueueDepth>>, BrokerError> {
+        let Some(base) = self.conn.prometheus_base() else {
+            return Ok(None);
+        };
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let url = format!(
+            "{}/metrics/detailed?vhost={}&family=queue_coarse_metrics",
+            base.as_str().trim_end_matches('/'),
+            utf8_percent_encode(vhost, SEGMENT)
+        );
+        let api_error = |status: u16, reason: String| BrokerError::Api {
+            method: "GET".into(),
+            path: url.clone(),
+            status,
+            reason,
+        };
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        let status = resp.status();
+        let body = resp.text().await.map_err(|e| self.transport_error(&e))?;
+        if !status.is_success() {
+            let first: String = body
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .take(200)
+                .collect();
+            return Err(api_error(status.as_u16(), first));
+        }
+        crate::broker::depths_from_prometheus(&body, vhost)
+            .map(Some)
+            .map_err(|e| api_error(status.as_u16(), format!("undecodable answer: {e}")))
+    }
+
     /// GETs `/api/{path}` and decodes the JSON body. `what` names the container for a 404
     /// (e.g. `vhost "/prod"`).
     ///

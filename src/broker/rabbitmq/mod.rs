@@ -618,19 +618,34 @@ impl Broker for RabbitMq {
         Ok(ApplyReport { actions })
     }
 
-    /// One `GET /api/queues/{vhost}?columns=name,messages,messages_ready,messages_unacknowledged`
-    /// (RabbitMQ docs, "Management HTTP API"). Counts lag by the broker's statistics
-    /// interval (`collect_statistics_interval`, 5 s by default); queues without statistics
-    /// yet count 0.
+    /// One request for every queue of `vhost`: with the Secret's `prometheusUri`,
+    /// `GET {prometheusUri}/metrics/detailed?vhost=…&family=queue_coarse_metrics`
+    /// (`rabbitmq_prometheus`; falls back to the management API, with a warning, when that
+    /// fails); otherwise `GET /api/queues/{vhost}?disable_stats=true&enable_queue_totals=true
+    /// &columns=name,messages,messages_ready,messages_unacknowledged` (RabbitMQ docs,
+    /// "Management HTTP API"). Counts lag by the broker's statistics interval
+    /// (`collect_statistics_interval`, 5 s by default); queues without statistics yet count
+    /// 0 (management API) or are absent (prometheus plugin).
     ///
     /// # Errors
     /// [`BrokerError::NotFound`] for a missing vhost; transport/authentication errors.
     async fn queue_depths(&self, vhost: &str) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
+        match self.mgmt.prometheus_depths(vhost).await {
+            Ok(Some(depths)) => return Ok(depths),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                vhost,
+                error = %e,
+                "prometheusUri: reading depths from the rabbitmq_prometheus plugin failed; using the management API"
+            ),
+        }
+        // Without per-object statistics the broker answers ~3.5× cheaper, with the same
+        // message counts (RabbitMQ 3.8+; measured: docs/ARCHITECTURE.md).
         let rows: Vec<crate::broker::QueueDepthRow> = self
             .list(
                 "queues",
                 vhost,
-                "?columns=name,messages,messages_ready,messages_unacknowledged",
+                "?disable_stats=true&enable_queue_totals=true&columns=name,messages,messages_ready,messages_unacknowledged",
             )
             .await?;
         Ok(crate::broker::depths_from_rows(rows))
