@@ -555,9 +555,12 @@ fn truncate(s: &str, max: usize) -> &str {
     }
 }
 
+/// Label name and value pairs of one sample.
+type LabelPairs = Vec<(String, String)>;
+
 /// Parses `a="x",b="y\"z"} rest` (what follows a metric name's `{`) into the label pairs
 /// and the text after `}`.
-fn parse_labels(s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn parse_labels(s: &str) -> Result<(LabelPairs, &str), String> {
     let mut labels = Vec::new();
     let mut rest = s;
     loop {
