@@ -1,8 +1,9 @@
 //! dlq-operator: retry and dead-letter policies for RabbitMQ queues as Kubernetes custom
 //! resources. See DESIGN.md (shared) and docs/ARCHITECTURE.md for the contract.
 //!
-//! Pure cores: [`duration`], [`backoff`], [`topology`]. Drivers: [`standalone`] and the Kubernetes
-//! [`controller`], thin over the shared [`reconcile`] core; [`metrics`] serves both.
+//! Pure cores: [`duration`], [`backoff`], [`topology`], [`monitor`], [`alerts`]. Drivers:
+//! [`standalone`] and the Kubernetes [`controller`], thin over the shared [`reconcile`] and
+//! [`collector`] cores; [`metrics`] serves both.
 
 #![warn(missing_docs)]
 

@@ -1,7 +1,7 @@
 //! The reconcile core shared by every driver (standalone runner now, Kubernetes controller
 //! later), in the stages of DESIGN.md §4b: read (done by the driver) → validate → plan
 //! (pure: [`prepare`]) → apply to the broker ([`apply`]) → status (the driver writes
-//! [`Outcome`]'s conditions its own way).
+//! [`Outcome`](crate::broker::Outcome)'s conditions its own way).
 
 use k8s_openapi::api::core::v1::Secret;
 

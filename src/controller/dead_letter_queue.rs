@@ -1,7 +1,9 @@
 //! The DeadLetterQueue controller's reconcile, in the stages of DESIGN.md §4b:
 //! read (resource, RetryPolicy, Secret) → validate and plan ([`reconcile::prepare`], pure) →
-//! apply to the broker ([`reconcile::apply`]) → status ([`status_after`], pure; written by
-//! server-side apply only when it changed) and Events ([`events_for`], pure).
+//! register the plan with the backlog monitor ([`backlog::watch`]) → apply to the broker
+//! ([`reconcile::apply`]) → the PrometheusRule ([`alert_rules::apply`]) → status
+//! ([`status_after`], pure; only the reconcile's part, written by server-side apply only
+//! when it changed) and Events ([`events_for`], [`alert_rule_events`], pure).
 //!
 //! Deletion goes through the finalizer `dlqoperator.io/cleanup` ([`FINALIZER`]) and
 //! `spec.deletionPolicy`: `Retain` releases at once; `Delete` removes the operator-owned

@@ -61,8 +61,10 @@ pub struct LocalObjectRef {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BrokerSpec {
-    /// Secret with `uri` (amqp[s]://…), `managementUri` (http[s]://…:15672), optionally
-    /// `username`/`password`, and for TLS `ca.crt`, `tls.crt`, `tls.key`.
+    /// Secret with `uri` (`amqp[s]://…`), `managementUri` (`http[s]://…:15672`), optionally
+    /// `username`/`password`, `prometheusUri` (`http[s]://…:15692`: depths from the
+    /// rabbitmq_prometheus plugin, for large vhosts), and for TLS `ca.crt`, `tls.crt`,
+    /// `tls.key`.
     pub secret_ref: LocalObjectRef,
     /// Virtual host (default `/`).
     #[serde(default = "default_vhost")]
