@@ -253,7 +253,7 @@ impl Default for BaselineSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MonitoringSpec {
-    /// Poll interval (default `15s`).
+    /// Poll interval (default `15s`, at least `100ms`).
     #[serde(default = "default_interval")]
     pub interval: Duration,
     /// Baseline depth.
@@ -314,8 +314,14 @@ impl MonitoringSpec {
     /// [`DeadLetterQueueSpec::validate`] and by [`crate::monitor::Params::from_spec`]).
     pub(crate) fn check(&self, errs: &mut Errors) {
         let m = self;
-        if errs.duration("spec.monitoring.interval", &m.interval) == Some(0) {
-            errs.push("spec.monitoring.interval", "must be greater than 0");
+        if errs
+            .duration("spec.monitoring.interval", &m.interval)
+            .is_some_and(|ms| ms < MIN_MONITORING_INTERVAL_MS)
+        {
+            errs.push(
+                "spec.monitoring.interval",
+                "must be at least 100ms (each poll lists every queue of the vhost)",
+            );
         }
         errs.duration("spec.monitoring.for", &m.for_);
         if let Some(k) = &m.keep_firing_for {
@@ -550,6 +556,9 @@ impl DeadLetterQueueStatus {
         }
     }
 }
+
+/// Smallest `spec.monitoring.interval` (ms): every poll lists every queue of the vhost.
+pub const MIN_MONITORING_INTERVAL_MS: u64 = 100;
 
 /// Checks that `name` can name a Kubernetes object (a Secret or RetryPolicy): a DNS
 /// subdomain per RFC 1123 as Kubernetes requires for object names (API conventions,
@@ -795,6 +804,26 @@ mod tests {
             "retryPolicyRef": {"name": policy},
         }))
         .expect("spec")
+    }
+
+    #[test]
+    fn the_monitoring_interval_has_a_floor() {
+        for (interval, ok) in [
+            ("0s", false),
+            ("99ms", false),
+            ("100ms", true),
+            ("15s", true),
+        ] {
+            let mut s = spec("s", "p");
+            s.monitoring.interval = crate::duration::Duration(interval.into());
+            match s.validate() {
+                Ok(()) => assert!(ok, "{interval} accepted"),
+                Err(e) => {
+                    assert!(!ok, "{interval}: {e}");
+                    assert_eq!(e.0[0].field, "spec.monitoring.interval");
+                }
+            }
+        }
     }
 
     #[test]
