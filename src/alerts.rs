@@ -78,7 +78,7 @@ pub fn rule_group(dlq: &DeadLetterQueue, params: &Params) -> Value {
     }
     let mut rules = vec![backlog];
     if let Some(g) = params.growth_per_minute {
-        rules.push(json!({
+        let mut growth = json!({
             "alert": GROWTH_ALERT,
             "expr": format!("max {by} (dlq_growth_per_minute{{{sel}}}) >= {g}"),
             "for": for_,
@@ -89,7 +89,12 @@ pub fn rule_group(dlq: &DeadLetterQueue, params: &Params) -> Value {
                     "{{{{ printf \"%.1f\" $value }}}} dead letters per minute (>= {g}) on dead-letter queue {queue} of DeadLetterQueue {ns}/{name}."
                 ),
             })),
-        }));
+        });
+        // The evaluator applies keepFiringFor to the growth alert too.
+        if params.keep_firing_for_ms > 0 {
+            growth["keep_firing_for"] = json!(format_ms(params.keep_firing_for_ms));
+        }
+        rules.push(growth);
     }
     rules.push(json!({
         "alert": ABSENT_ALERT,
@@ -112,7 +117,9 @@ pub fn rule_file(items: &[(&DeadLetterQueue, &Params)]) -> Value {
 }
 
 /// The `PrometheusRule` (`monitoring.coreos.com/v1`) of `dlq`, named `dlq-<name>` in its
-/// namespace, owned by it (so Kubernetes deletes it with the resource), labelled with
+/// namespace, owned by it (so Kubernetes deletes it with the resource; without
+/// `blockOwnerDeletion`, which would need `update` on `deadletterqueues/finalizers` where
+/// owner-reference permissions are enforced), labelled with
 /// `spec.alerting.prometheusRule.labels` (kube-prometheus-stack selects rules by
 /// `release: <its release name>` by default) and `app.kubernetes.io/managed-by`.
 pub fn prometheus_rule(dlq: &DeadLetterQueue, params: &Params) -> Value {
@@ -128,7 +135,6 @@ pub fn prometheus_rule(dlq: &DeadLetterQueue, params: &Params) -> Value {
             "name": name,
             "uid": uid,
             "controller": true,
-            "blockOwnerDeletion": true,
         }]);
     }
     json!({
@@ -201,6 +207,7 @@ mod tests {
             "growthPerMinute": 50.0, "keepFiringFor": "10m"}}));
         let g = rule_group(&d, &p);
         assert_eq!(g["rules"][0]["keep_firing_for"], "10m");
+        assert_eq!(g["rules"][1]["keep_firing_for"], "10m", "growth too");
         assert_eq!(g["rules"][1]["alert"], GROWTH_ALERT);
         assert!(g["rules"][1]["expr"]
             .as_str()

@@ -130,9 +130,10 @@ impl Collector {
 
     /// Evaluates the dead-letter depth of one poll of `key` taken at `now_ms` (ms since
     /// the Unix epoch) and records every queue's depth and the evaluation in the metrics.
-    /// The evaluator is created on first use and re-created when `params` change; a
-    /// rolling one resumes from `resume_baseline` (the baseline persisted in status, so a
-    /// restart does not forget it). Returns the evaluation and the alert state before it.
+    /// The evaluator is created on first use (a rolling one resumes from
+    /// `resume_baseline`, the baseline persisted in status, so a restart does not forget
+    /// it) and keeps its history and alert state when `params` change
+    /// ([`Evaluator::set_params`]). Returns the evaluation and the alert state before it.
     pub fn record(
         &mut self,
         key: &str,
@@ -150,7 +151,7 @@ impl Collector {
             .entry(key.to_string())
             .and_modify(|e| {
                 if e.params() != params {
-                    *e = fresh();
+                    e.set_params(params.clone());
                 }
             })
             .or_insert_with(fresh);

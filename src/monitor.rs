@@ -284,6 +284,15 @@ impl Evaluator {
         e
     }
 
+    /// Replaces the parameters (an edited `spec.monitoring`), keeping the learned
+    /// baseline samples, the growth window and both alert states — as Prometheus keeps an
+    /// active alert across a rule reload. The next sample is judged by the new parameters
+    /// (a `Pending` state fires once it has held for the new `for`; samples outside a
+    /// shorter window are dropped).
+    pub fn set_params(&mut self, params: Params) {
+        self.params = params;
+    }
+
     /// The backlog alert state after the last sample (`Inactive` before any).
     pub fn last_state(&self) -> AlertState {
         self.backlog.state
@@ -647,5 +656,32 @@ mod tests {
         assert!(evals
             .iter()
             .all(|e| e.ratio.is_none() && e.state == AlertState::Inactive));
+    }
+
+    #[test]
+    fn an_edited_spec_keeps_the_learned_baseline_and_the_alert_state() {
+        let rolling = |for_: &str, growth: f64| {
+            params(
+                serde_json::json!({"interval": "10s", "baseline": {"mode": "Rolling", "window": "1h"},
+                "thresholdFactor": 2.0, "minHeadroom": 10, "for": for_, "growthPerMinute": growth}),
+            )
+        };
+        let mut e = Evaluator::new(rolling("20s", 1000.0));
+        for t in 0..5 {
+            e.observe(t * 10 * S, 40);
+        }
+        for t in 5..8 {
+            e.observe(t * 10 * S, 500);
+        }
+        assert_eq!(e.last_state().name(), "Firing");
+        // `for` and growthPerMinute edited during the incident.
+        e.set_params(rolling("40s", 2000.0));
+        let next = e.observe(80 * S, 500);
+        assert_eq!(next.state.name(), "Firing", "still firing");
+        assert_eq!(
+            next.baseline, 40.0,
+            "the incident did not become the baseline"
+        );
+        assert_eq!(next.breaching_since, Some(50 * S));
     }
 }

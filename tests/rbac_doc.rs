@@ -33,6 +33,7 @@ fn every_call_of_the_controller_is_granted() {
         ("events.k8s.io", "events", "create"),
         ("events.k8s.io", "events", "patch"),
         ("monitoring.coreos.com", "prometheusrules", "get"),
+        ("monitoring.coreos.com", "prometheusrules", "create"), // apply of a new rule
         ("monitoring.coreos.com", "prometheusrules", "patch"),
         ("monitoring.coreos.com", "prometheusrules", "delete"), // alerting disabled
         ("coordination.k8s.io", "leases", "get"),

@@ -223,9 +223,11 @@ impl BrokerConnection {
             ));
         }
 
+        // Optional: an empty value (what `kubectl apply` leaves of a removed stringData
+        // key) means unset.
         let prometheus = match text("prometheusUri")? {
             None => None,
-            Some(u) if u.is_empty() => return Err(invalid("prometheusUri", "value is empty")),
+            Some(u) if u.is_empty() => None,
             Some(u) => {
                 let mut url = Url::parse(&u)
                     .map_err(|e| invalid("prometheusUri", &format!("not a valid URI ({e})")))?;
@@ -519,6 +521,11 @@ pub fn depths_from_prometheus(
         let value: f64 = value.parse().map_err(|_| bad("value is not a number"))?;
         if !(value.is_finite() && value >= 0.0) {
             return Err(bad("value is not a count"));
+        }
+        for (i, (name, _)) in labels.iter().enumerate() {
+            if labels[..i].iter().any(|(other, _)| other == name) {
+                return Err(bad(&format!("label {name} twice")));
+            }
         }
         let label = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v);
         if label("vhost").map(String::as_str) != Some(vhost) {
@@ -870,6 +877,9 @@ mod tests {
             "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"q\"} lots",
             "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"q\"} -1",
             "rabbitmq_detailed_queue_messages{vhost=\"/\"} 1",
+            // RabbitMQ 3.10 does not escape label values: a quote in a queue name.
+            "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"x\",queue=\"orders\"} 1",
+            "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"brk9-\"q\\ {{x\"} 1",
         ] {
             let err = depths_from_prometheus(line, "/").expect_err(line);
             assert!(err.starts_with("line 1: "), "{err}");
@@ -899,7 +909,9 @@ mod tests {
             Some("http://h:15692/"),
             "no credentials are kept for an unauthenticated endpoint"
         );
-        for bad in ["ftp://h:15692", "http://h:15692/metrics", "", "not a uri"] {
+        let empty = BrokerConnection::from_secret_data("s", &data("")).expect("empty is unset");
+        assert!(empty.prometheus_base().is_none());
+        for bad in ["ftp://h:15692", "http://h:15692/metrics", "not a uri"] {
             match BrokerConnection::from_secret_data("s", &data(bad)) {
                 Err(BrokerError::InvalidSecret { key, .. }) => assert_eq!(key, "prometheusUri"),
                 other => panic!("{bad:?}: {other:?}"),

@@ -135,7 +135,7 @@ pub async fn apply(
         Err(kube::Error::Api(s)) if s.code == 404 => (
             ConditionStatus::False,
             "PrometheusOperatorMissing",
-            "the PrometheusRule CRD (monitoring.coreos.com/v1) is not installed: install the Prometheus Operator (e.g. kube-prometheus-stack) to get the generated alerts, or load the rule file `dlq-operator render --rules` prints into Prometheus; metrics are served either way".to_string(),
+            "the PrometheusRule CRD (monitoring.coreos.com/v1) is not installed: install the Prometheus Operator (e.g. kube-prometheus-stack) to get the generated alerts, or load the rule file `dlq-operator render --rules -f PATH` prints into Prometheus; metrics are served either way".to_string(),
         ),
         Err(kube::Error::Api(s)) => (
             ConditionStatus::False,

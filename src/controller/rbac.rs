@@ -61,8 +61,8 @@ pub const RULES: &[Rule] = &[
     Rule {
         api_group: "monitoring.coreos.com",
         resources: &["prometheusrules"],
-        verbs: &["get", "patch", "delete"],
-        why: "write each DeadLetterQueue's PrometheusRule (server-side apply); delete it when alerting is disabled",
+        verbs: &["get", "create", "patch", "delete"],
+        why: "write each DeadLetterQueue's PrometheusRule (server-side apply: patch, and create for a new one); delete it when alerting is disabled",
     },
     Rule {
         api_group: "coordination.k8s.io",

@@ -291,14 +291,14 @@ impl ManagementClient {
             status,
             reason,
         };
-        let resp = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .map_err(|e| self.transport_error(&e))?;
+        // Errors name this endpoint, not the management API's.
+        let unreachable = |e: reqwest::Error| BrokerError::Unreachable {
+            endpoint: url.clone(),
+            reason: self.conn.scrub(&error_chain(&e)),
+        };
+        let resp = self.http.get(&url).send().await.map_err(unreachable)?;
         let status = resp.status();
-        let body = resp.text().await.map_err(|e| self.transport_error(&e))?;
+        let body = resp.text().await.map_err(unreachable)?;
         if !status.is_success() {
             let first: String = body
                 .lines()

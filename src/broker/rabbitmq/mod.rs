@@ -54,7 +54,13 @@ const APPLY_TO: &str = "queues";
 pub struct RabbitMq {
     mgmt: ManagementClient,
     cluster_name: tokio::sync::OnceCell<String>,
+    /// When the last warning about a failed `prometheusUri` read was logged.
+    prometheus_warned: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// Least time between two warnings about a failed `prometheusUri` read of one client
+/// (each poll falls back to the management API; the rest are logged at debug level).
+const PROMETHEUS_WARNING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl RabbitMq {
     /// Builds the client (no request is made): HTTP timeouts of ~10 s, `ca.crt` as
@@ -66,6 +72,7 @@ impl RabbitMq {
         Ok(RabbitMq {
             mgmt: ManagementClient::new(conn)?,
             cluster_name: tokio::sync::OnceCell::new(),
+            prometheus_warned: std::sync::Mutex::new(None),
         })
     }
 
@@ -633,11 +640,22 @@ impl Broker for RabbitMq {
         match self.mgmt.prometheus_depths(vhost).await {
             Ok(Some(depths)) => return Ok(depths),
             Ok(None) => {}
-            Err(e) => tracing::warn!(
-                vhost,
-                error = %e,
-                "prometheusUri: reading depths from the rabbitmq_prometheus plugin failed; using the management API"
-            ),
+            Err(e) => {
+                let mut warned = self
+                    .prometheus_warned
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if warned.is_none_or(|t| t.elapsed() >= PROMETHEUS_WARNING_INTERVAL) {
+                    *warned = Some(std::time::Instant::now());
+                    tracing::warn!(
+                        vhost,
+                        error = %e,
+                        "prometheusUri: reading depths from the rabbitmq_prometheus plugin failed; using the management API (repeats are logged at debug level for 10 min)"
+                    );
+                } else {
+                    tracing::debug!(vhost, error = %e, "prometheusUri read failed; using the management API");
+                }
+            }
         }
         // Without per-object statistics the broker answers ~3.5× cheaper, with the same
         // message counts (RabbitMQ 3.8+; measured: docs/ARCHITECTURE.md).
