@@ -433,6 +433,7 @@ pub async fn run(
     let mut ready = false;
     let mut missing = false;
     let mut last_apply = tokio::time::Instant::now();
+    let mut last_poll = None;
     let result = loop {
         match load_and_plan(&opts.paths) {
             Ok((m, p)) => {
@@ -466,7 +467,13 @@ pub async fn run(
                 .min()
                 .map_or(StdDuration::from_secs(15), StdDuration::from_millis)
         });
-        missing = poll_depths(&planned, &mut collector, interval).await;
+        // The real spacing of the polls (applies and slow listings make it longer than
+        // the interval): the evaluator's gap tolerance counts missed polls, not slow ones.
+        let spacing = last_poll.map_or(interval, |l: tokio::time::Instant| {
+            l.elapsed().max(interval)
+        });
+        last_poll = Some(tokio::time::Instant::now());
+        missing = poll_depths(&planned, &mut collector, spacing).await;
         tokio::select! {
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
@@ -515,6 +522,8 @@ async fn poll_depths(
             .push(p);
     }
     let mut any_missing = false;
+    // Samples are dated at the start of the poll, so their spacing is the polls'.
+    let now = now_ms();
     for ((endpoint, vhost), members) in groups {
         let Some(first) = members.first() else {
             continue;
@@ -535,7 +544,6 @@ async fn poll_depths(
                 continue;
             }
         };
-        let now = now_ms();
         for p in members {
             let observed = crate::collector::observe(&p.prepared.topology, &depths);
             let shown = |name: &str| {

@@ -400,9 +400,14 @@ impl Monitor {
                     .min()
                     .unwrap_or(15_000),
             );
-            let next = self.polled.get(group).map_or(now, |last| *last + interval);
+            let last = self.polled.get(group).copied();
+            let next = last.map_or(now, |last| last + interval);
             if next <= now {
-                due.push((group.clone(), members[0].1.broker.clone()));
+                // The real spacing of this group's polls (longer than the interval when a
+                // listing is slow): the evaluator's gap tolerance counts missed polls,
+                // not slow ones, or a slow broker would keep resetting `Pending`.
+                let spacing = last.map_or(interval, |l| now - l).max(interval);
+                due.push((group.clone(), members[0].1.broker.clone(), spacing));
                 wait = wait.min(interval);
             } else {
                 wait = wait.min(next - now);
@@ -411,21 +416,24 @@ impl Monitor {
         if due.is_empty() {
             return wait;
         }
-        for (group, _) in &due {
+        for (group, _, _) in &due {
             self.polled.insert(group.clone(), now);
         }
-        let results: Vec<(Group, Listing)> = futures::stream::iter(due)
-            .map(|(group, broker)| async move {
+        // Samples are dated at the start of the poll, so their spacing is the polls'
+        // spacing whatever each listing takes.
+        let now_time = self.ctx.now();
+        let now_ms = u64::try_from(now_time.0.as_millisecond()).unwrap_or(0);
+        let results: Vec<(Group, Listing, Duration)> = futures::stream::iter(due)
+            .map(|(group, broker, spacing)| async move {
                 let depths = broker.queue_depths(&group.1).await;
-                (group, depths)
+                (group, depths, spacing)
             })
             .buffer_unordered(POLL_CONCURRENCY)
             .collect()
             .await;
-        let now_time = self.ctx.now();
-        let now_ms = u64::try_from(now_time.0.as_millisecond()).unwrap_or(0);
         let mut writes = Vec::new();
-        for (group, depths) in results {
+        for (group, depths, spacing) in results {
+            let spacing_ms = u64::try_from(spacing.as_millis()).unwrap_or(u64::MAX);
             let Some(members) = groups.get(&group) else {
                 continue;
             };
@@ -456,9 +464,11 @@ impl Monitor {
                     Ok(depths) => {
                         observed = observe(&target.topology, depths);
                         // A new evaluator resumes from the baseline in status.
+                        let mut params = target.params.clone();
+                        params.interval_ms = params.interval_ms.max(spacing_ms);
                         eval = self
                             .collector
-                            .record(key, &target.params, &observed, now_ms, current.baseline)
+                            .record(key, &params, &observed, now_ms, current.baseline)
                             .0;
                         Reading::Observed {
                             depth: &observed.depth,
