@@ -12,7 +12,7 @@ use std::time::Duration as StdDuration;
 use serde::Serialize;
 
 use crate::broker::rabbitmq::RabbitMq;
-use crate::broker::{ApplyReport, Broker, Outcome};
+use crate::broker::{ApplyReport, Outcome};
 use crate::collector::Collector;
 use crate::controller::conditions;
 use crate::crd::{FieldError, InvalidSpec};
@@ -528,8 +528,12 @@ async fn poll_depths(
         let Some(first) = members.first() else {
             continue;
         };
+        let required: std::collections::BTreeSet<String> = members
+            .iter()
+            .flat_map(|p| p.prepared.topology.queues.iter().map(|q| q.name.clone()))
+            .collect();
         let depths = match RabbitMq::new(&first.prepared.connection) {
-            Ok(b) => b.queue_depths(&vhost).await,
+            Ok(b) => b.queue_depths_covering(&vhost, &required).await,
             Err(e) => Err(e),
         };
         let depths = match depths {

@@ -975,11 +975,15 @@ async fn depths_from_the_prometheus_plugin_agree_with_the_management_api() {
         .expect("valid secret")
     };
     let prom = RabbitMq::new(&with_prometheus("http://127.0.0.1:15692")).expect("client");
+    let required: std::collections::BTreeSet<String> = [q.clone()].into();
     let mgmt = RabbitMq::new(&conn()).expect("client");
     // Both lag by the statistics interval (5 s): wait until both see the 3 messages.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let p = prom.queue_depths("/").await.expect("prometheus depths");
+        let p = prom
+            .queue_depths_covering("/", &required)
+            .await
+            .expect("prometheus depths");
         let m = mgmt.queue_depths("/").await.expect("management depths");
         let (pd, md) = (p.get(&q).copied(), m.get(&q).copied());
         if pd.is_some_and(|d| d.messages == 3) && md.is_some_and(|d| d.messages == 3) {

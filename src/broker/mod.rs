@@ -514,10 +514,15 @@ pub fn depths_from_prometheus(
         };
         let bad = |why: &str| format!("line {}: {why}: {:?}", n + 1, truncate(line, 200));
         let (labels, value) = parse_labels(rest).map_err(|e| bad(&e))?;
-        let value = value
-            .split_whitespace()
-            .next()
-            .ok_or_else(|| bad("no value"))?;
+        let mut tokens = value.split_whitespace();
+        let value = tokens.next().ok_or_else(|| bad("no value"))?;
+        // At most a timestamp after the value: anything else means the line was cut
+        // (RabbitMQ 3.10 does not escape quotes in queue names).
+        match (tokens.next(), tokens.next()) {
+            (None, _) => {}
+            (Some(ts), None) if ts.parse::<i64>().is_ok() => {}
+            _ => return Err(bad("unexpected text after the value")),
+        }
         let value: f64 = value.parse().map_err(|_| bad("value is not a number"))?;
         if !(value.is_finite() && value >= 0.0) {
             return Err(bad("value is not a count"));
@@ -533,12 +538,15 @@ pub fn depths_from_prometheus(
         }
         let queue = label("queue").ok_or_else(|| bad("no queue label"))?;
         let c = counts.entry(queue.clone()).or_default();
-        let v = Some(value as u64);
-        match family {
-            0 => c.messages = v,
-            1 => c.ready = v,
-            _ => c.unacked = v,
+        let slot = match family {
+            0 => &mut c.messages,
+            1 => &mut c.ready,
+            _ => &mut c.unacked,
+        };
+        if slot.is_some() {
+            return Err(bad("the same queue twice"));
         }
+        *slot = Some(value as u64);
     }
     Ok(counts
         .into_iter()
@@ -880,9 +888,11 @@ mod tests {
             // RabbitMQ 3.10 does not escape label values: a quote in a queue name.
             "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"x\",queue=\"orders\"} 1",
             "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"brk9-\"q\\ {{x\"} 1",
+            "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"q.dlq\"} 0 a\"} 0",
+            "rabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"q\"} 1\nrabbitmq_detailed_queue_messages{vhost=\"/\",queue=\"q\"} 0",
         ] {
             let err = depths_from_prometheus(line, "/").expect_err(line);
-            assert!(err.starts_with("line 1: "), "{err}");
+            assert!(err.starts_with("line "), "{err}");
         }
         // Other families may be anything.
         assert!(depths_from_prometheus("other_metric{x=y} z", "/")

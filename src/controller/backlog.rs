@@ -27,7 +27,7 @@ use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info, warn};
 
 use crate::broker::rabbitmq::RabbitMq;
-use crate::broker::{Broker, BrokerError, QueueDepth};
+use crate::broker::{BrokerError, QueueDepth};
 use crate::collector::{observe, Collector};
 use crate::controller::conditions::{self, ConditionStatus, Desired, BACKLOG_HIGH};
 use crate::controller::context::Context;
@@ -407,7 +407,16 @@ impl Monitor {
                 // listing is slow): the evaluator's gap tolerance counts missed polls,
                 // not slow ones, or a slow broker would keep resetting `Pending`.
                 let spacing = last.map_or(interval, |l| now - l).max(interval);
-                due.push((group.clone(), members[0].1.broker.clone(), spacing));
+                let required: std::collections::BTreeSet<String> = members
+                    .iter()
+                    .flat_map(|(_, t)| t.topology.queues.iter().map(|q| q.name.clone()))
+                    .collect();
+                due.push((
+                    group.clone(),
+                    members[0].1.broker.clone(),
+                    spacing,
+                    required,
+                ));
                 wait = wait.min(interval);
             } else {
                 wait = wait.min(next - now);
@@ -416,7 +425,7 @@ impl Monitor {
         if due.is_empty() {
             return wait;
         }
-        for (group, _, _) in &due {
+        for (group, _, _, _) in &due {
             self.polled.insert(group.clone(), now);
         }
         // Samples are dated at the start of the poll, so their spacing is the polls'
@@ -424,8 +433,8 @@ impl Monitor {
         let now_time = self.ctx.now();
         let now_ms = u64::try_from(now_time.0.as_millisecond()).unwrap_or(0);
         let results: Vec<(Group, Listing, Duration)> = futures::stream::iter(due)
-            .map(|(group, broker, spacing)| async move {
-                let depths = broker.queue_depths(&group.1).await;
+            .map(|(group, broker, spacing, required)| async move {
+                let depths = broker.queue_depths_covering(&group.1, &required).await;
                 (group, depths, spacing)
             })
             .buffer_unordered(POLL_CONCURRENCY)

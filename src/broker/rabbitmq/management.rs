@@ -296,6 +296,7 @@ impl ManagementClient {
             endpoint: url.clone(),
             reason: self.conn.scrub(&error_chain(&e)),
         };
+        tracing::debug!(%url, "rabbitmq_prometheus request");
         let resp = self.http.get(&url).send().await.map_err(unreachable)?;
         let status = resp.status();
         let body = resp.text().await.map_err(unreachable)?;

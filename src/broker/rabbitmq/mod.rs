@@ -76,6 +76,63 @@ impl RabbitMq {
         })
     }
 
+    /// [`Broker::queue_depths`] that must cover `required` (the queues whose depths the
+    /// caller will judge). The `rabbitmq_prometheus` answer (with `prometheusUri`) is used
+    /// only when it is complete: it parses strictly, holds at least one queue of the vhost
+    /// and every `required` queue. Otherwise — a queue too new to have statistics, one
+    /// hosted on another cluster node (that endpoint reports only its node's queues), a
+    /// vhost that is gone, an answer that is not the plugin's — the management API answers
+    /// for this poll, so a depth is never read as 0 for lack of data.
+    ///
+    /// # Errors
+    /// As [`Broker::queue_depths`] (from the management API).
+    pub async fn queue_depths_covering(
+        &self,
+        vhost: &str,
+        required: &BTreeSet<String>,
+    ) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
+        let why = match self.mgmt.prometheus_depths(vhost).await {
+            Ok(Some(depths)) => {
+                let missing = required.iter().filter(|q| !depths.contains_key(*q)).count();
+                if !depths.is_empty() && missing == 0 {
+                    return Ok(depths);
+                }
+                Some(format!(
+                    "the answer lacks {missing} of {} queue(s) to watch ({} listed): new queues without statistics yet, queues on another node, or not the plugin's answer",
+                    required.len(),
+                    depths.len()
+                ))
+            }
+            Ok(None) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = why {
+            let mut warned = self
+                .prometheus_warned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if warned.is_none_or(|t| t.elapsed() >= PROMETHEUS_WARNING_INTERVAL) {
+                *warned = Some(std::time::Instant::now());
+                tracing::warn!(
+                    vhost,
+                    "prometheusUri: {why}; using the management API (repeats are logged at debug level for 10 min)"
+                );
+            } else {
+                tracing::debug!(vhost, "prometheusUri: {why}; using the management API");
+            }
+        }
+        // Without per-object statistics the broker answers ~3.5× cheaper, with the same
+        // message counts (RabbitMQ 3.8+; measured: docs/ARCHITECTURE.md).
+        let rows: Vec<crate::broker::QueueDepthRow> = self
+            .list(
+                "queues",
+                vhost,
+                "?disable_stats=true&enable_queue_totals=true&columns=name,messages,messages_ready,messages_unacknowledged",
+            )
+            .await?;
+        Ok(crate::broker::depths_from_rows(rows))
+    }
+
     /// The broker's cluster name (`GET /api/overview`, `cluster_name`), read once per
     /// client: two Secrets with different URIs (`localhost` and `127.0.0.1`, a Service
     /// name and its IP) reach the same broker exactly when the names are equal.
@@ -637,36 +694,7 @@ impl Broker for RabbitMq {
     /// # Errors
     /// [`BrokerError::NotFound`] for a missing vhost; transport/authentication errors.
     async fn queue_depths(&self, vhost: &str) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
-        match self.mgmt.prometheus_depths(vhost).await {
-            Ok(Some(depths)) => return Ok(depths),
-            Ok(None) => {}
-            Err(e) => {
-                let mut warned = self
-                    .prometheus_warned
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                if warned.is_none_or(|t| t.elapsed() >= PROMETHEUS_WARNING_INTERVAL) {
-                    *warned = Some(std::time::Instant::now());
-                    tracing::warn!(
-                        vhost,
-                        error = %e,
-                        "prometheusUri: reading depths from the rabbitmq_prometheus plugin failed; using the management API (repeats are logged at debug level for 10 min)"
-                    );
-                } else {
-                    tracing::debug!(vhost, error = %e, "prometheusUri read failed; using the management API");
-                }
-            }
-        }
-        // Without per-object statistics the broker answers ~3.5× cheaper, with the same
-        // message counts (RabbitMQ 3.8+; measured: docs/ARCHITECTURE.md).
-        let rows: Vec<crate::broker::QueueDepthRow> = self
-            .list(
-                "queues",
-                vhost,
-                "?disable_stats=true&enable_queue_totals=true&columns=name,messages,messages_ready,messages_unacknowledged",
-            )
-            .await?;
-        Ok(crate::broker::depths_from_rows(rows))
+        self.queue_depths_covering(vhost, &BTreeSet::new()).await
     }
 
     /// `DELETE /api/queues/{vhost}/{name}?if-empty=true`: the broker refuses a non-empty
