@@ -77,7 +77,7 @@ fn in_place(existing: &DynamicObject, desired: &serde_json::Value) -> bool {
 /// - `False`, `PrometheusOperatorMissing`: the PrometheusRule CRD is not installed.
 /// - `False`, `RulesApplyFailed`: any other API error (e.g. RBAC), with its message.
 ///
-/// `had_rules`: whether the last status said the rules were in place (only then is a
+/// `had_rules`: whether the last status has an `AlertRulesReady` condition (only then is a
 /// delete attempted when alerting is disabled, so a disabled resource costs no call).
 pub async fn apply(
     ctx: &Context,

@@ -5,7 +5,8 @@
 //! metrics, and writes the backlog part of the status and the `BacklogHigh` condition.
 //!
 //! - Targets are registered by the reconcile once a resource is planned ([`Targets::set`])
-//!   and removed when it is deleted ([`Targets::remove`]) or gone from the watch.
+//!   and dropped once the resource is gone from the watch (its finalizer released; a
+//!   deletion blocked by messages keeps it watched).
 //! - Status is written by server-side apply under its own field manager
 //!   ([`FIELD_MANAGER`]), so it never overwrites what the reconcile owns and vice versa
 //!   (the conditions list is a map keyed by `type`). It is written only when something
@@ -456,9 +457,9 @@ impl Monitor {
                 }) else {
                     continue;
                 };
-                if obj.metadata.uid.as_deref() != Some(target.uid.as_str())
-                    || obj.metadata.deletion_timestamp.is_some()
-                {
+                // A resource being deleted is still watched: a blocked deletion still holds
+                // dead letters.
+                if obj.metadata.uid.as_deref() != Some(target.uid.as_str()) {
                     continue;
                 }
                 let current = self

@@ -171,10 +171,12 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
                         Some((_, Err(e))) => Err(e.into()),
                         None => Err(ReconcileError::SecretNotFound(key.clone())),
                     };
+                    // Any AlertRulesReady (even False after a refused update) means a rule
+                    // may exist.
                     let had_rules = current
                         .conditions
                         .iter()
-                        .any(|c| c.type_ == ALERT_RULES_READY && c.status == "True");
+                        .any(|c| c.type_ == ALERT_RULES_READY);
                     alert_rules =
                         Some(alert_rules::apply(ctx, &ns, &dlq, &p.monitoring, had_rules).await);
                     prepared = Some(p);
@@ -474,8 +476,8 @@ async fn skipped(ctx: &Context, obj: &DynamicObject, note: String) -> Result<Act
 async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let ar = api_resource::<DeadLetterQueue>();
-    // Its backlog is no longer watched: the monitor drops its series.
-    ctx.backlog.remove(&object_key(&obj.metadata));
+    // Its backlog stays watched until the finalizer is released (a blocked deletion still
+    // holds dead letters); the monitor drops it once the object is gone from the watch.
     let current: DeadLetterQueueStatus = status_of(obj);
     let left = current
         .topology

@@ -314,18 +314,24 @@ impl MonitoringSpec {
     /// [`DeadLetterQueueSpec::validate`] and by [`crate::monitor::Params::from_spec`]).
     pub(crate) fn check(&self, errs: &mut Errors) {
         let m = self;
-        if errs
-            .duration("spec.monitoring.interval", &m.interval)
-            .is_some_and(|ms| ms < MIN_MONITORING_INTERVAL_MS)
-        {
+        let interval = errs.duration("spec.monitoring.interval", &m.interval);
+        if interval.is_some_and(|ms| ms < MIN_MONITORING_INTERVAL_MS) {
             errs.push(
                 "spec.monitoring.interval",
                 "must be at least 100ms (each poll lists every queue of the vhost)",
             );
         }
-        errs.duration("spec.monitoring.for", &m.for_);
+        // Prometheus durations end near 292 years; a `for` beyond a year is a typo.
+        let at_most_a_year = |errs: &mut Errors, field: &str, ms: Option<u64>| {
+            if ms.is_some_and(|ms| ms > MAX_ALERT_DURATION_MS) {
+                errs.push(field, "must be at most 365d");
+            }
+        };
+        let for_ms = errs.duration("spec.monitoring.for", &m.for_);
+        at_most_a_year(errs, "spec.monitoring.for", for_ms);
         if let Some(k) = &m.keep_firing_for {
-            errs.duration("spec.monitoring.keepFiringFor", k);
+            let ms = errs.duration("spec.monitoring.keepFiringFor", k);
+            at_most_a_year(errs, "spec.monitoring.keepFiringFor", ms);
         }
         match m.baseline.mode {
             BaselineMode::Static => {
@@ -344,8 +350,17 @@ impl MonitoringSpec {
                     );
                 }
                 if let Some(w) = &m.baseline.window {
-                    if errs.duration("spec.monitoring.baseline.window", w) == Some(0) {
-                        errs.push("spec.monitoring.baseline.window", "must be greater than 0");
+                    let window = errs.duration("spec.monitoring.baseline.window", w);
+                    if let (Some(w), Some(i)) = (window, interval) {
+                        if w < 2 * i {
+                            errs.push(
+                                "spec.monitoring.baseline.window",
+                                format!(
+                                    "must hold at least two polls (>= 2 × interval {})",
+                                    m.interval.0
+                                ),
+                            );
+                        }
                     }
                 }
             }
@@ -357,10 +372,16 @@ impl MonitoringSpec {
             );
         }
         if let Some(f) = m.threshold_factor {
-            if !f.is_finite() || f <= 0.0 {
+            if !f.is_finite() || f <= 0.0 || f > MAX_THRESHOLD_FACTOR {
                 errs.push(
                     "spec.monitoring.thresholdFactor",
-                    format!("{f} must be a number greater than 0"),
+                    format!("{f} must be a number greater than 0 and at most 1000000"),
+                );
+            } else if m.baseline.mode == BaselineMode::Static && f <= 1.0 {
+                // As for an absolute threshold: T = f × B must lie above a static B.
+                errs.push(
+                    "spec.monitoring.thresholdFactor",
+                    format!("{f} must be greater than 1 with a static baseline (threshold = factor × baseline)"),
                 );
             }
         }
@@ -377,10 +398,10 @@ impl MonitoringSpec {
             errs.push("spec.monitoring.minHeadroom", "must be at least 1");
         }
         if let Some(g) = m.growth_per_minute {
-            if !g.is_finite() || g < 0.0 {
+            if !g.is_finite() || g <= 0.0 {
                 errs.push(
                     "spec.monitoring.growthPerMinute",
-                    format!("{g} must be a number >= 0"),
+                    format!("{g} must be a number greater than 0 (0 would always alert)"),
                 );
             }
         }
@@ -556,6 +577,13 @@ impl DeadLetterQueueStatus {
         }
     }
 }
+
+/// Longest `spec.monitoring.for` / `keepFiringFor` (ms): 365 days.
+pub const MAX_ALERT_DURATION_MS: u64 = 365 * 86_400_000;
+
+/// Largest `spec.monitoring.thresholdFactor` (a larger one makes the threshold
+/// meaningless, and `f × baseline` must stay finite).
+pub const MAX_THRESHOLD_FACTOR: f64 = 1_000_000.0;
 
 /// Smallest `spec.monitoring.interval` (ms): every poll lists every queue of the vhost.
 pub const MIN_MONITORING_INTERVAL_MS: u64 = 100;
@@ -804,6 +832,50 @@ mod tests {
             "retryPolicyRef": {"name": policy},
         }))
         .expect("spec")
+    }
+
+    #[test]
+    fn monitoring_settings_that_could_never_alert_or_always_alert_are_refused() {
+        let check = |m: serde_json::Value| -> Vec<String> {
+            let mut s = spec("s", "p");
+            s.monitoring = serde_json::from_value(m).expect("monitoring");
+            match s.validate() {
+                Ok(()) => Vec::new(),
+                Err(e) => e.0.iter().map(|f| f.field.clone()).collect(),
+            }
+        };
+        let field = |f: &str| vec![format!("spec.monitoring.{f}")];
+        assert_eq!(
+            check(serde_json::json!({"growthPerMinute": 0.0})),
+            field("growthPerMinute")
+        );
+        assert_eq!(
+            check(
+                serde_json::json!({"baseline": {"mode": "Static", "value": 100}, "thresholdFactor": 0.5})
+            ),
+            field("thresholdFactor")
+        );
+        assert_eq!(
+            check(serde_json::json!({"thresholdFactor": 1e308})),
+            field("thresholdFactor")
+        );
+        assert_eq!(
+            check(
+                serde_json::json!({"interval": "2s", "baseline": {"mode": "Rolling", "window": "1ms"}})
+            ),
+            field("baseline.window")
+        );
+        assert_eq!(check(serde_json::json!({"for": "366d"})), field("for"));
+        assert_eq!(
+            check(serde_json::json!({"keepFiringFor": "999999999w"})),
+            field("keepFiringFor")
+        );
+        // What stays valid: a factor below 1 on a rolling baseline (minHeadroom bounds it).
+        assert!(check(
+            serde_json::json!({"baseline": {"mode": "Rolling", "window": "1h"},
+            "thresholdFactor": 0.5, "for": "365d", "growthPerMinute": 0.1})
+        )
+        .is_empty());
     }
 
     #[test]
