@@ -30,6 +30,29 @@ pub const GROWTH_ALERT: &str = "DeadLetterGrowthHigh";
 /// Name of the missing-data alert.
 pub const ABSENT_ALERT: &str = "DeadLetterMetricsAbsent";
 
+/// `s` as literal text in a Prometheus alert template (annotations and labels are Go
+/// `text/template`s): each `{{` and `}}` becomes an action printing it
+/// (`{{"{{"}}`), so a queue name or URL holding them neither breaks the rule file nor
+/// runs as template code.
+fn literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("{{") {
+            out.push_str(r#"{{"{{"}}"#);
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("}}") {
+            out.push_str(r#"{{"}}"}}"#);
+            rest = r;
+        } else {
+            let c = rest.chars().next().unwrap_or_default();
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
 /// A PromQL string literal for `s` (double-quoted, `\` and `"` escaped).
 fn quote(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
@@ -53,14 +76,15 @@ pub fn rule_group(dlq: &DeadLetterQueue, params: &Params) -> Value {
     let alerting = &dlq.spec.alerting.prometheus_rule;
     // namespace and name also as rule labels: every rule of the file is distinct (promtool
     // lints identical alert names with identical labels as duplicates).
-    let labels = json!({"severity": alerting.severity, "namespace": ns, "name": name});
+    let severity = literal(&alerting.severity);
+    let labels = json!({"severity": severity, "namespace": ns, "name": name});
     let with_runbook = |mut annotations: Value| {
         if let Some(url) = &alerting.runbook_url {
-            annotations["runbook_url"] = json!(url);
+            annotations["runbook_url"] = json!(literal(url));
         }
         annotations
     };
-    let queue = dlq.spec.dead_letter_queue_name();
+    let queue = literal(&dlq.spec.dead_letter_queue_name());
     let mut backlog = json!({
         "alert": BACKLOG_ALERT,
         "expr": format!("{ratio} >= 1"),
@@ -100,7 +124,7 @@ pub fn rule_group(dlq: &DeadLetterQueue, params: &Params) -> Value {
         "alert": ABSENT_ALERT,
         "expr": format!("absent(dlq_queue_depth{{{sel}, role=\"dead_letter\"}})"),
         "for": for_,
-        "labels": {"severity": alerting.severity, "namespace": ns, "name": name},
+        "labels": {"severity": severity, "namespace": ns, "name": name},
         "annotations": with_runbook(json!({
             "summary": format!("No dead-letter metrics for {ns}/{name}"),
             "description": format!(

@@ -105,6 +105,14 @@ fn generated_rules_pass_promtool_check() {
         "thresholdFactor": 3.0, "minHeadroom": 50, "for": "10m", "growthPerMinute": 20.5,
         "keepFiringFor": "15m"}),
     ));
+    // Template syntax in what users write (queue name, severity, runbook URL) is text,
+    // not template code: without escaping promtool refuses the file.
+    let (mut weird, p) = resource(json!({"threshold": 10}));
+    weird.metadata.name = Some("weird".into());
+    weird.spec.source.queue = "q{{ x }}".into();
+    weird.spec.alerting.prometheus_rule.severity = "{{ $labels.nope".into();
+    weird.spec.alerting.prometheus_rule.runbook_url = Some("https://runbooks/{{y}}".into());
+    resources.push((weird, p));
     let items: Vec<(&DeadLetterQueue, &Params)> = resources.iter().map(|(d, p)| (d, p)).collect();
     let dir = tempfile::tempdir().expect("tempdir");
     write_yaml(dir.path(), "rules.yaml", &alerts::rule_file(&items));
