@@ -172,6 +172,17 @@ impl Collector {
         (eval, before)
     }
 
+    /// `true` when `key` has an evaluator.
+    pub fn contains(&self, key: &str) -> bool {
+        self.evaluators.contains_key(key)
+    }
+
+    /// Starts `key` with `evaluator` (e.g. one resumed from status after a restart);
+    /// replaces any evaluator it had.
+    pub fn insert(&mut self, key: &str, evaluator: Evaluator) {
+        self.evaluators.insert(key.to_string(), evaluator);
+    }
+
     /// The depths of `key` are unknown (the broker could not be read): its series are
     /// removed (unknown is not zero; the `absent` alert rule covers it). The evaluator is
     /// kept, so a short outage (up to two intervals) does not reset a `Pending` state.

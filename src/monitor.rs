@@ -293,6 +293,19 @@ impl Evaluator {
         self.params = params;
     }
 
+    /// Restores the backlog alert state written to status before a restart (`state`, and
+    /// `breaching_since` in ms), so an alert that was firing is not resolved and
+    /// re-pended by the restart — as Prometheus restores its alerts' `for` state
+    /// (`--rules.alert.for-outage-tolerance`). The next sample is judged from there.
+    pub fn resume_state(&mut self, state: AlertState, breaching_since: Option<u64>) {
+        self.backlog.state = state;
+        self.backlog.active_since = match state {
+            AlertState::Inactive => None,
+            AlertState::Pending { since } => Some(breaching_since.unwrap_or(since)),
+            AlertState::Firing { since } => Some(breaching_since.unwrap_or(since)),
+        };
+    }
+
     /// The backlog alert state after the last sample (`Inactive` before any).
     pub fn last_state(&self) -> AlertState {
         self.backlog.state
@@ -683,5 +696,16 @@ mod tests {
             "the incident did not become the baseline"
         );
         assert_eq!(next.breaching_since, Some(50 * S));
+    }
+
+    #[test]
+    fn a_resumed_firing_state_keeps_firing_and_resolves_normally() {
+        let mut e = Evaluator::new(breach_params());
+        e.resume_state(AlertState::Firing { since: 40 * S }, Some(10 * S));
+        // First sample after a restart, long after the last one: still firing.
+        let next = e.observe(400 * S, 2000);
+        assert_eq!(next.state, AlertState::Firing { since: 40 * S });
+        assert_eq!(next.breaching_since, Some(10 * S));
+        assert_eq!(e.observe(410 * S, 0).state, AlertState::Inactive);
     }
 }

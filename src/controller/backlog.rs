@@ -286,6 +286,44 @@ pub fn backlog_status(
     }
 }
 
+/// An evaluator resumed from the backlog part of a status: its rolling baseline and its
+/// alert state (`alertState`, `breachingSince`, and `BacklogHigh`'s transition time as
+/// the firing time). Pure.
+pub fn resumed_evaluator(
+    params: &Params,
+    status: &DeadLetterQueueStatus,
+    now_ms: u64,
+) -> crate::monitor::Evaluator {
+    let mut e = match (params.baseline, status.baseline) {
+        (crate::monitor::Baseline::Rolling { .. }, Some(b)) => {
+            crate::monitor::Evaluator::resume(params.clone(), b, now_ms)
+        }
+        _ => crate::monitor::Evaluator::new(params.clone()),
+    };
+    let ms = |t: &str| {
+        t.parse::<k8s_openapi::jiff::Timestamp>()
+            .ok()
+            .and_then(|t| u64::try_from(t.as_millisecond()).ok())
+    };
+    let breaching = status.breaching_since.as_deref().and_then(ms);
+    let fired = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == BACKLOG_HIGH && c.status == "True")
+        .and_then(|c| u64::try_from(c.last_transition_time.0.as_millisecond()).ok());
+    let state = match (status.alert_state.as_deref(), breaching) {
+        (Some("Firing"), Some(b)) => Some(AlertState::Firing {
+            since: fired.unwrap_or(b),
+        }),
+        (Some("Pending"), Some(b)) => Some(AlertState::Pending { since: b }),
+        _ => None,
+    };
+    if let Some(state) = state {
+        e.resume_state(state, breaching);
+    }
+    e
+}
+
 /// The condition reason for a failed depth listing.
 fn unknown_reason(e: &BrokerError) -> &'static str {
     crate::reconcile::ReconcileError::Broker(e.clone()).reason()
@@ -473,9 +511,15 @@ impl Monitor {
                 let reading = match &depths {
                     Ok(depths) => {
                         observed = observe(&target.topology, depths);
-                        // A new evaluator resumes from the baseline in status.
                         let mut params = target.params.clone();
                         params.interval_ms = params.interval_ms.max(spacing_ms);
+                        // A new evaluator (a restart, a new leader) resumes from status: the
+                        // baseline, and the alert state, so a firing alert is not resolved
+                        // and re-pended by the restart.
+                        if !self.collector.contains(key) {
+                            self.collector
+                                .insert(key, resumed_evaluator(&params, &current, now_ms));
+                        }
                         eval = self
                             .collector
                             .record(key, &params, &observed, now_ms, current.baseline)
@@ -740,5 +784,38 @@ mod tests {
             before = s.clone();
         }
         assert_eq!(reasons, ["BacklogHigh", "BacklogResolved"]);
+    }
+
+    #[test]
+    fn a_restart_resumes_a_firing_alert_without_a_false_resolution() {
+        // Fire, as before a restart.
+        let out = run(&[(0, 2000), (10, 2000), (20, 2000), (30, 2000)]);
+        let before = out.into_iter().flatten().last().expect("written");
+        assert_eq!(before.alert_state.as_deref(), Some("Firing"));
+        // A new process: the evaluator comes from status; the next poll is still firing,
+        // so nothing is written and no Event says it resolved.
+        let p = params();
+        let mut e = resumed_evaluator(&p, &before, 300_000);
+        let eval = e.observe(300_000, 2000);
+        assert_eq!(eval.state.name(), "Firing");
+        let depth = DepthStatus {
+            dead_letter: 2000,
+            ..Default::default()
+        };
+        let next = backlog_status(
+            &before,
+            Some(1),
+            Reading::Observed {
+                depth: &depth,
+                eval: &eval,
+            },
+            &p,
+            &at(300),
+            STATUS_INTERVAL,
+        );
+        if let Some(n) = &next {
+            assert!(backlog_events(&before, n).is_empty(), "{n:?}");
+            assert_eq!(n.alert_state.as_deref(), Some("Firing"));
+        }
     }
 }
