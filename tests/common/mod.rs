@@ -186,3 +186,41 @@ pub async fn publish_persistent(queue: &str, n: usize) {
     }
     let _ = conn.close(200, "bye".into()).await;
 }
+
+/// Publishes `n` persistent messages to `queue` and returns how many the broker
+/// confirmed with an ack, retrying a nacked one up to 5 times (a quorum queue under load
+/// may refuse a publish).
+pub async fn publish_acked(queue: &str, n: usize) -> usize {
+    let conn = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    let mut acked = 0;
+    for i in 0..n {
+        for _attempt in 0..5 {
+            let confirm = ch
+                .basic_publish(
+                    "".into(),
+                    queue.into(),
+                    Default::default(),
+                    format!("m{i}").as_bytes(),
+                    lapin::BasicProperties::default().with_delivery_mode(2),
+                )
+                .await
+                .expect("publish")
+                .await
+                .expect("confirm");
+            if confirm.is_ack() {
+                acked += 1;
+                break;
+            }
+            eprintln!("publish to {queue} nacked: {confirm:?}; retrying");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+    let _ = conn.close(200, "bye".into()).await;
+    acked
+}
