@@ -138,6 +138,27 @@ pub struct BrokerConnection {
     client_key_pem: Option<Vec<u8>>,
 }
 
+/// An `http(s)://` base URI from a Secret value: parsed, with a host, without userinfo,
+/// query or fragment, and not ending in `suffix` (a path the client appends itself;
+/// `hint` says what to give instead). The error is the reason, for
+/// [`BrokerError::InvalidSecret`].
+fn http_base(value: &str, suffix: &str, hint: &str) -> Result<Url, String> {
+    let mut url = Url::parse(value).map_err(|e| format!("not a valid URI ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("not an http(s) URI".into());
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("URI has no host".into());
+    }
+    strip_userinfo(&mut url);
+    url.set_query(None);
+    url.set_fragment(None);
+    if url.path().trim_end_matches('/').ends_with(suffix) {
+        return Err(hint.into());
+    }
+    Ok(url)
+}
+
 /// Default user name of the AMQP URI specification when a URI carries none
 /// (RabbitMQ docs, "URI Specification").
 const DEFAULT_USER: &str = "guest";
@@ -204,50 +225,26 @@ impl BrokerConnection {
         let uri_password = amqp.password().map(decode);
         strip_userinfo(&mut amqp);
 
-        let management_uri = required("managementUri")?;
-        let mut management = Url::parse(&management_uri)
-            .map_err(|e| invalid("managementUri", &format!("not a valid URI ({e})")))?;
-        if !matches!(management.scheme(), "http" | "https") {
-            return Err(invalid("managementUri", "not an http(s) URI"));
-        }
-        if management.host_str().is_none_or(str::is_empty) {
-            return Err(invalid("managementUri", "URI has no host"));
-        }
-        strip_userinfo(&mut management);
-        management.set_query(None);
-        management.set_fragment(None);
-        if management.path().trim_end_matches('/').ends_with("/api") {
-            return Err(invalid(
-                "managementUri",
-                "give the management plugin's base URI without /api (e.g. http://rabbitmq:15672)",
-            ));
-        }
+        let management = http_base(
+            &required("managementUri")?,
+            "/api",
+            "give the management plugin's base URI without /api (e.g. http://rabbitmq:15672)",
+        )
+        .map_err(|reason| invalid("managementUri", &reason))?;
 
         // Optional: an empty value (what `kubectl apply` leaves of a removed stringData
         // key) means unset.
         let prometheus = match text("prometheusUri")? {
             None => None,
             Some(u) if u.is_empty() => None,
-            Some(u) => {
-                let mut url = Url::parse(&u)
-                    .map_err(|e| invalid("prometheusUri", &format!("not a valid URI ({e})")))?;
-                if !matches!(url.scheme(), "http" | "https") {
-                    return Err(invalid("prometheusUri", "not an http(s) URI"));
-                }
-                if url.host_str().is_none_or(str::is_empty) {
-                    return Err(invalid("prometheusUri", "URI has no host"));
-                }
-                if url.path().trim_end_matches('/').ends_with("/metrics") {
-                    return Err(invalid(
-                        "prometheusUri",
-                        "give the plugin's base URI without /metrics (e.g. http://rabbitmq:15692)",
-                    ));
-                }
-                strip_userinfo(&mut url);
-                url.set_query(None);
-                url.set_fragment(None);
-                Some(url)
-            }
+            Some(u) => Some(
+                http_base(
+                    &u,
+                    "/metrics",
+                    "give the plugin's base URI without /metrics (e.g. http://rabbitmq:15692)",
+                )
+                .map_err(|reason| invalid("prometheusUri", &reason))?,
+            ),
         };
 
         let username = match text("username")? {
@@ -462,13 +459,8 @@ pub struct QueueDepthRow {
 pub fn depths_from_rows(rows: Vec<QueueDepthRow>) -> BTreeMap<String, QueueDepth> {
     rows.into_iter()
         .map(|q| {
-            let ready = q.messages_ready.unwrap_or(0);
-            let unacked = q.messages_unacknowledged.unwrap_or(0);
-            let depth = QueueDepth {
-                messages: q.messages.unwrap_or(ready + unacked),
-                ready,
-                unacked,
-            };
+            let depth =
+                QueueDepth::from_counts(q.messages, q.messages_ready, q.messages_unacknowledged);
             (q.name, depth)
         })
         .collect()
@@ -551,14 +543,10 @@ pub fn depths_from_prometheus(
     Ok(counts
         .into_iter()
         .map(|(name, c)| {
-            let ready = c.ready.unwrap_or(0);
-            let unacked = c.unacked.unwrap_or(0);
-            let depth = QueueDepth {
-                messages: c.messages.unwrap_or(ready + unacked),
-                ready,
-                unacked,
-            };
-            (name, depth)
+            (
+                name,
+                QueueDepth::from_counts(c.messages, c.ready, c.unacked),
+            )
         })
         .collect())
 }
@@ -611,6 +599,20 @@ fn parse_labels(s: &str) -> Result<(LabelPairs, &str), String> {
         let end = end.ok_or_else(|| format!("label {name}: unterminated value"))?;
         labels.push((name, value));
         rest = &rest[end..];
+    }
+}
+
+impl QueueDepth {
+    /// A depth from the broker's counts, each absent until its statistics exist: ready
+    /// and unacknowledged count 0 then, and the total defaults to their sum.
+    pub fn from_counts(messages: Option<u64>, ready: Option<u64>, unacked: Option<u64>) -> Self {
+        let ready = ready.unwrap_or(0);
+        let unacked = unacked.unwrap_or(0);
+        QueueDepth {
+            messages: messages.unwrap_or(ready + unacked),
+            ready,
+            unacked,
+        }
     }
 }
 
