@@ -188,7 +188,7 @@ fn main() {
         let mut firing = 0;
         for (key, topology, params) in &resources {
             let observed = observe(topology, &depths);
-            let (eval, _) = collector.record(key, params, &observed, now_ms, None);
+            let (eval, _) = collector.record(key, params, &observed, now_ms);
             firing += usize::from(eval.state.code() == 2);
         }
         std::hint::black_box(firing);

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::broker::QueueDepth;
 use crate::crd::DepthStatus;
 use crate::metrics::{Metrics, QueueSample};
-use crate::monitor::{AlertState, Baseline, Evaluation, Evaluator, Params};
+use crate::monitor::{AlertState, Evaluation, Evaluator, Params};
 use crate::topology::{DesiredTopology, QueueRole};
 
 /// One planned queue's depth in a poll.
@@ -130,22 +130,17 @@ impl Collector {
 
     /// Evaluates the dead-letter depth of one poll of `key` taken at `now_ms` (ms since
     /// the Unix epoch) and records every queue's depth and the evaluation in the metrics.
-    /// The evaluator is created on first use (a rolling one resumes from
-    /// `resume_baseline`, the baseline persisted in status, so a restart does not forget
-    /// it) and keeps its history and alert state when `params` change
-    /// ([`Evaluator::set_params`]). Returns the evaluation and the alert state before it.
+    /// The evaluator is created on first use (or given beforehand with [`Collector::insert`],
+    /// e.g. resumed from status after a restart) and keeps its history and alert state
+    /// when `params` change ([`Evaluator::set_params`]). Returns the evaluation and the
+    /// alert state before it.
     pub fn record(
         &mut self,
         key: &str,
         params: &Params,
         observed: &Observed,
         now_ms: u64,
-        resume_baseline: Option<f64>,
     ) -> (Evaluation, AlertState) {
-        let fresh = || match (params.baseline, resume_baseline) {
-            (Baseline::Rolling { .. }, Some(b)) => Evaluator::resume(params.clone(), b, now_ms),
-            _ => Evaluator::new(params.clone()),
-        };
         let evaluator = self
             .evaluators
             .entry(key.to_string())
@@ -154,7 +149,7 @@ impl Collector {
                     e.set_params(params.clone());
                 }
             })
-            .or_insert_with(fresh);
+            .or_insert_with(|| Evaluator::new(params.clone()));
         let before = evaluator.last_state();
         let eval = evaluator.observe(now_ms, observed.depth.dead_letter);
         let samples: Vec<QueueSample<'_>> = observed
@@ -313,7 +308,11 @@ spec:
         let mut o = observe(&t, &BTreeMap::new());
         o.depth.dead_letter = 500;
         // A resumed baseline of 40: 500 is far above 2 × 40, so it fires at once.
-        let (eval, before) = c.record("shop/orders", &params, &o, 1_000, Some(40.0));
+        c.insert(
+            "shop/orders",
+            Evaluator::resume(params.clone(), 40.0, 1_000),
+        );
+        let (eval, before) = c.record("shop/orders", &params, &o, 1_000);
         assert_eq!(before, AlertState::Inactive);
         assert_eq!(eval.baseline, 40.0);
         assert_eq!(eval.state.code(), 2);

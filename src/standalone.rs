@@ -585,7 +585,7 @@ async fn poll_depths(
             params.interval_ms = params
                 .interval_ms
                 .max(u64::try_from(poll_interval.as_millis()).unwrap_or(u64::MAX));
-            let (eval, before) = collector.record(&p.prepared.key, &params, &observed, now, None);
+            let (eval, before) = collector.record(&p.prepared.key, &params, &observed, now);
             if eval.state.name() != before.name() {
                 tracing::warn!(
                     "{}: backlog {} (dead_letter={}, baseline={}, ratio={})",

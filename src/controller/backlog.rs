@@ -520,10 +520,7 @@ impl Monitor {
                             self.collector
                                 .insert(key, resumed_evaluator(&params, &current, now_ms));
                         }
-                        eval = self
-                            .collector
-                            .record(key, &params, &observed, now_ms, current.baseline)
-                            .0;
+                        eval = self.collector.record(key, &params, &observed, now_ms).0;
                         Reading::Observed {
                             depth: &observed.depth,
                             eval: &eval,
