@@ -2,13 +2,18 @@
 //! (`DLQ_E2E_KUBECONFIG`; `.ci/run` starts a local v1.20.2 with scripts/kube-apiserver.sh).
 
 use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::Client;
+use serde_json::{json, Value};
 
-use dlq_operator::crd::all_crds;
+use dlq_operator::controller::object::api_resource;
+use dlq_operator::crd::{all_crds, DeadLetterQueue, RetryPolicy};
 
 /// Path of the kubeconfig, or `None` after reporting `test` as skipped (written to the
 /// process's stderr directly, past the test harness's capture, so the skip shows).
@@ -99,20 +104,27 @@ pub async fn ensure_crds(client: &Client) {
     }
 }
 
-/// Installs a stand-in for the Prometheus Operator's PrometheusRule CRD (real group,
-/// version, kind and plural; a schema that keeps every field) if none is served, and
-/// waits until it is Established.
+/// Installs a stand-in for the Prometheus Operator's PrometheusRule CRD if none is served
+/// (see [`ensure_monitoring_crd`]).
 pub async fn ensure_prometheus_rule_crd(client: &Client) {
+    ensure_monitoring_crd(client, "PrometheusRule", "prometheusrules").await;
+}
+
+/// Installs a stand-in for one of the Prometheus Operator's CRDs (`monitoring.coreos.com/v1`,
+/// the real kind and plural; a schema that keeps every field) if none is served, and waits
+/// until it is Established.
+pub async fn ensure_monitoring_crd(client: &Client, kind: &str, plural: &str) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let name = "prometheusrules.monitoring.coreos.com";
+    let name = &format!("{plural}.monitoring.coreos.com");
+    let singular = kind.to_lowercase();
     let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": name},
         "spec": {
             "group": "monitoring.coreos.com",
-            "names": {"kind": "PrometheusRule", "listKind": "PrometheusRuleList",
-                      "plural": "prometheusrules", "singular": "prometheusrule"},
+            "names": {"kind": kind, "listKind": format!("{kind}List"),
+                      "plural": plural, "singular": singular},
             "scope": "Namespaced",
             "versions": [{"name": "v1", "served": true, "storage": true,
                 "schema": {"openAPIV3Schema": {"type": "object",
@@ -123,7 +135,7 @@ pub async fn ensure_prometheus_rule_crd(client: &Client) {
     match crds.create(&PostParams::default(), &crd).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("PrometheusRule CRD rejected: {e}"),
+        Err(e) => panic!("{kind} CRD rejected: {e}"),
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -137,10 +149,261 @@ pub async fn ensure_prometheus_rule_crd(client: &Client) {
         if established {
             return;
         }
+        assert!(Instant::now() < deadline, "{kind} CRD not Established");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One `dlq-operator run` process, killed when dropped. Its log is in `log`.
+pub struct Operator {
+    pub child: Child,
+    pub metrics: String,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Operator {
+    /// Starts `dlq-operator run ARGS` with `KUBECONFIG=kubeconfig` and /metrics on a free
+    /// local port.
+    pub fn start(kubeconfig: &str, args: &[&str]) -> Operator {
+        Operator::start_with_env(kubeconfig, args, &[])
+    }
+
+    /// [`Operator::start`] with extra environment variables (set last: they win).
+    pub fn start_with_env(kubeconfig: &str, args: &[&str], env: &[(&str, &str)]) -> Operator {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("operator.log");
+        let file = std::fs::File::create(&log).expect("log file");
+        let metrics = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .arg("run")
+            .args(["--metrics-bind-address", &metrics])
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,kube=warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start dlq-operator run");
+        Operator {
+            child,
+            metrics,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `/metrics`, or empty when not answering.
+    pub async fn metrics(&self) -> String {
+        match reqwest::get(format!("http://{}/metrics", self.metrics)).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// `true` when `/healthz` answers 200.
+    pub async fn healthy(&self) -> bool {
+        reqwest::get(format!("http://{}/healthz", self.metrics))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    }
+
+    /// Sum of `dlq_operator_reconcile_total` over every label set.
+    pub async fn reconciles(&self) -> u64 {
+        self.metrics()
+            .await
+            .lines()
+            .filter(|l| l.starts_with("dlq_operator_reconcile_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit (up to `timeout`); its exit status.
+    pub async fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, or panics after `timeout` with
+/// `what` and the operator log.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, op: &Operator, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
         assert!(
             Instant::now() < deadline,
-            "PrometheusRule CRD not Established"
+            "timed out waiting for {what}; operator log:\n{}",
+            op.log()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let name = super::unique(prefix);
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).expect("ns");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    name
+}
+
+pub fn dlqs(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &api_resource::<DeadLetterQueue>())
+}
+
+pub fn rps(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &api_resource::<RetryPolicy>())
+}
+
+/// The `Ready` condition of a DeadLetterQueue as (status, reason, message).
+pub async fn ready(api: &Api<DynamicObject>, name: &str) -> Option<(String, String, String)> {
+    let o = api.get_opt(name).await.ok()??;
+    let c = o.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?
+        .clone();
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["reason"].as_str()?.to_string(),
+        c["message"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+/// Creates the examples' Secret, RetryPolicies and DeadLetterQueues in `ns`, with every
+/// queue name prefixed by `prefix`: with `kubectl apply -f` of the rewritten manifests
+/// when `DLQ_E2E_KUBECTL` names a kubectl (`.ci/run` sets it to the one built with the
+/// API server), else through the API. Returns the DeadLetterQueue names.
+pub async fn create_examples(
+    client: &Client,
+    kubeconfig: &str,
+    ns: &str,
+    prefix: &str,
+) -> Vec<String> {
+    let m = dlq_operator::manifest::load_paths(&[super::root().join("examples")])
+        .expect("examples load");
+    let mut docs: Vec<Value> = Vec::new();
+    for s in &m.secrets {
+        let mut secret: Secret = s.object.clone();
+        secret.metadata.namespace = Some(ns.into());
+        let mut v = json!(secret);
+        v["apiVersion"] = json!("v1");
+        v["kind"] = json!("Secret");
+        docs.push(v);
+    }
+    for p in &m.retry_policies {
+        let mut rp = p.object.clone();
+        rp.metadata.namespace = Some(ns.into());
+        docs.push(json!(rp));
+    }
+    let mut names = Vec::new();
+    for d in &m.dead_letter_queues {
+        let mut dlq = d.object.clone();
+        dlq.metadata.namespace = Some(ns.into());
+        dlq.spec.source.queue = format!("{prefix}-{}", dlq.spec.source.queue);
+        dlq.spec.dead_letter.queue = dlq.spec.dead_letter.queue.map(|q| format!("{prefix}-{q}"));
+        dlq.spec.dead_letter.exchange = dlq
+            .spec
+            .dead_letter
+            .exchange
+            .map(|x| format!("{prefix}-{x}"));
+        names.push(dlq.metadata.name.clone().expect("name"));
+        docs.push(json!(dlq));
+    }
+    match std::env::var("DLQ_E2E_KUBECTL")
+        .ok()
+        .filter(|k| !k.is_empty())
+    {
+        Some(kubectl) => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let yaml: Vec<String> = docs
+                .iter()
+                .map(|d| serde_yaml_ng::to_string(d).expect("yaml"))
+                .collect();
+            let file = dir.path().join("examples.yaml");
+            std::fs::write(&file, yaml.join("---\n")).expect("write manifests");
+            // --validate=false: kubectl 1.20's client-side validation predates CEL fields.
+            let out = Command::new(&kubectl)
+                .args([
+                    "--kubeconfig",
+                    kubeconfig,
+                    "apply",
+                    "--validate=false",
+                    "-f",
+                ])
+                .arg(&file)
+                .output()
+                .expect("run kubectl");
+            assert!(
+                out.status.success(),
+                "kubectl apply -f: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        None => {
+            for doc in docs {
+                let obj: DynamicObject = serde_json::from_value(doc.clone()).expect("dynamic");
+                let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+                let result = match kind.as_str() {
+                    "Secret" => {
+                        let s: Secret = serde_json::from_value(doc).expect("secret");
+                        Api::<Secret>::namespaced(client.clone(), ns)
+                            .create(&PostParams::default(), &s)
+                            .await
+                            .map(|_| ())
+                    }
+                    "RetryPolicy" => rps(client, ns)
+                        .create(&PostParams::default(), &obj)
+                        .await
+                        .map(|_| ()),
+                    _ => dlqs(client, ns)
+                        .create(&PostParams::default(), &obj)
+                        .await
+                        .map(|_| ()),
+                };
+                result.unwrap_or_else(|e| panic!("create {kind}: {e}"));
+            }
+        }
+    }
+    names
 }

@@ -4,6 +4,7 @@
 
 pub mod e2e;
 pub mod fake_api;
+pub mod helm;
 pub mod proxy;
 
 use std::path::{Path, PathBuf};

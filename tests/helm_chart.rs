@@ -1,0 +1,804 @@
+//! The Helm chart `charts/dlq-operator` through the real Helm engine (Helm v4's Go SDK,
+//! PyPI `helm-python-sdk`) and `kubernetes-validate`, for the default values and the
+//! documented variants: `helm lint --strict` is clean; every rendered object is valid for a
+//! current Kubernetes (strict: an unknown field fails); the RBAC grants exactly the API
+//! calls of `src/controller/rbac.rs`; the Deployment is hardened, probed and passes
+//! arguments the binary accepts; the values schema refuses wrong values with a clear
+//! message; the CRDs and the dashboard are the repository's; the operator-health rules
+//! pass `promtool`.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use common::helm::{find, kinds, skip, Helm};
+use dlq_operator::controller::rbac::RULES;
+
+const RELEASE: &str = "dlq";
+const NS: &str = "dlq-system";
+const FULLNAME: &str = "dlq-dlq-operator";
+
+/// The values of each documented variant, by name.
+fn scenarios() -> Vec<(&'static str, Value)> {
+    vec![
+        ("default", json!({})),
+        ("namespaced", json!({"watchNamespace": "apps"})),
+        (
+            "monitoring",
+            json!({"serviceMonitor": {"enabled": true, "labels": {"release": "kube-prometheus-stack"}},
+                   "prometheusRule": {"enabled": true}, "dashboard": {"enabled": true},
+                   "networkPolicy": {"enabled": true,
+                       "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]}}),
+        ),
+        (
+            "single-replica",
+            json!({"replicaCount": 1, "leaderElection": {"enabled": false}}),
+        ),
+        (
+            "customised",
+            json!({"image": {"repository": "registry.example/dlq-operator", "tag": "v9", "pullPolicy": "Always"},
+                   "imagePullSecrets": [{"name": "pull"}], "commonLabels": {"team": "messaging"},
+                   "commonAnnotations": {"owner": "platform"}, "podLabels": {"tier": "ops"},
+                   "nodeSelector": {"kubernetes.io/os": "linux"},
+                   "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}],
+                   "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                       {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "dlq-operator"}}}}]}},
+                   "priorityClassName": "system-cluster-critical",
+                   "logging": {"level": "debug", "format": "text"}, "labelSelector": "dlqoperator.io/shard=a",
+                   "serviceAccount": {"name": "dlq-sa", "annotations": {"a": "b"}}}),
+        ),
+    ]
+}
+
+fn render(helm: &Helm, values: &Value) -> Vec<Value> {
+    helm.template(values, RELEASE, NS)
+        .unwrap_or_else(|e| panic!("helm template {values}: {e}"))
+}
+
+#[test]
+fn lint_is_clean_for_every_variant() {
+    let Some(helm) = Helm::new("lint_is_clean_for_every_variant") else {
+        return;
+    };
+    let chart = common::helm::chart_dir().display().to_string();
+    for (name, values) in scenarios() {
+        let report = helm
+            .call(&["lint", &chart, &values.to_string()], None)
+            .unwrap_or_else(|e| panic!("{name}: lint failed to run: {e}"));
+        assert_eq!(report["errors"], json!([]), "{name}: {report}");
+        let findings: Vec<&Value> = report["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .filter(|m| m["severity"].as_i64().unwrap_or(3) >= 2)
+            .collect();
+        assert!(
+            findings.is_empty(),
+            "{name}: lint warnings or errors: {findings:?}"
+        );
+    }
+}
+
+/// Strict kubernetes-validate of `objects` for `version`; the CRD-defined kinds it has no
+/// schema for are returned for their own checks.
+fn validate(helm: &Helm, objects: &[Value], version: &str, scenario: &str) -> BTreeSet<String> {
+    let stream: String = objects
+        .iter()
+        .map(|o| format!("---\n{}", serde_yaml_ng::to_string(o).expect("yaml")))
+        .collect();
+    let results = helm
+        .call(&["validate", version], Some(&stream))
+        .unwrap_or_else(|e| panic!("{scenario}: kubernetes-validate failed to run: {e}"));
+    let mut unvalidated = BTreeSet::new();
+    for r in results.as_array().expect("results") {
+        match r["result"].as_str() {
+            Some("valid") => {}
+            Some("no-schema") => {
+                unvalidated.insert(r["kind"].as_str().unwrap_or("?").to_string());
+            }
+            _ => panic!(
+                "{scenario}: {} {} is invalid for Kubernetes {}: {}",
+                r["kind"], r["name"], r["version"], r["error"]
+            ),
+        }
+    }
+    assert_eq!(
+        results.as_array().map(Vec::len),
+        Some(objects.len()),
+        "{scenario}: every object validated"
+    );
+    unvalidated
+}
+
+#[test]
+fn every_rendered_object_is_valid_for_current_and_oldest_schemas() {
+    let Some(helm) = Helm::new("every_rendered_object_is_valid_for_current_and_oldest_schemas")
+    else {
+        return;
+    };
+    for (name, values) in scenarios() {
+        let objects = render(&helm, &values);
+        for version in ["latest", "1.25.0"] {
+            let unvalidated = validate(&helm, &objects, version, name);
+            // Only the Prometheus Operator's kinds have no schema in kubernetes-validate;
+            // they get their own checks (ServiceMonitor below, PrometheusRule by promtool).
+            let allowed: BTreeSet<String> = ["ServiceMonitor", "PrometheusRule"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            assert!(
+                unvalidated.is_subset(&allowed),
+                "{name}: no schema for {unvalidated:?}"
+            );
+        }
+    }
+    // The check bites: an unknown field in a Deployment is refused.
+    let mut objects = render(&helm, &json!({}));
+    let deployment = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("deployment");
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = json!("Always");
+    let stream = format!(
+        "---\n{}",
+        serde_yaml_ng::to_string(deployment).expect("yaml")
+    );
+    let results = helm
+        .call(&["validate", "latest"], Some(&stream))
+        .expect("validate");
+    assert_eq!(results[0]["result"], "invalid", "{results}");
+    assert!(
+        results[0]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("imagePullPolicyy"),
+        "{results}"
+    );
+}
+
+/// The RBAC rules of `objects` as (group, resource, verb), with the namespace each is
+/// granted in (`None`: cluster-wide).
+fn granted(objects: &[Value]) -> BTreeSet<(Option<String>, String, String, String)> {
+    let mut out = BTreeSet::new();
+    for role in objects
+        .iter()
+        .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+    {
+        let ns = role["metadata"]["namespace"].as_str().map(str::to_string);
+        assert_eq!(
+            ns.is_some(),
+            role["kind"] == "Role",
+            "a Role has a namespace, a ClusterRole none"
+        );
+        for rule in role["rules"].as_array().expect("rules") {
+            for g in rule["apiGroups"].as_array().expect("apiGroups") {
+                for r in rule["resources"].as_array().expect("resources") {
+                    for v in rule["verbs"].as_array().expect("verbs") {
+                        out.insert((
+                            ns.clone(),
+                            g.as_str().expect("group").to_string(),
+                            r.as_str().expect("resource").to_string(),
+                            v.as_str().expect("verb").to_string(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The operator's own list: every (group, resource, verb) of [`RULES`].
+fn code_rules() -> BTreeSet<(String, String, String)> {
+    RULES
+        .iter()
+        .flat_map(|r| {
+            r.resources.iter().flat_map(move |res| {
+                r.verbs
+                    .iter()
+                    .map(move |v| (r.api_group.to_string(), res.to_string(), v.to_string()))
+            })
+        })
+        .collect()
+}
+
+/// Every binding grants its role to the Deployment's ServiceAccount.
+fn assert_bindings(objects: &[Value], scenario: &str) {
+    let deployment = find(objects, "Deployment", FULLNAME);
+    let sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("sa");
+    let roles: BTreeSet<(String, String, Option<String>)> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap_or("").to_string(),
+                o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                o["metadata"]["namespace"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    let bindings: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
+        .collect();
+    assert_eq!(
+        bindings.len(),
+        roles.len(),
+        "{scenario}: one binding per role"
+    );
+    for b in bindings {
+        let ns = b["metadata"]["namespace"].as_str().map(str::to_string);
+        let role = (
+            b["roleRef"]["kind"].as_str().unwrap_or("").to_string(),
+            b["roleRef"]["name"].as_str().unwrap_or("").to_string(),
+            ns,
+        );
+        assert!(
+            roles.contains(&role),
+            "{scenario}: binding {} refers to {role:?}, not a rendered role",
+            b["metadata"]["name"]
+        );
+        assert_eq!(
+            b["subjects"],
+            json!([{"kind": "ServiceAccount", "name": sa, "namespace": NS}]),
+            "{scenario}: binding {} subject",
+            b["metadata"]["name"]
+        );
+    }
+}
+
+#[test]
+fn rbac_grants_exactly_the_operators_api_calls() {
+    let Some(helm) = Helm::new("rbac_grants_exactly_the_operators_api_calls") else {
+        return;
+    };
+    let lease = ("coordination.k8s.io".to_string(), "leases".to_string());
+    for (name, values, watch) in [
+        ("cluster-wide", json!({}), None),
+        (
+            "namespaced",
+            json!({"watchNamespace": "apps"}),
+            Some("apps"),
+        ),
+    ] {
+        let objects = render(&helm, &values);
+        let granted = granted(&objects);
+        let flat: BTreeSet<(String, String, String)> = granted
+            .iter()
+            .map(|(_, g, r, v)| (g.clone(), r.clone(), v.clone()))
+            .collect();
+        let expected = code_rules();
+        assert_eq!(
+            flat,
+            expected,
+            "{name}: chart grants (left) differ from src/controller/rbac.rs (right)\nmissing: {:?}\nextra: {:?}",
+            expected.difference(&flat).collect::<Vec<_>>(),
+            flat.difference(&expected).collect::<Vec<_>>()
+        );
+        for (ns, g, r, v) in &granted {
+            if (g.clone(), r.clone()) == lease {
+                assert_eq!(
+                    ns.as_deref(),
+                    Some(NS),
+                    "{name}: {v} leases only in the release namespace"
+                );
+            } else {
+                assert_eq!(
+                    ns.as_deref(),
+                    watch,
+                    "{name}: {g}/{r} {v} granted in {ns:?}"
+                );
+            }
+        }
+        if watch.is_some() {
+            assert!(
+                !objects.iter().any(|o| o["kind"] == "ClusterRole"),
+                "{name}: no ClusterRole"
+            );
+            let env = &find(&objects, "Deployment", FULLNAME)["spec"]["template"]["spec"]
+                ["containers"][0]["env"];
+            assert!(
+                env.as_array()
+                    .expect("env")
+                    .contains(&json!({"name": "WATCH_NAMESPACE", "value": "apps"})),
+                "{name}: WATCH_NAMESPACE: {env}"
+            );
+        }
+        assert_bindings(&objects, name);
+    }
+    // Without leader election there is no Lease to grant.
+    let objects = render(
+        &helm,
+        &json!({"replicaCount": 1, "leaderElection": {"enabled": false}}),
+    );
+    assert!(
+        !granted(&objects)
+            .iter()
+            .any(|(_, g, r, _)| (g.clone(), r.clone()) == lease),
+        "no lease rule without leader election: {:?}",
+        kinds(&objects)
+    );
+    assert_bindings(&objects, "single-replica");
+}
+
+fn container(objects: &[Value]) -> &Value {
+    &find(objects, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"][0]
+}
+
+#[test]
+fn deployment_is_hardened_probed_and_configured_from_values() {
+    let Some(helm) = Helm::new("deployment_is_hardened_probed_and_configured_from_values") else {
+        return;
+    };
+    let objects = render(&helm, &json!({}));
+    let deployment = find(&objects, "Deployment", FULLNAME);
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{pod}");
+    let c = container(&objects);
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{sc}");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{sc}");
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{sc}");
+    for kind in ["requests", "limits"] {
+        for res in ["cpu", "memory"] {
+            assert!(
+                c["resources"][kind][res].is_string(),
+                "resources.{kind}.{res}: {}",
+                c["resources"]
+            );
+        }
+    }
+    let port = c["ports"][0]["name"].as_str().expect("named port");
+    assert_eq!(
+        c["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": port})
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": port})
+    );
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        args.contains(&"--log-format=json") && args.contains(&"--leader-election=true"),
+        "{args:?}"
+    );
+    assert!(c["env"]
+        .as_array()
+        .expect("env")
+        .contains(&json!({"name": "RUST_LOG", "value": "info"})));
+    // The Service reaches the container's port.
+    let svc = find(&objects, "Service", &format!("{FULLNAME}-metrics"));
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], port);
+    assert_eq!(
+        svc["spec"]["selector"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+
+    // Values reach the Pod.
+    let custom = scenarios()
+        .into_iter()
+        .find(|(n, _)| *n == "customised")
+        .expect("customised")
+        .1;
+    let objects = render(&helm, &custom);
+    let pod = &find(&objects, "Deployment", FULLNAME)["spec"]["template"];
+    let spec = &pod["spec"];
+    let c = &spec["containers"][0];
+    assert_eq!(c["image"], "registry.example/dlq-operator:v9");
+    assert_eq!(c["imagePullPolicy"], "Always");
+    assert_eq!(spec["imagePullSecrets"], json!([{"name": "pull"}]));
+    assert_eq!(spec["serviceAccountName"], "dlq-sa");
+    assert_eq!(spec["priorityClassName"], custom["priorityClassName"]);
+    assert_eq!(spec["nodeSelector"], custom["nodeSelector"]);
+    assert_eq!(spec["tolerations"], custom["tolerations"]);
+    assert_eq!(spec["affinity"], custom["affinity"]);
+    assert_eq!(pod["metadata"]["labels"]["tier"], "ops");
+    assert_eq!(pod["metadata"]["labels"]["team"], "messaging");
+    assert_eq!(pod["metadata"]["annotations"]["owner"], "platform");
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        args.contains(&"--log-format=text") && args.contains(&"--selector=dlqoperator.io/shard=a"),
+        "{args:?}"
+    );
+    assert!(c["env"]
+        .as_array()
+        .expect("env")
+        .contains(&json!({"name": "RUST_LOG", "value": "debug"})));
+    for o in &objects {
+        assert_eq!(
+            o["metadata"]["labels"]["team"], "messaging",
+            "commonLabels on {}",
+            o["metadata"]["name"]
+        );
+        assert_eq!(
+            o["metadata"]["annotations"]["owner"], "platform",
+            "commonAnnotations on {}",
+            o["metadata"]["name"]
+        );
+    }
+}
+
+/// The Deployment's arguments are accepted by the real binary: with a kubeconfig that does
+/// not exist it gets past argument parsing and fails on the kubeconfig, never with a usage
+/// error (clap exits 2) — so a renamed flag breaks this test, not a user's install.
+#[test]
+fn deployment_arguments_are_accepted_by_the_binary() {
+    let Some(helm) = Helm::new("deployment_arguments_are_accepted_by_the_binary") else {
+        return;
+    };
+    for (name, values) in scenarios() {
+        let objects = render(&helm, &values);
+        let c = container(&objects);
+        let args: Vec<String> = c["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_string))
+            .collect();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let args: Vec<String> = args
+            .into_iter()
+            .map(|a| {
+                if a.starts_with("--metrics-bind-address=") {
+                    "--metrics-bind-address=127.0.0.1:0".into()
+                } else {
+                    a
+                }
+            })
+            .collect();
+        let out = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .args(&args)
+            .env("KUBECONFIG", dir.path().join("missing-kubeconfig"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("HOME", dir.path())
+            .env("POD_NAMESPACE", NS)
+            .output()
+            .expect("run dlq-operator");
+        let text = common::text(&out);
+        assert_ne!(
+            out.status.code(),
+            Some(2),
+            "{name}: {args:?} refused as usage:\n{text}"
+        );
+        assert!(
+            !out.status.success(),
+            "{name}: ran without a cluster?\n{text}"
+        );
+        assert!(
+            text.to_lowercase().contains("kubeconfig"),
+            "{name}: failed for another reason:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn schema_refuses_wrong_values_with_a_clear_message() {
+    let Some(helm) = Helm::new("schema_refuses_wrong_values_with_a_clear_message") else {
+        return;
+    };
+    let chart = common::helm::chart_dir().display().to_string();
+    for (values, needle) in [
+        (json!({"replicaCount": "two"}), "replicaCount"),
+        (json!({"replicas": 2}), "replicas"),
+        (json!({"image": {"tagg": "v1"}}), "tagg"),
+        (json!({"logging": {"format": "xml"}}), "format"),
+        (
+            json!({"leaderElection": {"leaseDuration": 1}}),
+            "leaseDuration",
+        ),
+        (
+            json!({"watchNamespace": "Not_A_Namespace"}),
+            "watchNamespace",
+        ),
+        (json!({"resync": "5 minutes"}), "resync"),
+        (json!({"serviceMonitor": {"enabled": "yes"}}), "enabled"),
+    ] {
+        let err = helm
+            .call(&["schema", &chart, &values.to_string()], None)
+            .expect_err(&format!("schema accepted {values}"));
+        assert!(
+            err.contains(needle),
+            "{values}: the message does not name {needle}: {err}"
+        );
+        // And the render (helm install / template) refuses them the same way.
+        let err = helm
+            .template(&values, RELEASE, NS)
+            .expect_err(&format!("rendered {values}"));
+        assert!(err.contains(needle), "{values}: {err}");
+    }
+    for (name, values) in scenarios() {
+        helm.call(&["schema", &chart, &values.to_string()], None)
+            .unwrap_or_else(|e| panic!("{name}: schema refused documented values: {e}"));
+    }
+    // Two replicas without leader election would reconcile at once: refused by the chart.
+    let err = helm
+        .template(&json!({"leaderElection": {"enabled": false}}), RELEASE, NS)
+        .expect_err("2 replicas without leader election rendered");
+    assert!(err.contains("leaderElection.enabled"), "{err}");
+}
+
+#[test]
+fn single_replica_without_leader_election() {
+    let Some(helm) = Helm::new("single_replica_without_leader_election") else {
+        return;
+    };
+    let objects = render(
+        &helm,
+        &json!({"replicaCount": 1, "leaderElection": {"enabled": false}}),
+    );
+    assert_eq!(
+        find(&objects, "Deployment", FULLNAME)["spec"]["replicas"],
+        1
+    );
+    let args = &container(&objects)["args"];
+    assert!(
+        args.as_array()
+            .expect("args")
+            .contains(&json!("--leader-election=false")),
+        "{args}"
+    );
+    assert!(!args.to_string().contains("--lease-name"), "{args}");
+}
+
+#[test]
+fn chart_crds_are_the_generated_crds() {
+    let root = common::root();
+    let names = |dir: &str| -> BTreeSet<String> {
+        std::fs::read_dir(root.join(dir))
+            .expect("crd dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(
+        names("crds"),
+        names("charts/dlq-operator/crds"),
+        "same CRD files"
+    );
+    for name in names("crds") {
+        let top = std::fs::read_to_string(root.join("crds").join(&name)).expect("read");
+        let chart = std::fs::read_to_string(root.join("charts/dlq-operator/crds").join(&name))
+            .expect("read");
+        assert!(top == chart, "charts/dlq-operator/crds/{name} differs from crds/{name}: cp crds/*.yaml charts/dlq-operator/crds/");
+    }
+    // What the Helm engine will install is those files.
+    let Some(helm) = Helm::new("chart_crds_are_the_generated_crds (Helm engine part)") else {
+        return;
+    };
+    let crds = helm
+        .call(
+            &["crds", &common::helm::chart_dir().display().to_string()],
+            None,
+        )
+        .expect("crds");
+    let crds = crds.as_object().expect("object");
+    assert_eq!(crds.len(), names("crds").len(), "{:?}", crds.keys());
+    for (path, text) in crds {
+        let name = path.trim_start_matches("crds/");
+        let top = std::fs::read_to_string(root.join("crds").join(name)).expect("read");
+        assert_eq!(text.as_str(), Some(top.as_str()), "{path}");
+    }
+}
+
+#[test]
+fn dashboard_configmap_ships_the_dashboard() {
+    let root = common::root();
+    let top =
+        std::fs::read_to_string(root.join("dashboards/dlq-overview.json")).expect("dashboard");
+    let copy =
+        std::fs::read_to_string(root.join("charts/dlq-operator/dashboards/dlq-overview.json"))
+            .expect("chart copy");
+    assert!(top == copy, "charts/dlq-operator/dashboards/dlq-overview.json differs: cp dashboards/dlq-overview.json charts/dlq-operator/dashboards/");
+    let Some(helm) = Helm::new("dashboard_configmap_ships_the_dashboard") else {
+        return;
+    };
+    let off = render(&helm, &json!({}));
+    assert!(
+        !off.iter().any(|o| o["kind"] == "ConfigMap"),
+        "no dashboard unless enabled"
+    );
+    let objects = render(
+        &helm,
+        &json!({"dashboard": {"enabled": true, "namespace": "grafana", "labels": {"x": "y"}}}),
+    );
+    let cm = find(&objects, "ConfigMap", &format!("{FULLNAME}-dashboard"));
+    assert_eq!(cm["metadata"]["namespace"], "grafana");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm["metadata"]["labels"]["x"], "y");
+    let shipped: Value =
+        serde_json::from_str(cm["data"]["dlq-overview.json"].as_str().expect("json key"))
+            .expect("dashboard JSON");
+    let original: Value = serde_json::from_str(&top).expect("dashboard JSON");
+    assert_eq!(shipped, original);
+}
+
+#[test]
+fn service_monitor_scrapes_the_metrics_service_with_the_operators_labels() {
+    let Some(helm) =
+        Helm::new("service_monitor_scrapes_the_metrics_service_with_the_operators_labels")
+    else {
+        return;
+    };
+    let objects = render(
+        &helm,
+        &json!({"serviceMonitor": {"enabled": true, "interval": "15s", "labels": {"release": "kps"}}}),
+    );
+    let sm = find(&objects, "ServiceMonitor", FULLNAME);
+    let svc = find(&objects, "Service", &format!("{FULLNAME}-metrics"));
+    assert_eq!(sm["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(sm["metadata"]["labels"]["release"], "kps");
+    for (k, v) in sm["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels")
+    {
+        assert_eq!(
+            &svc["metadata"]["labels"][k], v,
+            "selector {k} matches the Service"
+        );
+    }
+    // The Deployment's Pods carry no `component: metrics` label, so only the Service matches.
+    assert_eq!(sm["spec"]["namespaceSelector"]["matchNames"], json!([NS]));
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(ep["port"], svc["spec"]["ports"][0]["name"]);
+    assert_eq!(ep["path"], "/metrics");
+    assert_eq!(ep["interval"], "15s");
+    assert_eq!(
+        ep["honorLabels"], true,
+        "the series' namespace label is the DeadLetterQueue's"
+    );
+    let allowed: BTreeSet<&str> =
+        ["port", "path", "interval", "scrapeTimeout", "honorLabels"].into();
+    for k in ep.as_object().expect("endpoint").keys() {
+        assert!(
+            allowed.contains(k.as_str()),
+            "unexpected endpoint field {k}"
+        );
+    }
+}
+
+/// `promtool` on PATH, or `None` after reporting `test` as skipped.
+fn promtool(test: &str) -> Option<()> {
+    if Command::new("promtool").arg("--version").output().is_ok() {
+        Some(())
+    } else {
+        skip(
+            test,
+            "promtool is not installed (Debian package prometheus; .ci/run installs it)",
+        );
+        None
+    }
+}
+
+fn promtool_run(dir: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run promtool");
+    (out.status.success(), common::text(&out))
+}
+
+#[test]
+fn operator_health_rules_pass_promtool_and_fire_when_they_should() {
+    let test = "operator_health_rules_pass_promtool_and_fire_when_they_should";
+    let Some(helm) = Helm::new(test) else {
+        return;
+    };
+    let Some(()) = promtool(test) else {
+        return;
+    };
+    let objects = render(
+        &helm,
+        &json!({"prometheusRule": {"enabled": true, "downFor": "5m", "reconcileErrorsFor": "10m",
+                                   "alertLabels": {"team": "messaging"}}}),
+    );
+    let rule = find(&objects, "PrometheusRule", FULLNAME);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("rules.yaml"),
+        serde_yaml_ng::to_string(&rule["spec"]).expect("yaml"),
+    )
+    .expect("write");
+    let (ok, out) = promtool_run(dir.path(), &["check", "rules", "rules.yaml"]);
+    assert!(ok, "promtool check rules:\n{out}");
+
+    let job = format!("{FULLNAME}-metrics");
+    let test_file = json!({
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {   // Down for 10 minutes: fires after downFor (5m), not before.
+                "interval": "1m",
+                "input_series": [
+                    {"series": format!("up{{job=\"{job}\",namespace=\"{NS}\",pod=\"a\"}}"), "values": "0x10"},
+                    {"series": format!("dlq_operator_reconcile_total{{job=\"{job}\",namespace=\"{NS}\",kind=\"DeadLetterQueue\",result=\"success\"}}"), "values": "0+1x20"}
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "4m", "alertname": "DlqOperatorDown", "exp_alerts": []},
+                    {"eval_time": "6m", "alertname": "DlqOperatorDown", "exp_alerts": [
+                        {"exp_labels": {"severity": "critical", "team": "messaging"},
+                         "exp_annotations": {
+                            "summary": "dlq-operator is down",
+                            "description": rule["spec"]["groups"][0]["rules"][0]["annotations"]["description"]}}]},
+                    {"eval_time": "15m", "alertname": "DlqOperatorReconcileErrors", "exp_alerts": []}
+                ]
+            },
+            {   // One replica up (the other down), errors for 20 minutes: not down; errors fire after 10m.
+                "interval": "1m",
+                "input_series": [
+                    {"series": format!("up{{job=\"{job}\",namespace=\"{NS}\",pod=\"a\"}}"), "values": "1x20"},
+                    {"series": format!("up{{job=\"{job}\",namespace=\"{NS}\",pod=\"b\"}}"), "values": "0x20"},
+                    {"series": format!("dlq_operator_reconcile_total{{job=\"{job}\",namespace=\"{NS}\",kind=\"DeadLetterQueue\",result=\"unreachable\"}}"), "values": "0+3x20"}
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "15m", "alertname": "DlqOperatorDown", "exp_alerts": []},
+                    {"eval_time": "8m", "alertname": "DlqOperatorReconcileErrors", "exp_alerts": []},
+                    {"eval_time": "18m", "alertname": "DlqOperatorReconcileErrors", "exp_alerts": [
+                        {"exp_labels": {"severity": "warning", "team": "messaging", "kind": "DeadLetterQueue", "result": "unreachable"},
+                         "exp_annotations": {
+                            "summary": "dlq-operator reconciles of DeadLetterQueue fail: unreachable",
+                            "description": rule["spec"]["groups"][0]["rules"][1]["annotations"]["description"].as_str().expect("description")
+                                .replace("{{ $labels.kind }}", "DeadLetterQueue").replace("{{ $labels.result }}", "unreachable")}}]}
+                ]
+            },
+            {   // No target at all (never scraped): absent() makes it fire.
+                "interval": "1m",
+                "input_series": [
+                    {"series": "up{job=\"something-else\",namespace=\"x\"}", "values": "1x10"}
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "6m", "alertname": "DlqOperatorDown", "exp_alerts": [
+                        {"exp_labels": {"severity": "critical", "team": "messaging"},
+                         "exp_annotations": {
+                            "summary": "dlq-operator is down",
+                            "description": rule["spec"]["groups"][0]["rules"][0]["annotations"]["description"]}}]}
+                ]
+            }
+        ]
+    });
+    std::fs::write(
+        dir.path().join("test.yaml"),
+        serde_yaml_ng::to_string(&test_file).expect("yaml"),
+    )
+    .expect("write");
+    let (ok, out) = promtool_run(dir.path(), &["test", "rules", "test.yaml"]);
+    assert!(ok, "promtool test rules:\n{out}");
+}
+
+#[test]
+fn notes_tell_the_user_what_to_do_next() {
+    let Some(helm) = Helm::new("notes_tell_the_user_what_to_do_next") else {
+        return;
+    };
+    let notes = helm.notes(&json!({"watchNamespace": "apps"}), RELEASE, NS);
+    for needle in [
+        "namespace apps only",
+        "kubectl -n dlq-system get deploy,pods -l app.kubernetes.io/instance=dlq",
+        "kubectl -n apps create secret generic",
+        "kubectl get retrypolicies,deadletterqueues -A",
+        "dlq-dlq-operator-metrics:8080",
+        "honor_labels: true",
+        "charts/dlq-operator/crds/",
+    ] {
+        assert!(
+            notes.contains(needle),
+            "NOTES.txt lacks {needle:?}:\n{notes}"
+        );
+    }
+}
