@@ -21,6 +21,8 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use prometheus::core::Collector;
+use prometheus::proto::MetricType;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
@@ -39,6 +41,8 @@ pub struct Metrics {
     reconcile_total: IntCounterVec,
     reconcile_duration: HistogramVec,
     backlog: BacklogMetrics,
+    /// Every collector [`Metrics::new`] registered, for [`Metrics::exported_names`].
+    collectors: Arc<[Box<dyn Collector>]>,
 }
 
 /// One queue's depth for [`Metrics::record_backlog`].
@@ -68,6 +72,20 @@ struct BacklogMetrics {
     alert_state: prometheus::GaugeVec,
     growth: prometheus::GaugeVec,
     written: std::sync::Arc<std::sync::Mutex<WrittenSeries>>,
+}
+
+impl BacklogMetrics {
+    /// Every backlog family.
+    fn gauges(&self) -> [&prometheus::GaugeVec; 6] {
+        [
+            &self.depth,
+            &self.baseline,
+            &self.threshold,
+            &self.ratio,
+            &self.alert_state,
+            &self.growth,
+        ]
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -103,19 +121,9 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric definition");
-        registry
-            .register(Box::new(reconcile_total.clone()))
-            .expect("metric registered once");
-        registry
-            .register(Box::new(reconcile_duration.clone()))
-            .expect("metric registered once");
         let gauge = |name: &str, help: &str, labels: &[&str]| {
-            let g = prometheus::GaugeVec::new(Opts::new(name, help), labels)
-                .expect("valid metric definition");
-            registry
-                .register(Box::new(g.clone()))
-                .expect("metric registered once");
-            g
+            prometheus::GaugeVec::new(Opts::new(name, help), labels)
+                .expect("valid metric definition")
         };
         let per_resource = ["namespace", "name"];
         let backlog = BacklogMetrics {
@@ -151,11 +159,18 @@ impl Metrics {
             ),
             written: Default::default(),
         };
+        let mut collectors: Vec<Box<dyn Collector>> = Vec::new();
+        register(&registry, &mut collectors, &reconcile_total);
+        register(&registry, &mut collectors, &reconcile_duration);
+        for g in backlog.gauges() {
+            register(&registry, &mut collectors, g);
+        }
         Metrics {
             registry,
             reconcile_total,
             reconcile_duration,
             backlog,
+            collectors: collectors.into(),
         }
     }
 
@@ -257,6 +272,30 @@ impl Metrics {
             .unwrap_or(0)
     }
 
+    /// Every sample name `/metrics` can export, sorted: the `fq_name` of each registered
+    /// collector's descriptors, with a histogram's `_bucket`, `_sum` and `_count` in place
+    /// of its family name (and a summary's quantile samples under the family name, plus
+    /// `_sum` and `_count`). Derived from the collectors [`Metrics::new`] registers, so it
+    /// cannot drift from what is exported; families that other modules add through
+    /// [`Metrics::registry`] are not included. The dashboard test
+    /// (`tests/dashboard.rs`) checks every metric a Grafana query selects against it.
+    pub fn exported_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for c in self.collectors.iter() {
+            let families = c.collect();
+            for desc in c.desc() {
+                let kind = families
+                    .iter()
+                    .find(|f| f.name() == desc.fq_name)
+                    .map(|f| f.get_field_type());
+                names.extend(sample_names(&desc.fq_name, kind));
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// The registry, for other modules to register their families.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -271,6 +310,28 @@ impl Metrics {
             tracing::error!(error = %e, "encoding metrics failed");
         }
         String::from_utf8_lossy(&buf).into_owned()
+    }
+}
+
+/// Registers `c` in `registry` and keeps a handle on it in `collectors`.
+fn register<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    collectors: &mut Vec<Box<dyn Collector>>,
+    c: &C,
+) {
+    registry
+        .register(Box::new(c.clone()))
+        .expect("metric registered once");
+    collectors.push(Box::new(c.clone()));
+}
+
+/// The sample names of family `name` of type `kind` in the text exposition format.
+fn sample_names(name: &str, kind: Option<MetricType>) -> Vec<String> {
+    let suffixed = |suffixes: &[&str]| suffixes.iter().map(|s| format!("{name}{s}")).collect();
+    match kind {
+        Some(MetricType::HISTOGRAM) => suffixed(&["_bucket", "_sum", "_count"]),
+        Some(MetricType::SUMMARY) => suffixed(&["", "_sum", "_count"]),
+        _ => vec![name.to_string()],
     }
 }
 
@@ -425,6 +486,49 @@ mod tests {
         let text = m.render();
         assert!(!text.contains(r#"namespace="ns""#), "{text}");
         assert!(m.backlog_resources().is_empty());
+    }
+
+    #[test]
+    fn exported_names_are_the_sample_names_of_the_registered_families() {
+        let m = Metrics::new();
+        let names = m.exported_names();
+        for n in [
+            "dlq_backlog_ratio",
+            "dlq_queue_depth",
+            "dlq_operator_reconcile_total",
+            "dlq_operator_reconcile_duration_seconds_bucket",
+            "dlq_operator_reconcile_duration_seconds_sum",
+            "dlq_operator_reconcile_duration_seconds_count",
+        ] {
+            assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
+        }
+        assert!(!names
+            .iter()
+            .any(|x| x == "dlq_operator_reconcile_duration_seconds"));
+        // Every sample `/metrics` renders, once each family has a series, is listed.
+        m.record_reconcile("DeadLetterQueue", "success", 0.02);
+        let p = crate::monitor::Params::from_spec(
+            &serde_json::from_value(serde_json::json!({"threshold": 100})).expect("spec"),
+        )
+        .expect("params");
+        let eval = crate::monitor::Evaluator::new(p).observe(0, 0);
+        let queue = QueueSample {
+            queue: "q.dlq",
+            role: "dead_letter",
+            tier: "",
+            depth: 3,
+        };
+        m.record_backlog("ns", "q", &[queue], &eval);
+        let text = m.render();
+        let rendered: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        assert!(rendered.len() >= 8, "{text}");
+        for n in &rendered {
+            assert!(names.iter().any(|x| x == n), "{n} rendered but not listed");
+        }
     }
 
     #[test]
