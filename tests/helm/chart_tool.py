@@ -13,12 +13,19 @@ tests/e2e_chart.rs) make every assertion; this script only runs the tools.
   crds CHART                               the chart's crds/: {"crds/x.yaml": "text", ...}
   validate VERSION                         stdin: YAML stream; strict kubernetes-validate of
                                            each document: [{"kind", "name", "result", "error"}]
-  install KUBECONFIG CHART VALUES_JSON NAME NS   helm install (no wait): the release
-  upgrade KUBECONFIG CHART VALUES_JSON NAME NS   helm upgrade (no wait): the release
+  install KUBECONFIG CHART VALUES_JSON NAME NS APPLY
+                                           helm install (no wait): the release
+  upgrade KUBECONFIG CHART VALUES_JSON NAME NS APPLY
+                                           helm upgrade (no wait): the release
   uninstall KUBECONFIG NAME NS             helm uninstall (wait for deletion): the result
 
-VALUES_JSON is a JSON object (a string, not a file) of user-supplied values.
+VALUES_JSON is a JSON object (a string, not a file) of user-supplied values. APPLY is
+`server-side` (Helm 4's default) or `client-side` (`helm install --server-side=false`, Helm
+3's way): before Kubernetes 1.25 the API server refuses a server-side apply of CRDs with
+x-kubernetes-validations ("field not declared in schema").
 """
+
+import contextlib
 
 import json
 import sys
@@ -117,20 +124,43 @@ def _config(kubeconfig, namespace):
     return helm.Config(kubeconfig_path=kubeconfig, namespace=namespace)
 
 
+@contextlib.contextmanager
+def _apply_mode(mode, as_string=False):
+    """Sets Helm's server_side_apply option (the CLI's --server-side) for one call: the
+    SDK's install/upgrade do not expose it, so it is added to the options they pass.
+    Install takes a boolean, upgrade a string ("true", "false" or "auto")."""
+    from helm_python import config
+
+    if mode not in ("server-side", "client-side"):
+        raise SystemExit(f"APPLY must be server-side or client-side, not {mode!r}")
+    original = config._opts
+
+    def opts(**pairs):
+        server_side = mode == "server-side"
+        pairs.setdefault("server_side_apply", str(server_side).lower() if as_string else server_side)
+        return original(**pairs)
+
+    config._opts = opts
+    try:
+        yield
+    finally:
+        config._opts = original
+
+
 def cmd_install(args):
-    kubeconfig, chart, values, name, namespace = args
-    with _config(kubeconfig, namespace) as cfg:
+    kubeconfig, chart, values, name, namespace, mode = args
+    with _config(kubeconfig, namespace) as cfg, _apply_mode(mode):
         release = cfg.install(
             chart, name, _values(values), namespace=namespace, create_namespace=True, timeout=120
         )
-    _out({k: release.get(k) for k in ("name", "namespace", "version", "info", "manifest")})
+    _out({k: release.get(k) for k in ("name", "namespace", "revision", "status", "manifest")})
 
 
 def cmd_upgrade(args):
-    kubeconfig, chart, values, name, namespace = args
-    with _config(kubeconfig, namespace) as cfg:
+    kubeconfig, chart, values, name, namespace, mode = args
+    with _config(kubeconfig, namespace) as cfg, _apply_mode(mode, as_string=True):
         release = cfg.upgrade(chart, name, _values(values), namespace=namespace, timeout=120)
-    _out({k: release.get(k) for k in ("name", "namespace", "version", "info", "manifest")})
+    _out({k: release.get(k) for k in ("name", "namespace", "revision", "status", "manifest")})
 
 
 def cmd_uninstall(args):
@@ -146,8 +176,8 @@ COMMANDS = {
     "template": (cmd_template, 4),
     "crds": (cmd_crds, 1),
     "validate": (cmd_validate, 1),
-    "install": (cmd_install, 5),
-    "upgrade": (cmd_upgrade, 5),
+    "install": (cmd_install, 6),
+    "upgrade": (cmd_upgrade, 6),
     "uninstall": (cmd_uninstall, 3),
 }
 
