@@ -1,0 +1,223 @@
+//! README.md's reference tables cannot drift from their sources.
+//!
+//! - "Configuration reference": every field path of each CRD's `openAPIV3Schema` under
+//!   `spec` and `status` (objects' properties, arrays' items as `[]`, e.g.
+//!   `status.conditions[].reason`) is written as a `` `spec.…` `` / `` `status.…` `` code
+//!   span in that kind's subsection, and every such path written there exists in the
+//!   schema, so the manual can neither miss a field nor invent one.
+//! - "Chart values": every key path of charts/dlq-operator/values.yaml (maps and leaves,
+//!   e.g. `image` and `image.repository`) is in the first column of the values table, and
+//!   every key in that column exists in values.yaml.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde_json::Value;
+
+/// Heading of the README section that documents both CRDs.
+const REFERENCE_HEADING: &str = "## Configuration reference";
+/// Heading of the README subsection holding the Helm values table.
+const VALUES_HEADING: &str = "### Chart values";
+/// (kind, CRD file under crds/).
+const KINDS: [(&str, &str); 2] = [
+    ("RetryPolicy", "retrypolicies.dlqoperator.io.yaml"),
+    ("DeadLetterQueue", "deadletterqueues.dlqoperator.io.yaml"),
+];
+
+fn read(relative: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// Whether `line` opens or closes a fenced code block.
+fn is_fence(line: &str) -> bool {
+    line.trim_start().starts_with("```")
+}
+
+/// The markdown heading level of `line` (`## X` → 2), 0 for any other line.
+fn heading_level(line: &str) -> usize {
+    let hashes = line.chars().take_while(|c| *c == '#').count();
+    if hashes > 0 && line[hashes..].starts_with(' ') {
+        hashes
+    } else {
+        0
+    }
+}
+
+/// The prose lines (fenced code blocks left out) after the heading line that starts
+/// with `heading`, up to the next heading of the same or a higher level.
+fn section(text: &str, heading: &str) -> String {
+    let level = heading_level(heading);
+    let (mut inside, mut in_code, mut found) = (false, false, false);
+    let mut out = String::new();
+    for line in text.lines() {
+        if is_fence(line) {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let l = heading_level(line);
+        if inside && l > 0 && l <= level {
+            break;
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        } else if line.starts_with(heading) {
+            (inside, found) = (true, true);
+        }
+    }
+    assert!(found, "README.md has no heading starting with {heading:?}");
+    out
+}
+
+/// Contents of the inline code spans (single backticks) of `text`.
+fn code_spans(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// Whether `span` is a field path such as `spec.backoff.strategy` or
+/// `status.conditions[].type`.
+fn is_field_path(span: &str) -> bool {
+    let mut parts = span.split('.');
+    matches!(parts.next(), Some("spec" | "status"))
+        && parts.clone().next().is_some()
+        && parts.all(|p| {
+            let name = p.strip_suffix("[]").unwrap_or(p);
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric())
+        })
+}
+
+/// Every property path below `node` (an openAPIV3Schema node) into `out`.
+fn schema_paths(prefix: &str, node: &Value, out: &mut BTreeSet<String>) {
+    if let Some(props) = node.get("properties").and_then(Value::as_object) {
+        for (name, child) in props {
+            let path = format!("{prefix}.{name}");
+            out.insert(path.clone());
+            schema_paths(&path, child, out);
+        }
+    }
+    if let Some(items) = node.get("items") {
+        schema_paths(&format!("{prefix}[]"), items, out);
+    }
+}
+
+/// The `spec` and `status` field paths of the CRD in `crds/<file>`.
+fn crd_paths(file: &str) -> BTreeSet<String> {
+    let crd: Value = serde_yaml_ng::from_str(&read(&format!("crds/{file}"))).expect(file);
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+    let mut out = BTreeSet::new();
+    for top in ["spec", "status"] {
+        assert!(schema[top].is_object(), "{file}: no {top} in the schema");
+        schema_paths(top, &schema[top], &mut out);
+    }
+    out
+}
+
+/// Every key path of a values.yaml mapping (maps and leaves; list items are not keys).
+fn value_paths(prefix: &str, node: &Value, out: &mut BTreeSet<String>) {
+    if let Some(map) = node.as_object() {
+        for (key, child) in map {
+            let path = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            out.insert(path.clone());
+            value_paths(&path, child, out);
+        }
+    }
+}
+
+/// The code spans of the first cell of each table row of `text` (header and rule
+/// rows carry none).
+fn first_column_spans(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix('|'))
+        .filter_map(|rest| rest.split('|').next())
+        .flat_map(|cell| code_spans(cell).into_iter().map(str::to_string))
+        .collect()
+}
+
+/// Panics with both lists when either is non-empty.
+fn assert_same(what: &str, missing: &[&String], unknown: &[&String]) {
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "{what}:\n  missing from README.md ({}): {missing:?}\n  in README.md but not in the source ({}): {unknown:?}",
+        missing.len(),
+        unknown.len()
+    );
+}
+
+#[test]
+fn configuration_reference_matches_the_crd_schemas() {
+    let readme = read("README.md");
+    let reference = section(&readme, REFERENCE_HEADING);
+    let mut any_kind = BTreeSet::new();
+    for (kind, file) in KINDS {
+        any_kind.extend(crd_paths(file));
+        let documented: BTreeSet<String> = code_spans(&section(&reference, &format!("### {kind}")))
+            .into_iter()
+            .filter(|s| is_field_path(s))
+            .map(str::to_string)
+            .collect();
+        let schema = crd_paths(file);
+        let missing: Vec<&String> = schema.difference(&documented).collect();
+        let unknown: Vec<&String> = documented.difference(&schema).collect();
+        assert_same(
+            &format!(
+                "{kind} fields (crds/{file}) vs README.md \"{REFERENCE_HEADING}\" → \"### {kind}\""
+            ),
+            &missing,
+            &unknown,
+        );
+    }
+    // Outside the two subsections too, the section names only fields that exist.
+    let unknown: Vec<String> = code_spans(&reference)
+        .into_iter()
+        .filter(|s| is_field_path(s) && !any_kind.contains(*s))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "README.md \"{REFERENCE_HEADING}\" names fields no CRD has: {unknown:?}"
+    );
+}
+
+#[test]
+fn values_table_matches_values_yaml() {
+    let readme = read("README.md");
+    let table = first_column_spans(&section(&readme, VALUES_HEADING));
+    let values: Value =
+        serde_yaml_ng::from_str(&read("charts/dlq-operator/values.yaml")).expect("values.yaml");
+    let mut keys = BTreeSet::new();
+    value_paths("", &values, &mut keys);
+    let missing: Vec<&String> = keys.difference(&table).collect();
+    let unknown: Vec<&String> = table.difference(&keys).collect();
+    assert_same(
+        &format!("charts/dlq-operator/values.yaml keys vs README.md \"{VALUES_HEADING}\" table"),
+        &missing,
+        &unknown,
+    );
+}
+
+#[test]
+fn helpers_find_what_they_should() {
+    let text = "# A\n## Configuration reference\nx `spec.a.b` `spec: {}` `status.c[].d`\n```yaml\n# comment, not a heading\nx: `spec.code`\n```\n### K\n`spec.k`\n## Next\n`spec.z`\n";
+    let reference = section(text, REFERENCE_HEADING);
+    assert!(reference.contains("`spec.k`") && !reference.contains("spec.z"));
+    assert!(!reference.contains("spec.code"), "fenced code is not prose");
+    assert_eq!(section(&reference, "### K").trim(), "`spec.k`");
+    let paths: Vec<&str> = code_spans(&reference)
+        .into_iter()
+        .filter(|s| is_field_path(s))
+        .collect();
+    assert_eq!(paths, ["spec.a.b", "status.c[].d", "spec.k"]);
+    let rows = "| key | default |\n|---|---|\n| `a.b`, `a.c` | `x` |\n";
+    assert_eq!(
+        first_column_spans(rows).into_iter().collect::<Vec<_>>(),
+        ["a.b", "a.c"]
+    );
+}
