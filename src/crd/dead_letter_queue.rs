@@ -518,10 +518,11 @@ pub struct DeadLetterQueueStatus {
     /// Threshold depth (messages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
-    /// Backlog ratio `(D − B) / (T − B)`.
+    /// Backlog ratio `(D − B) / max(T − B, minHeadroom)`; 1 is the threshold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backlog_ratio: Option<f64>,
-    /// `Inactive`, `Pending` or `Firing`.
+    /// `Inactive`, `Pending` or `Firing`; `Unknown` while the depth cannot be read (the
+    /// `BacklogHigh` condition says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alert_state: Option<String>,
     /// RFC 3339 time since which the ratio has been ≥ 1.
