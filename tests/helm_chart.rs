@@ -508,7 +508,33 @@ fn schema_refuses_wrong_values_with_a_clear_message() {
             "watchNamespace",
         ),
         (json!({"resync": "5 minutes"}), "resync"),
+        (json!({"resync": "1234567890s"}), "resync"),
         (json!({"serviceMonitor": {"enabled": "yes"}}), "enabled"),
+        (json!({"prometheusRule": {"downFor": "1m5h"}}), "downFor"),
+        (json!({"serviceMonitor": {"interval": "1s1s"}}), "interval"),
+        (
+            json!({"leaderElection": {"leaseName": "Bad Name"}}),
+            "leaseName",
+        ),
+        (json!({"serviceAccount": {"name": "Bad_Name"}}), "name"),
+        (json!({"nameOverride": "Dlq.Op"}), "nameOverride"),
+        (
+            json!({"labelSelector": "a=b\n- --namespace=x"}),
+            "labelSelector",
+        ),
+        (
+            json!({"commonLabels": {"app.kubernetes.io/instance": "x"}}),
+            "commonLabels",
+        ),
+        (
+            json!({"podLabels": {"team": "a value with spaces"}}),
+            "podLabels",
+        ),
+        (json!({"image": {"repository": "reg/x:1.0"}}), "repository"),
+        (json!({"image": {"repository": " "}}), "repository"),
+        (json!({"resources": {"limits": {"cpu": "lots"}}}), "cpu"),
+        (json!({"metrics": {"port": 80}}), "port"),
+        (json!({"replicaCount": 2147483648_u64}), "replicaCount"),
     ] {
         let err = helm
             .call(&["schema", &chart, &values.to_string()], None)
@@ -527,6 +553,25 @@ fn schema_refuses_wrong_values_with_a_clear_message() {
         helm.call(&["schema", &chart, &values.to_string()], None)
             .unwrap_or_else(|e| panic!("{name}: schema refused documented values: {e}"));
     }
+    // Values the schema cannot judge, refused by the templates with a message.
+    for (values, needle) in [
+        (json!({"resync": "5s"}), "under 10s"),
+        (json!({"resync": "0m"}), "under 10s"),
+        (
+            json!({"prometheusRule": {"enabled": true}}),
+            "serviceMonitor.enabled",
+        ),
+    ] {
+        let err = helm
+            .template(&values, RELEASE, NS)
+            .expect_err(&format!("rendered {values}"));
+        assert!(err.contains(needle), "{values}: {err}");
+    }
+    // A legal Helm release name that is no legal Service name.
+    let err = helm
+        .template(&json!({}), "1rel", NS)
+        .expect_err("release 1rel rendered");
+    assert!(err.contains("DNS-1035"), "{err}");
     // Two replicas without leader election would reconcile at once: refused by the chart.
     let err = helm
         .template(&json!({"leaderElection": {"enabled": false}}), RELEASE, NS)
@@ -705,7 +750,8 @@ fn operator_health_rules_pass_promtool_and_fire_when_they_should() {
     };
     let objects = render(
         &helm,
-        &json!({"prometheusRule": {"enabled": true, "downFor": "5m", "reconcileErrorsFor": "10m",
+        &json!({"serviceMonitor": {"enabled": true},
+                "prometheusRule": {"enabled": true, "downFor": "5m", "reconcileErrorsFor": "10m",
                                    "alertLabels": {"team": "messaging"}}}),
     );
     let rule = find(&objects, "PrometheusRule", FULLNAME);
@@ -732,7 +778,7 @@ fn operator_health_rules_pass_promtool_and_fire_when_they_should() {
                 "alert_rule_test": [
                     {"eval_time": "4m", "alertname": "DlqOperatorDown", "exp_alerts": []},
                     {"eval_time": "6m", "alertname": "DlqOperatorDown", "exp_alerts": [
-                        {"exp_labels": {"severity": "critical", "team": "messaging"},
+                        {"exp_labels": {"severity": "critical", "team": "messaging", "namespace": NS, "job": job},
                          "exp_annotations": {
                             "summary": "dlq-operator is down",
                             "description": rule["spec"]["groups"][0]["rules"][0]["annotations"]["description"]}}]},
@@ -750,7 +796,7 @@ fn operator_health_rules_pass_promtool_and_fire_when_they_should() {
                     {"eval_time": "15m", "alertname": "DlqOperatorDown", "exp_alerts": []},
                     {"eval_time": "8m", "alertname": "DlqOperatorReconcileErrors", "exp_alerts": []},
                     {"eval_time": "18m", "alertname": "DlqOperatorReconcileErrors", "exp_alerts": [
-                        {"exp_labels": {"severity": "warning", "team": "messaging", "kind": "DeadLetterQueue", "result": "unreachable"},
+                        {"exp_labels": {"severity": "warning", "team": "messaging", "namespace": NS, "job": job, "kind": "DeadLetterQueue", "result": "unreachable"},
                          "exp_annotations": {
                             "summary": "dlq-operator reconciles of DeadLetterQueue fail: unreachable",
                             "description": rule["spec"]["groups"][0]["rules"][1]["annotations"]["description"].as_str().expect("description")
@@ -764,7 +810,7 @@ fn operator_health_rules_pass_promtool_and_fire_when_they_should() {
                 ],
                 "alert_rule_test": [
                     {"eval_time": "6m", "alertname": "DlqOperatorDown", "exp_alerts": [
-                        {"exp_labels": {"severity": "critical", "team": "messaging"},
+                        {"exp_labels": {"severity": "critical", "team": "messaging", "namespace": NS, "job": job},
                          "exp_annotations": {
                             "summary": "dlq-operator is down",
                             "description": rule["spec"]["groups"][0]["rules"][0]["annotations"]["description"]}}]}
@@ -801,4 +847,47 @@ fn notes_tell_the_user_what_to_do_next() {
             "NOTES.txt lacks {needle:?}:\n{notes}"
         );
     }
+}
+
+#[test]
+fn string_values_reach_the_pod_verbatim_and_cluster_names_carry_the_namespace() {
+    let Some(helm) =
+        Helm::new("string_values_reach_the_pod_verbatim_and_cluster_names_carry_the_namespace")
+    else {
+        return;
+    };
+    // YAML-significant characters in a string value stay one argument, unchanged.
+    let objects = render(
+        &helm,
+        &json!({"labelSelector": "env in (prod, stage),tier: a #b"}),
+    );
+    let args = &container(&objects)["args"];
+    assert!(
+        args.as_array()
+            .expect("args")
+            .contains(&json!("--selector=env in (prod, stage),tier: a #b")),
+        "{args}"
+    );
+    // Two releases of the same name in two namespaces do not share a ClusterRole.
+    let names = |ns: &str| -> BTreeSet<String> {
+        helm.template(&json!({}), RELEASE, ns)
+            .expect("render")
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "ClusterRoleBinding")
+            .map(|o| o["metadata"]["name"].as_str().expect("name").to_string())
+            .collect()
+    };
+    let (a, b) = (names("shard-a"), names("shard-b"));
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert!(a.is_disjoint(&b), "{a:?} {b:?}");
+    // A long release name keeps the metrics Service's suffix, and the name a DNS label.
+    let release = "a-release-name-of-fifty-three-characters-long-xxxxxxx";
+    assert_eq!(release.len(), 53);
+    let objects = helm.template(&json!({}), release, NS).expect("render");
+    let svc = objects
+        .iter()
+        .find(|o| o["kind"] == "Service")
+        .expect("service");
+    let name = svc["metadata"]["name"].as_str().expect("name");
+    assert!(name.ends_with("-metrics") && name.len() <= 63, "{name}");
 }

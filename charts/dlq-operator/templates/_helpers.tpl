@@ -51,10 +51,31 @@ app.kubernetes.io/part-of: dlq-operator
 
 {{/* The metrics Service's name: Prometheus' job label under a ServiceMonitor. */}}
 {{- define "dlq-operator.metricsService" -}}
-{{- printf "%s-metrics" (include "dlq-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-metrics" (include "dlq-operator.fullname" . | trunc 55 | trimSuffix "-") }}
 {{- end }}
 
-{{/* The container image. */}}
+{{/* Name of the cluster-scoped objects (and of the Role in watchNamespace): the release
+namespace is part of it, so that releases of the same name in two namespaces (shards) do
+not collide. */}}
+{{- define "dlq-operator.clusterName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "dlq-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fails the render unless the full name is a DNS-1035 label (Service names must be):
+a release name such as "my.rel" or "1rel" is a legal Helm name but not a legal Service. */}}
+{{- define "dlq-operator.checkNames" -}}
+{{- $full := include "dlq-operator.fullname" . }}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full) }}
+{{- fail (printf "the object name %q (release name / nameOverride / fullnameOverride) must be a DNS-1035 label: lower-case letters, digits and '-', starting with a letter" $full) }}
+{{- end }}
+{{- end }}
+
+{{/* The container image: repository@digest when image.digest is set, else repository:tag
+(tag default: the chart's appVersion). */}}
 {{- define "dlq-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
