@@ -327,6 +327,21 @@ fn rbac_grants_exactly_the_operators_api_calls() {
     assert_bindings(&objects, "single-replica");
 }
 
+/// The container's arguments.
+fn args_of(c: &Value) -> Vec<&str> {
+    c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// The literal value of the container's environment variable `name`.
+fn env<'a>(c: &'a Value, name: &str) -> Option<&'a str> {
+    c["env"].as_array()?.iter().find(|e| e["name"] == name)?["value"].as_str()
+}
+
 fn container(objects: &[Value]) -> &Value {
     &find(objects, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"][0]
 }
@@ -364,20 +379,12 @@ fn deployment_is_hardened_probed_and_configured_from_values() {
         c["readinessProbe"]["httpGet"],
         json!({"path": "/readyz", "port": port})
     );
-    let args: Vec<&str> = c["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let args = args_of(c);
     assert!(
         args.contains(&"--log-format=json") && args.contains(&"--leader-election=true"),
         "{args:?}"
     );
-    assert!(c["env"]
-        .as_array()
-        .expect("env")
-        .contains(&json!({"name": "RUST_LOG", "value": "info"})));
+    assert_eq!(env(c, "RUST_LOG"), Some("info"));
     // The Service reaches the container's port.
     let svc = find(&objects, "Service", &format!("{FULLNAME}-metrics"));
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], port);
@@ -407,20 +414,12 @@ fn deployment_is_hardened_probed_and_configured_from_values() {
     assert_eq!(pod["metadata"]["labels"]["tier"], "ops");
     assert_eq!(pod["metadata"]["labels"]["team"], "messaging");
     assert_eq!(pod["metadata"]["annotations"]["owner"], "platform");
-    let args: Vec<&str> = c["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let args = args_of(c);
     assert!(
         args.contains(&"--log-format=text") && args.contains(&"--selector=dlqoperator.io/shard=a"),
         "{args:?}"
     );
-    assert!(c["env"]
-        .as_array()
-        .expect("env")
-        .contains(&json!({"name": "RUST_LOG", "value": "debug"})));
+    assert_eq!(env(c, "RUST_LOG"), Some("debug"));
     for o in &objects {
         assert_eq!(
             o["metadata"]["labels"]["team"], "messaging",

@@ -102,16 +102,7 @@ impl Helm {
         name: &str,
         namespace: &str,
     ) -> Result<Vec<Value>, String> {
-        let rendered = self.call(
-            &[
-                "template",
-                &chart_dir().display().to_string(),
-                &values.to_string(),
-                name,
-                namespace,
-            ],
-            None,
-        )?;
+        let rendered = self.rendered(values, name, namespace)?;
         let mut objects = Vec::new();
         let files = rendered.as_object().expect("template answers an object");
         for (path, text) in files {
@@ -130,20 +121,23 @@ impl Helm {
         Ok(objects)
     }
 
+    /// The engine's answer to `template`: every template path and its rendered text.
+    fn rendered(&self, values: &Value, name: &str, namespace: &str) -> Result<Value, String> {
+        self.call(
+            &[
+                "template",
+                &chart_dir().display().to_string(),
+                &values.to_string(),
+                name,
+                namespace,
+            ],
+            None,
+        )
+    }
+
     /// NOTES.txt as rendered for `values`.
     pub fn notes(&self, values: &Value, name: &str, namespace: &str) -> String {
-        let rendered = self
-            .call(
-                &[
-                    "template",
-                    &chart_dir().display().to_string(),
-                    &values.to_string(),
-                    name,
-                    namespace,
-                ],
-                None,
-            )
-            .expect("render");
+        let rendered = self.rendered(values, name, namespace).expect("render");
         rendered["dlq-operator/templates/NOTES.txt"]
             .as_str()
             .expect("NOTES.txt rendered")
