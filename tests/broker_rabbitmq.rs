@@ -1015,3 +1015,55 @@ async fn depths_from_the_prometheus_plugin_agree_with_the_management_api() {
     assert_eq!(d.get(&q).map(|d| d.messages), Some(3));
     raw.delete(&format!("queues/%2F/{q}")).await;
 }
+
+/// The operator needs no more than the `policymaker` tag plus permissions on the vhost:
+/// an apply under such a user creates everything (no admin-only endpoint is called), and a
+/// vhost it cannot use is reported NotFound by name.
+#[tokio::test]
+async fn a_policymaker_user_can_apply_and_a_missing_vhost_is_named() {
+    let q = unique("policymaker");
+    let raw = Raw::new();
+    let user = format!("{q}-user");
+    assert!(
+        [201, 204].contains(
+            &raw.put(
+                &format!("users/{user}"),
+                json!({"password": "pm-secret", "tags": "policymaker"})
+            )
+            .await
+        ),
+        "create user"
+    );
+    assert!([201, 204].contains(
+        &raw.put(
+            &format!("permissions/%2F/{user}"),
+            json!({"configure": ".*", "write": ".*", "read": ".*"})
+        )
+        .await
+    ));
+    let conn = BrokerConnection::from_secret_data(
+        "rabbitmq",
+        &secret(&[
+            (
+                "uri",
+                &format!("amqp://{user}:pm-secret@127.0.0.1:5672/%2f"),
+            ),
+            ("managementUri", MGMT_URI),
+        ]),
+    )
+    .expect("valid secret");
+    let broker = RabbitMq::new(&conn).expect("client");
+    let result = broker.apply(&topo(&q, &["1s"])).await;
+    let missing = broker
+        .ensure_vhost("no-such-vhost-dlq-test")
+        .await
+        .expect_err("missing vhost");
+    raw.delete(&format!("users/{user}")).await;
+    let report = result.expect("apply as policymaker");
+    assert!(report.is_ready(), "{report}");
+    assert!(
+        matches!(&missing, BrokerError::NotFound { what } if what.contains("no-such-vhost-dlq-test")),
+        "{missing:?}"
+    );
+    raw.cleanup(&q).await;
+}

@@ -900,10 +900,37 @@ impl RabbitMq {
         }
     }
 
+    /// Checks that `vhost` exists and the user has permissions on it, from
+    /// `GET /api/vhosts?columns=name` — the vhosts the user may use. Not
+    /// `GET /api/vhosts/{vhost}`: RabbitMQ answers that one only to the `administrator`
+    /// tag (401 "Not administrator user" even for `policymaker`), and the operator needs
+    /// no more than `policymaker` (RabbitMQ management plugin docs, "Permissions").
+    ///
+    /// # Errors
+    /// [`BrokerError::NotFound`] when the vhost is not in the list; transport and
+    /// authentication errors.
+    pub async fn ensure_vhost(&self, vhost: &str) -> Result<(), BrokerError> {
+        #[derive(serde::Deserialize)]
+        struct Name {
+            name: String,
+        }
+        let vhosts: Vec<Name> = self
+            .mgmt
+            .get_json("vhosts?columns=name", "the vhost list")
+            .await?;
+        if vhosts.iter().any(|v| v.name == vhost) {
+            Ok(())
+        } else {
+            Err(BrokerError::NotFound {
+                what: format!("vhost {vhost:?} (or the user has no permissions on it)"),
+            })
+        }
+    }
+
     /// Reads what the broker has for `plan`, with requests whose cost does not grow with
     /// the number of objects in the vhost (the management API's listings of queues and
     /// bindings take tens of milliseconds per thousand queues, and an apply of 1,000
-    /// resources would otherwise cost O(n²)): `GET /api/vhosts/{vhost}`; one GET per
+    /// resources would otherwise cost O(n²)): `GET /api/vhosts` ([`RabbitMq::ensure_vhost`]); one GET per
     /// planned exchange, queue and exchange/queue binding pair; the vhost's policies; and
     /// the queues named `<retry exchange>.*` through the filtered, paginated listing
     /// (`name=…&use_regex=true`) plus their bindings, to find obsolete tiers.
@@ -913,12 +940,7 @@ impl RabbitMq {
     pub async fn snapshot(&self, plan: &DesiredTopology) -> Result<Snapshot, BrokerError> {
         let vhost = plan.vhost.as_str();
         let v = enc(vhost);
-        self.mgmt
-            .get_json::<Value>(
-                &format!("vhosts/{v}?columns=name"),
-                &format!("vhost {vhost:?}"),
-            )
-            .await?;
+        self.ensure_vhost(vhost).await?;
         let mut snap = Snapshot::default();
         let exchange_names = plan
             .exchanges
