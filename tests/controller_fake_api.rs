@@ -702,6 +702,20 @@ async fn delete_with_retain_releases_at_once_and_keeps_broker_objects() {
     assert!(mgmt_get(&format!("/api/queues/%2F/{q}.dlq"))
         .await
         .is_some());
+
+    // The same release when the object is already gone (its CRD deleted, or the
+    // finalizer removed by hand, under a stale cache): done, not a failed reconcile.
+    fake.remove(&format!("{DLQ_PATH}/orders"));
+    let action = dead_letter_queue::reconcile(Arc::new(deleting.build()), ctx.clone())
+        .await
+        .expect("an object that is gone needs nothing more");
+    assert_eq!(action, Action::await_change());
+    assert!(finalizer_removed(&fake.take()), "the removal was tried");
+    assert_eq!(
+        ctx.metrics
+            .reconcile_count("DeadLetterQueue", "finalizer_patch"),
+        0
+    );
     cleanup(&q).await;
 }
 
@@ -837,6 +851,18 @@ async fn errors_have_one_metric_label_each_and_stale_finalizer_patches_retry_at_
         api_error(403),
     )));
     assert!(!forbidden.is_stale_finalizer_patch());
+    // Removing the finalizer of an object that is already gone is no failure.
+    let gone = Error::Finalizer(Box::new(kube::runtime::finalizer::Error::RemoveFinalizer(
+        api_error(404),
+    )));
+    assert!(gone.is_removal_from_gone_object());
+    assert!(!stale.is_removal_from_gone_object());
+    assert!(
+        !Error::Finalizer(Box::new(kube::runtime::finalizer::Error::AddFinalizer(
+            api_error(404)
+        )))
+        .is_removal_from_gone_object()
+    );
     let ctx = context(FakeApi::default().client(NS));
     let obj = Arc::new(DlqBuilder::new("orders", "q").build());
     assert_eq!(

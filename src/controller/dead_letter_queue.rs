@@ -64,6 +64,14 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         })
         .await
         .map_err(|e| Error::Finalizer(Box::new(e)))
+        .or_else(|e| {
+            if e.is_removal_from_gone_object() {
+                tracing::debug!("the object was gone before its finalizer was removed");
+                Ok(Action::await_change())
+            } else {
+                Err(e)
+            }
+        })
     })
     .await
 }
@@ -169,7 +177,10 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
                             }
                         }
                         Some((_, Err(e))) => Err(e.into()),
-                        None => Err(ReconcileError::SecretNotFound(key.clone())),
+                        None => Err(ReconcileError::SecretNotFound(format!(
+                            "{ns}/{}",
+                            dlq.spec.broker.secret_ref.name
+                        ))),
                     };
                     // Any AlertRulesReady (even False after a refused update) means a rule
                     // may exist.

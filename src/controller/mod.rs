@@ -140,6 +140,20 @@ impl Error {
         }
     }
 
+    /// `true` when removing the finalizer failed because the object is already gone (404):
+    /// another writer released it first (e.g. its CRD is being deleted, or a finalizer was
+    /// removed by hand). Nothing is left to do: not an error.
+    pub fn is_removal_from_gone_object(&self) -> bool {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Finalizer(inner) => matches!(
+                inner.as_ref(),
+                F::RemoveFinalizer(kube::Error::Api(s)) if s.code == 404
+            ),
+            _ => false,
+        }
+    }
+
     /// `true` for errors a retry cannot fix (an invalid spec): the object waits for a
     /// change instead of being retried.
     pub fn is_permanent(&self) -> bool {
