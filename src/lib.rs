@@ -14,6 +14,7 @@ pub mod client;
 pub mod collector;
 pub mod controller;
 pub mod crd;
+pub mod dlq;
 pub mod duration;
 pub mod manifest;
 pub mod metrics;

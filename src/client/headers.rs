@@ -83,7 +83,7 @@ impl FailureState {
 }
 
 /// A non-negative integer header value, if it is one.
-fn as_u64(v: &AMQPValue) -> Option<u64> {
+pub(crate) fn as_u64(v: &AMQPValue) -> Option<u64> {
     let signed = |n: i64| u64::try_from(n).ok();
     match v {
         AMQPValue::ShortShortInt(n) => signed(i64::from(*n)),

@@ -900,6 +900,47 @@ impl RabbitMq {
         }
     }
 
+    /// What [`crate::dlq::release_for`] needs to know of queue `name` in `vhost`: whether
+    /// it is a quorum queue, and its effective delivery limit — the operator policy's or
+    /// another policy's `delivery-limit`, else the `x-delivery-limit` argument, else 20 on
+    /// RabbitMQ 4.0 to 4.2, which apply that default to quorum queues (RabbitMQ 4.0
+    /// release notes), else none.
+    ///
+    /// # Errors
+    /// [`BrokerError::NotFound`] for a missing queue; transport and authentication errors.
+    pub async fn delivery_limit_of(
+        &self,
+        vhost: &str,
+        name: &str,
+    ) -> Result<(bool, Option<u64>), BrokerError> {
+        let q: Value = self
+            .mgmt
+            .get_json(
+                &format!(
+                    "queues/{}/{}?columns=type,arguments,effective_policy_definition",
+                    enc(vhost),
+                    enc(name)
+                ),
+                &format!("queue {name:?} in vhost {vhost:?}"),
+            )
+            .await?;
+        let quorum = q["type"] == "quorum";
+        let limit = q["effective_policy_definition"]["delivery-limit"]
+            .as_u64()
+            .or_else(|| q["arguments"]["x-delivery-limit"].as_u64());
+        if limit.is_some() || !quorum {
+            return Ok((quorum, limit));
+        }
+        let overview: Value = self
+            .mgmt
+            .get_json("overview?columns=rabbitmq_version", "the broker overview")
+            .await?;
+        let version = overview["rabbitmq_version"].as_str().unwrap_or_default();
+        let default_20 =
+            version.starts_with("4.0") || version.starts_with("4.1") || version.starts_with("4.2");
+        Ok((quorum, default_20.then_some(20)))
+    }
+
     /// Checks that `vhost` exists and the user has permissions on it, from
     /// `GET /api/vhosts?columns=name` — the vhosts the user may use. Not
     /// `GET /api/vhosts/{vhost}`: RabbitMQ answers that one only to the `administrator`

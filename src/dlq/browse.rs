@@ -1,0 +1,217 @@
+//! Reading a dead-letter queue without losing, dead-lettering or durably reordering a
+//! message ([`inspect`]).
+//!
+//! Every message is read with `basic.get` (no auto-ack) and held unacknowledged until the
+//! whole scan is done, so nothing is read twice; then each is given back by the rule of
+//! [`release_for`]: requeued (`basic.nack`, in read order, so the queue keeps its order)
+//! or, on a quorum queue whose delivery limit a return could reach, rotated — an exact
+//! copy (body, properties, headers; `x-delivery-count` left out) published to the same
+//! queue with a publisher confirm, and only then the original acknowledged. A crash
+//! before the ack leaves the original and the copy: a duplicate, never a loss.
+
+use lapin::options::{
+    BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Confirmation};
+
+use super::{release_for, DeadLetter, Inspection, Release};
+use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
+use crate::broker::rabbitmq::RabbitMq;
+use crate::broker::{BrokerConnection, BrokerError};
+use crate::topology::{DesiredTopology, QueueRole};
+
+/// How much an inspection reads and shows.
+#[derive(Debug, Clone, Copy)]
+pub struct InspectOptions {
+    /// Read at most this many messages over all the resource's dead-letter queues.
+    pub max_messages: u64,
+    /// Messages kept whole in [`Inspection::sample`].
+    pub sample_size: usize,
+    /// Body bytes kept per sampled message (`usize::MAX`: the whole body).
+    pub preview_bytes: usize,
+}
+
+/// Summarises the dead-letter queues of `topology` on the broker of `conn` (module doc:
+/// how no message is lost). `now_ms` (ms since epoch) dates the ages.
+///
+/// # Errors
+/// [`BrokerError::NotFound`] naming a dead-letter queue that does not exist; connection,
+/// authentication and AMQP errors (every held message then returns to its queue when the
+/// channel closes, within the spare return [`release_for`] keeps for that).
+pub async fn inspect(
+    conn: &BrokerConnection,
+    topology: &DesiredTopology,
+    opts: InspectOptions,
+    now_ms: u64,
+) -> Result<Inspection, BrokerError> {
+    let broker = RabbitMq::new(conn)?;
+    let mut out = Inspection {
+        resource: topology.owner.clone(),
+        ..Inspection::default()
+    };
+    let queues: Vec<&str> = topology
+        .queues
+        .iter()
+        .filter(|q| matches!(q.role, QueueRole::DeadLetter { .. }))
+        .map(|q| q.name.as_str())
+        .collect();
+    let connection = connect_vhost(conn, &topology.vhost).await?;
+    let result = async {
+        for queue in queues {
+            let (quorum, limit) = broker.delivery_limit_of(&topology.vhost, queue).await?;
+            let channel = connection
+                .create_channel()
+                .await
+                .map_err(|e| map_error(conn, &e))?;
+            let scanned = scan(
+                conn,
+                &channel,
+                queue,
+                (quorum, limit),
+                opts,
+                now_ms,
+                &mut out,
+            )
+            .await;
+            let _ = channel.close(200, "inspected".into()).await;
+            scanned?;
+            out.queues.push(queue.to_string());
+        }
+        Ok(())
+    }
+    .await;
+    let _ = connection.close(200, "bye".into()).await;
+    result.map(|()| out)
+}
+
+/// Reads up to the remaining budget of `queue` into `out`, then gives every message back.
+async fn scan(
+    conn: &BrokerConnection,
+    channel: &Channel,
+    queue: &str,
+    (quorum, limit): (bool, Option<u64>),
+    opts: InspectOptions,
+    now_ms: u64,
+    out: &mut Inspection,
+) -> Result<(), BrokerError> {
+    let amqp = |e: lapin::Error| map_error(conn, &e);
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .map_err(amqp)?;
+    let declared = channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .map_err(amqp)?;
+    let count = u64::from(declared.message_count());
+    out.total += count;
+    let budget = opts.max_messages.saturating_sub(out.scanned).min(count);
+    let mut requeue = Vec::new();
+    for _ in 0..budget {
+        let Some(message) = channel
+            .basic_get(queue.into(), BasicGetOptions { no_ack: false })
+            .await
+            .map_err(amqp)?
+        else {
+            break;
+        };
+        let delivery = &message.delivery;
+        let letter = DeadLetter::read(
+            queue,
+            &delivery.properties,
+            &delivery.data,
+            opts.preview_bytes,
+        );
+        let release = release_for(quorum, limit, letter.delivery_count);
+        out.add(letter, now_ms, opts.sample_size);
+        match release {
+            Release::Requeue => requeue.push(delivery.delivery_tag),
+            Release::Rotate => {
+                rotate(channel, queue, &delivery.properties, &delivery.data)
+                    .await
+                    .map_err(|e| match e {
+                        Rotation::Amqp(e) => amqp(e),
+                        Rotation::Refused(why) => BrokerError::Amqp {
+                            reason: format!(
+                                "queue {queue:?}: the copy to rotate {why}; the original stays in the queue"
+                            ),
+                        },
+                    })?;
+                channel
+                    .basic_ack(delivery.delivery_tag, BasicAckOptions::default())
+                    .await
+                    .map_err(amqp)?;
+                out.rotated += 1;
+            }
+        }
+    }
+    for tag in requeue {
+        channel
+            .basic_nack(
+                tag,
+                BasicNackOptions {
+                    multiple: false,
+                    requeue: true,
+                },
+            )
+            .await
+            .map_err(amqp)?;
+    }
+    Ok(())
+}
+
+/// Why a rotation failed.
+enum Rotation {
+    /// The channel failed.
+    Amqp(lapin::Error),
+    /// The broker did not take the copy (what happened).
+    Refused(&'static str),
+}
+
+/// Publishes a copy of a message to `queue` through the default exchange and waits for
+/// the broker's confirm.
+///
+/// # Errors
+/// A refused (nacked) or unroutable copy is an error: the original is then not acked.
+async fn rotate(
+    channel: &Channel,
+    queue: &str,
+    props: &BasicProperties,
+    body: &[u8],
+) -> Result<(), Rotation> {
+    let mut headers = props.headers().clone().unwrap_or_default();
+    let mut inner = headers.inner().clone();
+    inner.remove("x-delivery-count");
+    headers = FieldTable::from(inner);
+    let copy = props.clone().with_headers(headers);
+    let confirmation = channel
+        .basic_publish(
+            "".into(),
+            queue.into(),
+            BasicPublishOptions {
+                mandatory: true,
+                immediate: false,
+            },
+            body,
+            copy,
+        )
+        .await
+        .map_err(Rotation::Amqp)?
+        .await
+        .map_err(Rotation::Amqp)?;
+    match confirmation {
+        Confirmation::Ack(None) => Ok(()),
+        Confirmation::Ack(Some(_)) => Err(Rotation::Refused("was unroutable")),
+        Confirmation::Nack(_) => Err(Rotation::Refused("was refused by the broker")),
+        Confirmation::NotRequested => Err(Rotation::Refused("was not confirmed")),
+    }
+}

@@ -1,0 +1,368 @@
+//! Dead-letter operations (issue: inspect, replay, purge): what a dead-lettered message
+//! says about its failure, a summary of a dead-letter queue, and the rule that keeps
+//! inspection from losing a message.
+//!
+//! Pure: the network part (reading a queue over AMQP) is [`browse`].
+//!
+//! A message dead-lettered through the consumer helper carries the contract's `dlq-`
+//! headers (DESIGN.md §3); one the broker dead-lettered itself (a reject, the delivery
+//! limit, a TTL) carries RabbitMQ's `x-death` instead (RabbitMQ docs, "Dead Letter
+//! Exchanges": an array of tables, the most recent first, with `reason`, `queue`, `time`
+//! in seconds, `count`, `exchange`, `routing-keys`). [`DeadLetter`] reads both, the
+//! contract first.
+
+pub mod browse;
+
+use std::collections::BTreeMap;
+
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::client::headers::{
+    as_u64, ERROR_CLASS, LAST_ERROR, LAST_FAILED_AT, ORIGINAL_QUEUE, REASON, RETRY_COUNT,
+};
+
+/// What one dead-lettered message says about its failure.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetter {
+    /// The queue it was read from.
+    pub queue: String,
+    /// `message_id` property.
+    pub message_id: Option<String>,
+    /// `dlq-error-class`, or `unclassified`.
+    pub error_class: String,
+    /// `dlq-reason`, else the latest `x-death` reason (`rejected`, `expired`, `maxlen`,
+    /// `delivery_limit`), else `unknown`.
+    pub reason: String,
+    /// `dlq-retry-count` (0 when absent).
+    pub retry_count: u64,
+    /// `dlq-original-queue`, else the latest `x-death` queue, else `unknown`.
+    pub original_queue: String,
+    /// When it was dead-lettered, ms since epoch: `dlq-last-failed-at`, else the latest
+    /// `x-death` time, else the `timestamp` property; `None` when none is there.
+    pub dead_lettered_at_ms: Option<u64>,
+    /// `x-delivery-count` (returns to a quorum queue so far; 0 when absent).
+    pub delivery_count: u64,
+    /// `dlq-last-error`.
+    pub last_error: Option<String>,
+    /// Every header, as JSON (tables and arrays kept, byte strings as UTF-8, lossy).
+    pub headers: BTreeMap<String, Value>,
+    /// Body size in bytes.
+    pub body_bytes: usize,
+    /// The body as UTF-8 (lossy), cut to the preview length given to [`DeadLetter::read`].
+    pub body_preview: String,
+    /// `true` when the preview is shorter than the body.
+    pub body_truncated: bool,
+}
+
+impl DeadLetter {
+    /// Reads a delivered message (`props`, `body`) from `queue`; the body preview keeps at
+    /// most `preview_bytes` bytes (on a UTF-8 character boundary).
+    pub fn read(queue: &str, props: &BasicProperties, body: &[u8], preview_bytes: usize) -> Self {
+        let headers = props
+            .headers()
+            .as_ref()
+            .map(FieldTable::inner)
+            .cloned()
+            .unwrap_or_default();
+        let text = |name: &str| headers.get(name).and_then(as_text);
+        let death = headers
+            .get("x-death")
+            .and_then(|v| match v {
+                AMQPValue::FieldArray(a) => a.as_slice().first().cloned(),
+                _ => None,
+            })
+            .and_then(|v| match v {
+                AMQPValue::FieldTable(t) => Some(t.inner().clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let death_text = |name: &str| death.get(name).and_then(as_text);
+        let (preview, truncated) = preview(body, preview_bytes);
+        DeadLetter {
+            queue: queue.to_string(),
+            message_id: props.message_id().as_ref().map(|s| s.to_string()),
+            error_class: text(ERROR_CLASS).unwrap_or_else(|| "unclassified".into()),
+            reason: text(REASON)
+                .or_else(|| death_text("reason"))
+                .unwrap_or_else(|| "unknown".into()),
+            retry_count: headers.get(RETRY_COUNT).and_then(as_u64).unwrap_or(0),
+            original_queue: text(ORIGINAL_QUEUE)
+                .or_else(|| death_text("queue"))
+                .unwrap_or_else(|| "unknown".into()),
+            dead_lettered_at_ms: headers
+                .get(LAST_FAILED_AT)
+                .and_then(as_u64)
+                .or_else(|| death.get("time").and_then(as_u64).map(|s| s * 1000))
+                .or_else(|| props.timestamp().map(|s| s * 1000)),
+            delivery_count: headers
+                .get("x-delivery-count")
+                .and_then(as_u64)
+                .unwrap_or(0),
+            last_error: text(LAST_ERROR),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), to_json(v)))
+                .collect(),
+            body_bytes: body.len(),
+            body_preview: preview,
+            body_truncated: truncated,
+        }
+    }
+}
+
+/// A header value as text, for string headers.
+fn as_text(v: &AMQPValue) -> Option<String> {
+    match v {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.to_string()),
+        _ => None,
+    }
+}
+
+/// An AMQP field value as JSON.
+fn to_json(v: &AMQPValue) -> Value {
+    match v {
+        AMQPValue::Boolean(b) => json!(b),
+        AMQPValue::ShortShortInt(n) => json!(n),
+        AMQPValue::ShortShortUInt(n) => json!(n),
+        AMQPValue::ShortInt(n) => json!(n),
+        AMQPValue::ShortUInt(n) => json!(n),
+        AMQPValue::LongInt(n) => json!(n),
+        AMQPValue::LongUInt(n) => json!(n),
+        AMQPValue::LongLongInt(n) => json!(n),
+        AMQPValue::Float(f) => json!(f),
+        AMQPValue::Double(f) => json!(f),
+        AMQPValue::Timestamp(t) => json!(t),
+        AMQPValue::DecimalValue(d) => json!(format!("{d:?}")),
+        AMQPValue::ShortString(s) => json!(s.as_str()),
+        AMQPValue::LongString(s) => json!(String::from_utf8_lossy(s.as_bytes())),
+        AMQPValue::ByteArray(b) => json!(String::from_utf8_lossy(b.as_slice())),
+        AMQPValue::FieldArray(a) => Value::Array(a.as_slice().iter().map(to_json).collect()),
+        AMQPValue::FieldTable(t) => Value::Object(
+            t.inner()
+                .iter()
+                .map(|(k, v)| (k.to_string(), to_json(v)))
+                .collect(),
+        ),
+        AMQPValue::Void => Value::Null,
+    }
+}
+
+/// At most `max` bytes of `body` as UTF-8 (lossy), cut on a character boundary, and
+/// whether it was cut.
+fn preview(body: &[u8], max: usize) -> (String, bool) {
+    let text = String::from_utf8_lossy(body);
+    if text.len() <= max {
+        return (text.into_owned(), false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (text[..end].to_string(), true)
+}
+
+/// How inspection gives a message back to its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// `basic.nack` with requeue: the message keeps its place.
+    Requeue,
+    /// Publish an exact copy to the same queue (publisher confirm first), then ack the
+    /// original: the copy goes to the tail with a fresh delivery count.
+    Rotate,
+}
+
+/// Whether a message read by inspection may be requeued, or must be rotated.
+///
+/// Every return to a quorum queue — a `nack` with requeue, or a channel that closes with
+/// the message unacknowledged — counts as a delivery attempt before RabbitMQ 4.3
+/// (rabbitmq-server discussion #18226; seen on 3.10.8: four returns under a
+/// `delivery-limit` of 3 drop the message), and a message returned more than
+/// `delivery-limit` times is dead-lettered or dropped. So a quorum-queue message is
+/// requeued only while `delivery_count + 2 <= limit` — this return plus one spare for a
+/// crash of the inspecting process, whose held messages the broker returns too — and
+/// rotated otherwise. `limit` is the queue's effective delivery limit (`None`: the queue
+/// has none, so returns are harmless; RabbitMQ 4.0–4.2 apply 20 when none is set, which
+/// the caller passes — `RabbitMq::delivery_limit_of`). Classic queues have no delivery
+/// limit: always requeue.
+pub fn release_for(quorum: bool, limit: Option<u64>, delivery_count: u64) -> Release {
+    match (quorum, limit) {
+        (false, _) | (true, None) => Release::Requeue,
+        (true, Some(l)) if delivery_count.checked_add(2).is_some_and(|n| n <= l) => {
+            Release::Requeue
+        }
+        (true, Some(_)) => Release::Rotate,
+    }
+}
+
+/// A dead-letter queue's contents, summarised.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Inspection {
+    /// The DeadLetterQueue (`namespace/name`).
+    pub resource: String,
+    /// The dead-letter queues read.
+    pub queues: Vec<String>,
+    /// Messages in them when the inspection started.
+    pub total: u64,
+    /// Messages read (at most the `--max-messages` limit).
+    pub scanned: u64,
+    /// Messages per error class.
+    pub by_error_class: BTreeMap<String, u64>,
+    /// Messages per reason.
+    pub by_reason: BTreeMap<String, u64>,
+    /// Messages per retry count.
+    pub by_retry_count: BTreeMap<u64, u64>,
+    /// Messages per original queue.
+    pub by_original_queue: BTreeMap<String, u64>,
+    /// Age of the oldest message, ms (from its dead-lettering time).
+    pub oldest_age_ms: Option<u64>,
+    /// Age of the newest message, ms.
+    pub newest_age_ms: Option<u64>,
+    /// Messages given back by [`Release::Rotate`] (moved to the tail, not lost).
+    pub rotated: u64,
+    /// The first messages read, up to the sample size.
+    pub sample: Vec<DeadLetter>,
+}
+
+impl Inspection {
+    /// Adds `message` (read at `now_ms`, ms since epoch) to the counts; it joins the sample
+    /// while the sample has fewer than `sample_size` messages.
+    pub fn add(&mut self, message: DeadLetter, now_ms: u64, sample_size: usize) {
+        self.scanned += 1;
+        *self
+            .by_error_class
+            .entry(message.error_class.clone())
+            .or_default() += 1;
+        *self.by_reason.entry(message.reason.clone()).or_default() += 1;
+        *self.by_retry_count.entry(message.retry_count).or_default() += 1;
+        *self
+            .by_original_queue
+            .entry(message.original_queue.clone())
+            .or_default() += 1;
+        if let Some(at) = message.dead_lettered_at_ms {
+            let age = now_ms.saturating_sub(at);
+            self.oldest_age_ms = Some(self.oldest_age_ms.map_or(age, |a| a.max(age)));
+            self.newest_age_ms = Some(self.newest_age_ms.map_or(age, |a| a.min(age)));
+        }
+        if self.sample.len() < sample_size {
+            self.sample.push(message);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::types::{FieldArray, LongString, ShortString};
+
+    fn table(pairs: &[(&str, AMQPValue)]) -> FieldTable {
+        let mut t = FieldTable::default();
+        for (k, v) in pairs {
+            t.insert(ShortString::from(*k), v.clone());
+        }
+        t
+    }
+
+    fn s(v: &str) -> AMQPValue {
+        AMQPValue::LongString(LongString::from(v))
+    }
+
+    #[test]
+    fn contract_headers_come_first() {
+        let death = table(&[("reason", s("rejected")), ("queue", s("other"))]);
+        let props = BasicProperties::default()
+            .with_message_id(ShortString::from("m-1"))
+            .with_headers(table(&[
+                (ERROR_CLASS, s("timeout")),
+                (REASON, s("MaxRetriesExceeded")),
+                (RETRY_COUNT, AMQPValue::LongLongInt(5)),
+                (ORIGINAL_QUEUE, s("orders")),
+                (LAST_FAILED_AT, AMQPValue::LongLongInt(1_000_000)),
+                (
+                    "x-death",
+                    AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(death)])),
+                ),
+            ]));
+        let d = DeadLetter::read("orders.dlq", &props, b"{\"id\":1}", 100);
+        assert_eq!(d.message_id.as_deref(), Some("m-1"));
+        assert_eq!(
+            (
+                d.error_class.as_str(),
+                d.reason.as_str(),
+                d.original_queue.as_str()
+            ),
+            ("timeout", "MaxRetriesExceeded", "orders")
+        );
+        assert_eq!((d.retry_count, d.dead_lettered_at_ms), (5, Some(1_000_000)));
+        assert_eq!(d.headers["x-death"][0]["reason"], "rejected");
+        assert_eq!(
+            (d.body_preview.as_str(), d.body_truncated),
+            ("{\"id\":1}", false)
+        );
+    }
+
+    #[test]
+    fn broker_dead_letters_are_read_from_x_death() {
+        let death = table(&[
+            ("reason", s("delivery_limit")),
+            ("queue", s("payments")),
+            ("time", AMQPValue::Timestamp(1_700_000_000)),
+        ]);
+        let props = BasicProperties::default().with_headers(table(&[
+            (
+                "x-death",
+                AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(death)])),
+            ),
+            ("x-delivery-count", AMQPValue::LongLongInt(3)),
+        ]));
+        let d = DeadLetter::read("payments.dlq", &props, "héllo wörld".as_bytes(), 2);
+        assert_eq!(d.reason, "delivery_limit");
+        assert_eq!(d.original_queue, "payments");
+        assert_eq!(d.error_class, "unclassified");
+        assert_eq!(d.dead_lettered_at_ms, Some(1_700_000_000_000));
+        assert_eq!(d.delivery_count, 3);
+        // Cut on a character boundary: "h" (1 byte), not half of "é".
+        assert_eq!((d.body_preview.as_str(), d.body_truncated), ("h", true));
+        assert_eq!(d.body_bytes, "héllo wörld".len());
+    }
+
+    #[test]
+    fn inspection_requeues_only_while_a_crash_could_not_reach_the_limit() {
+        assert_eq!(release_for(false, None, 1_000), Release::Requeue);
+        assert_eq!(release_for(true, None, 1_000), Release::Requeue);
+        assert_eq!(release_for(true, Some(3), 0), Release::Requeue);
+        assert_eq!(release_for(true, Some(3), 1), Release::Requeue);
+        assert_eq!(release_for(true, Some(3), 2), Release::Rotate);
+        assert_eq!(release_for(true, Some(1), 0), Release::Rotate);
+        assert_eq!(release_for(true, Some(u64::MAX), u64::MAX), Release::Rotate);
+    }
+
+    #[test]
+    fn inspection_counts_ages_and_samples() {
+        let mut i = Inspection::default();
+        let at = |ms: u64, class: &str| {
+            let props = BasicProperties::default().with_headers(table(&[
+                (LAST_FAILED_AT, AMQPValue::LongLongInt(ms as i64)),
+                (ERROR_CLASS, s(class)),
+            ]));
+            DeadLetter::read("q.dlq", &props, b"", 10)
+        };
+        i.add(at(1_000, "timeout"), 10_000, 1);
+        i.add(at(4_000, "timeout"), 10_000, 1);
+        i.add(at(9_000, "validation"), 10_000, 1);
+        assert_eq!(i.scanned, 3);
+        assert_eq!(i.by_error_class["timeout"], 2);
+        assert_eq!(i.by_error_class["validation"], 1);
+        assert_eq!(
+            (i.oldest_age_ms, i.newest_age_ms),
+            (Some(9_000), Some(1_000))
+        );
+        assert_eq!(i.sample.len(), 1);
+        assert_eq!(i.by_reason["unknown"], 3);
+    }
+}

@@ -1,0 +1,300 @@
+//! `dlq inspect` against the real RabbitMQ (127.0.0.1, guest/guest): the summary of a
+//! dead-letter queue reads the contract's headers and the broker's `x-death`, and
+//! inspecting a quorum dead-letter queue with a delivery limit — 30 times, far past the
+//! limit — neither loses, dead-letters nor duplicates a message (DESIGN.md §3; the rule
+//! is `dlq::release_for`).
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use lapin::options::{BasicGetOptions, BasicRejectOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::BasicProperties;
+use serde_json::json;
+
+use common::{cleanup, AMQP, MGMT};
+use dlq_operator::backoff::ResolvedPolicy;
+use dlq_operator::broker::rabbitmq::RabbitMq;
+use dlq_operator::broker::{Broker, BrokerConnection};
+use dlq_operator::crd::{DeadLetterQueueSpec, RetryPolicySpec};
+use dlq_operator::dlq::browse::{inspect, InspectOptions};
+use dlq_operator::topology::{plan, DesiredTopology, QueueRole};
+
+fn connection() -> BrokerConnection {
+    let data: BTreeMap<String, Vec<u8>> = [("uri", AMQP), ("managementUri", MGMT)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    BrokerConnection::from_secret_data("rabbitmq", &data).expect("secret")
+}
+
+/// The topology of a DeadLetterQueue for source queue `queue`; with `limit`, its
+/// dead-letter queue is declared with that `x-delivery-limit`.
+fn topology(queue: &str, limit: Option<u64>) -> DesiredTopology {
+    let spec: DeadLetterQueueSpec = serde_json::from_value(json!({
+        "broker": {"secretRef": {"name": "rabbitmq"}},
+        "source": {"queue": queue},
+        "retryPolicyRef": {"name": "rp"},
+    }))
+    .expect("spec");
+    let rp: RetryPolicySpec =
+        serde_json::from_value(json!({"maxRetries": 1, "tiers": ["1s"]})).expect("rp");
+    let mut t = plan(
+        "test/inspect",
+        &spec,
+        &ResolvedPolicy::from_spec(&rp).expect("policy"),
+    );
+    if let Some(limit) = limit {
+        for q in &mut t.queues {
+            if matches!(q.role, QueueRole::DeadLetter { .. }) {
+                q.arguments.insert("x-delivery-limit".into(), json!(limit));
+            }
+        }
+    }
+    t
+}
+
+fn header(pairs: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in pairs {
+        t.insert(ShortString::from(*k), v.clone());
+    }
+    t
+}
+
+fn text(v: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(v))
+}
+
+/// Publishes with a confirm to `queue` through the default exchange.
+async fn publish(ch: &lapin::Channel, queue: &str, id: &str, headers: FieldTable) {
+    let confirm = ch
+        .basic_publish(
+            "".into(),
+            queue.into(),
+            Default::default(),
+            format!("body of {id}").as_bytes(),
+            BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_message_id(ShortString::from(id))
+                .with_headers(headers),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    assert!(confirm.is_ack(), "{id} not confirmed");
+}
+
+/// Takes every message of `queue` (acked) and returns their message ids.
+async fn drain_ids(ch: &lapin::Channel, queue: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    while let Some(m) = ch
+        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+    {
+        ids.push(
+            m.delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+        );
+    }
+    ids.sort();
+    ids
+}
+
+async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("queue exists")
+    .message_count()
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+const OPTS: InspectOptions = InspectOptions {
+    max_messages: 10_000,
+    sample_size: 3,
+    preview_bytes: 64,
+};
+
+#[tokio::test]
+async fn summary_reads_contract_headers_and_x_death() {
+    let q = common::unique("t-inspect-sum");
+    let t = topology(&q, None);
+    RabbitMq::new(&connection())
+        .expect("client")
+        .apply(&t)
+        .await
+        .expect("apply");
+    let dlq = format!("{q}.dlq");
+    let conn = lapin::Connection::connect(AMQP, Default::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    // Three dead-lettered by the helper (contract headers), two rejected in the source
+    // queue (the broker dead-letters them with x-death).
+    for (i, class) in ["timeout", "timeout", "validation"].iter().enumerate() {
+        publish(
+            &ch,
+            &dlq,
+            &format!("c{i}"),
+            header(&[
+                ("dlq-error-class", text(class)),
+                ("dlq-reason", text("MaxRetriesExceeded")),
+                ("dlq-retry-count", AMQPValue::LongLongInt(3)),
+                ("dlq-original-queue", text(&q)),
+                (
+                    "dlq-last-failed-at",
+                    AMQPValue::LongLongInt((now_ms() - 60_000) as i64),
+                ),
+            ]),
+        )
+        .await;
+    }
+    for i in 0..2 {
+        publish(&ch, &q, &format!("r{i}"), FieldTable::default()).await;
+        let m = ch
+            .basic_get(q.as_str().into(), BasicGetOptions { no_ack: false })
+            .await
+            .expect("get")
+            .expect("a message");
+        m.delivery
+            .reject(BasicRejectOptions { requeue: false })
+            .await
+            .expect("reject");
+    }
+    // The broker's dead-lettering is asynchronous: wait for both.
+    for _ in 0..100 {
+        if ready(&ch, &dlq).await == 5 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    let i = inspect(&connection(), &t, OPTS, now_ms())
+        .await
+        .expect("inspect");
+    assert_eq!((i.total, i.scanned), (5, 5), "{i:?}");
+    assert_eq!(i.by_error_class["timeout"], 2);
+    assert_eq!(i.by_error_class["validation"], 1);
+    assert_eq!(i.by_error_class["unclassified"], 2);
+    assert_eq!(i.by_reason["MaxRetriesExceeded"], 3);
+    assert_eq!(i.by_reason["rejected"], 2);
+    assert_eq!(i.by_retry_count[&3], 3);
+    assert_eq!(
+        i.by_original_queue[&q], 5,
+        "x-death names the source queue too"
+    );
+    assert!(i.oldest_age_ms.is_some_and(|a| a >= 60_000), "{i:?}");
+    assert!(i.newest_age_ms.is_some_and(|a| a < 60_000), "{i:?}");
+    assert_eq!(i.sample.len(), 3);
+    assert_eq!(i.sample[0].body_preview, "body of c0");
+    assert_eq!(
+        i.rotated, 0,
+        "no delivery limit on this queue: requeued in place"
+    );
+    // Nothing changed: same messages, same order.
+    let order: Vec<String> = {
+        let mut ids = Vec::new();
+        while let Some(m) = ch
+            .basic_get(dlq.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("get")
+        {
+            ids.push(
+                m.delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default(),
+            );
+        }
+        ids
+    };
+    assert_eq!(order, ["c0", "c1", "c2", "r0", "r1"]);
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn inspecting_a_quorum_dlq_with_a_delivery_limit_30_times_loses_nothing() {
+    let q = common::unique("t-inspect-limit");
+    let t = topology(&q, Some(3));
+    RabbitMq::new(&connection())
+        .expect("client")
+        .apply(&t)
+        .await
+        .expect("apply");
+    let dlq = format!("{q}.dlq");
+    let conn = lapin::Connection::connect(AMQP, Default::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    let mut expected: Vec<String> = (0..20).map(|i| format!("m{i:02}")).collect();
+    for id in &expected {
+        publish(
+            &ch,
+            &dlq,
+            id,
+            header(&[("dlq-error-class", text("timeout"))]),
+        )
+        .await;
+    }
+    let mut rotated = 0;
+    for run in 0..30 {
+        let i = inspect(&connection(), &t, OPTS, now_ms())
+            .await
+            .unwrap_or_else(|e| panic!("inspect {run}: {e}"));
+        assert_eq!((i.total, i.scanned), (20, 20), "run {run}: {i:?}");
+        assert_eq!(i.by_error_class["timeout"], 20, "run {run}");
+        rotated += i.rotated;
+    }
+    assert!(
+        rotated >= 20,
+        "the limit was reached, so messages were rotated: {rotated}"
+    );
+    assert_eq!(ready(&ch, &dlq).await, 20);
+    expected.sort();
+    assert_eq!(
+        drain_ids(&ch, &dlq).await,
+        expected,
+        "every message once, none lost"
+    );
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn a_dead_letter_queue_missing_on_the_broker_is_named() {
+    let q = common::unique("t-inspect-missing");
+    let t = topology(&q, None);
+    let err = inspect(&connection(), &t, OPTS, now_ms())
+        .await
+        .expect_err("nothing was applied");
+    assert!(err.to_string().contains(&format!("{q}.dlq")), "{err}");
+}
