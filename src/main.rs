@@ -128,6 +128,52 @@ enum Command {
         #[command(subcommand)]
         what: SimulateCommand,
     },
+    /// Dead-letter operations on a DeadLetterQueue's dead-letter queues.
+    Dlq {
+        #[command(subcommand)]
+        what: DlqCommand,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum ReportFormat {
+    Table,
+    Json,
+    Yaml,
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// Summarise what is in the dead-letter queues: counts by error class, reason, retry
+    /// count and original queue, oldest and newest age, and a sample. No message is lost,
+    /// dead-lettered or durably reordered (see docs/ARCHITECTURE.md, "Inspection").
+    Inspect {
+        /// NAMESPACE/NAME of the DeadLetterQueue in the cluster (KUBECONFIG,
+        /// ~/.kube/config or in-cluster); with --standalone, NAME in the manifest files.
+        #[arg(required_unless_present = "name")]
+        reference: Option<String>,
+        /// Read the DeadLetterQueue from manifest files instead of a cluster.
+        #[arg(long, requires = "name")]
+        standalone: bool,
+        /// Manifest file or directory (repeatable; with --standalone).
+        #[arg(short = 'f', long = "filename")]
+        files: Vec<PathBuf>,
+        /// The DeadLetterQueue's NAME (or NAMESPACE/NAME) in the files (with --standalone).
+        #[arg(long)]
+        name: Option<String>,
+        /// Messages shown whole in the sample.
+        #[arg(long, default_value_t = 5)]
+        sample: usize,
+        /// Print sampled bodies in full (default: the first 256 bytes).
+        #[arg(long)]
+        show_payload: bool,
+        /// Read at most this many messages (the counts then cover those).
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+        max_messages: u64,
+        /// Report format.
+        #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
+        output: ReportFormat,
+    },
 }
 
 #[derive(Subcommand)]
@@ -187,6 +233,72 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
+/// `dlq-operator dlq …`.
+async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
+    use dlq_operator::dlq::{browse, target};
+    match command {
+        DlqCommand::Inspect {
+            reference,
+            standalone,
+            files,
+            name,
+            sample,
+            show_payload,
+            max_messages,
+            output,
+        } => {
+            let prepared = if standalone {
+                if files.is_empty() {
+                    return Err("--standalone needs -f PATH (the manifests)".into());
+                }
+                if reference.is_some() {
+                    return Err(
+                        "give the DeadLetterQueue with --name in --standalone mode, not as NAMESPACE/NAME"
+                            .into(),
+                    );
+                }
+                target::from_files(&files, name.as_deref().unwrap_or_default())?
+            } else {
+                if !files.is_empty() || name.is_some() {
+                    return Err(
+                        "-f and --name are for --standalone; in a cluster give NAMESPACE/NAME"
+                            .into(),
+                    );
+                }
+                let reference = reference.unwrap_or_default();
+                let (ns, name) = target::split_ref(&reference)?;
+                let client = kube::Client::try_default().await.map_err(|e| {
+                    format!("cannot reach a Kubernetes API server (KUBECONFIG, ~/.kube/config or in-cluster): {e}")
+                })?;
+                target::from_cluster(client, ns, name).await?
+            };
+            let opts = browse::InspectOptions {
+                max_messages,
+                sample_size: sample,
+                preview_bytes: if show_payload { usize::MAX } else { 256 },
+            };
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            let report = browse::inspect(&prepared.connection, &prepared.topology, opts, now_ms)
+                .await
+                .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
+            let text = match output {
+                ReportFormat::Table => report.table(),
+                ReportFormat::Json => {
+                    serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n"
+                }
+                ReportFormat::Yaml => {
+                    serde_yaml_ng::to_string(&report).map_err(|e| e.to_string())?
+                }
+            };
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
@@ -208,6 +320,7 @@ fn main() -> ExitCode {
 
 async fn execute(command: Command) -> Result<ExitCode, String> {
     match command {
+        Command::Dlq { what } => dlq(what).await,
         Command::Apply { files } => {
             let (_, planned) = standalone::load_and_plan(&files).map_err(|e| e.to_string())?;
             let mut out = std::io::stdout();

@@ -298,3 +298,180 @@ async fn a_dead_letter_queue_missing_on_the_broker_is_named() {
         .expect_err("nothing was applied");
     assert!(err.to_string().contains(&format!("{q}.dlq")), "{err}");
 }
+
+/// The CLI in standalone mode: the manifests' DeadLetterQueue, JSON and table reports;
+/// bad input gets one clear error and a non-zero exit, and touches no message.
+#[tokio::test]
+async fn cli_inspect_standalone_and_bad_input() {
+    let q = common::unique("t-inspect-cli");
+    let dir = common::manifests(&[
+        ("s.yaml", &common::secret_yaml("s", "guest", "guest", MGMT)),
+        (
+            "p.yaml",
+            &common::policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
+        ),
+        ("d.yaml", &common::dlq_yaml("d", &q, "p", "s", "")),
+    ]);
+    let path = dir.path().display().to_string();
+    // Not applied yet: the dead-letter queue is missing on the broker, and named.
+    let out = common::cli(&["dlq", "inspect", "--standalone", "-f", &path, "--name", "d"]);
+    assert_eq!(out.status.code(), Some(1), "{}", common::text(&out));
+    assert!(
+        common::text(&out).contains(&format!("{q}.dlq")),
+        "{}",
+        common::text(&out)
+    );
+
+    let out = common::cli(&["apply", "-f", &path]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let conn = lapin::Connection::connect(AMQP, Default::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    let dlq = format!("{q}.dlq");
+    for (i, class) in ["timeout", "parse", "timeout"].iter().enumerate() {
+        publish(
+            &ch,
+            &dlq,
+            &format!("m{i}"),
+            header(&[("dlq-error-class", text(class))]),
+        )
+        .await;
+    }
+
+    let out = common::cli(&[
+        "dlq",
+        "inspect",
+        "--standalone",
+        "-f",
+        &path,
+        "--name",
+        "default/d",
+        "-o",
+        "json",
+        "--sample",
+        "1",
+        "--show-payload",
+    ]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["resource"], "default/d");
+    assert_eq!(report["total"], 3);
+    assert_eq!(report["byErrorClass"], json!({"parse": 1, "timeout": 2}));
+    assert_eq!(report["sample"].as_array().map(Vec::len), Some(1));
+    assert_eq!(report["sample"][0]["bodyPreview"], "body of m0");
+    let out = common::cli(&["dlq", "inspect", "--standalone", "-f", &path, "--name", "d"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("messages         3 (read 3)"), "{table}");
+    assert!(table.contains("timeout"), "{table}");
+
+    for (args, needle, code) in [
+        (vec!["--name", "nope"], "no DeadLetterQueue \"nope\"", 1),
+        (
+            vec!["--name", "d", "--max-messages", "0"],
+            "max-messages",
+            2,
+        ),
+        (vec!["--name", "d", "-o", "xml"], "xml", 2),
+    ] {
+        let mut all = vec!["dlq", "inspect", "--standalone", "-f", &path];
+        all.extend(args);
+        let out = common::cli(&all);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{all:?}: {}",
+            common::text(&out)
+        );
+        assert!(
+            common::text(&out).contains(needle),
+            "{all:?}: {}",
+            common::text(&out)
+        );
+    }
+    let out = common::cli(&["dlq", "inspect", "not-a-reference"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        common::text(&out).contains("NAMESPACE/NAME"),
+        "{}",
+        common::text(&out)
+    );
+    // None of it touched a message.
+    assert_eq!(ready(&ch, &dlq).await, 3);
+    assert_eq!(drain_ids(&ch, &dlq).await, ["m0", "m1", "m2"]);
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}
+
+/// `dlq inspect NAMESPACE/NAME` reads the DeadLetterQueue, its RetryPolicy and Secret from
+/// a real API server (`DLQ_E2E_KUBECONFIG`; skipped without it).
+#[tokio::test]
+async fn cli_inspect_reads_the_dead_letter_queue_from_the_cluster() {
+    const TEST: &str = "cli_inspect_reads_the_dead_letter_queue_from_the_cluster";
+    let Some(client) = common::e2e::client(TEST).await else {
+        return;
+    };
+    let kubeconfig = common::e2e::kubeconfig(TEST).expect("set");
+    common::e2e::ensure_crds(&client).await;
+    let ns = common::e2e::namespace(&client, "e2e-inspect").await;
+    let prefix = common::unique("e2e-inspect");
+    let op = common::e2e::Operator::start(
+        &kubeconfig,
+        &["--namespace", &ns, "--leader-election=false"],
+    );
+    common::e2e::create_examples(&client, &kubeconfig, &ns, &prefix).await;
+    let api = common::e2e::dlqs(&client, &ns);
+    common::e2e::wait_for(std::time::Duration::from_secs(60), "Ready", &op, || async {
+        common::e2e::ready(&api, "order-events")
+            .await
+            .filter(|(s, _, _)| s == "True")
+    })
+    .await;
+    let inspect = |reference: String| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .args(["dlq", "inspect", &reference, "-o", "json"])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run dlq-operator")
+    };
+    let out = inspect(format!("{ns}/order-events"));
+    assert!(out.status.success(), "{}", common::text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let queue = report["queues"][0]
+        .as_str()
+        .expect("a dead-letter queue")
+        .to_string();
+    assert!(queue.starts_with(&prefix), "{queue}");
+    let conn = lapin::Connection::connect(AMQP, Default::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    publish(
+        &ch,
+        &queue,
+        "k0",
+        header(&[("dlq-error-class", text("timeout"))]),
+    )
+    .await;
+    let out = inspect(format!("{ns}/order-events"));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["byErrorClass"], json!({"timeout": 1}), "{report}");
+    let out = inspect(format!("{ns}/nope"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        common::text(&out).contains(&format!("DeadLetterQueue {ns}/nope not found")),
+        "{}",
+        common::text(&out)
+    );
+    assert_eq!(drain_ids(&ch, &queue).await, ["k0"]);
+    let _ = conn.close(200, "bye".into()).await;
+    drop(op);
+    cleanup(&prefix).await;
+}

@@ -12,6 +12,7 @@
 //! contract first.
 
 pub mod browse;
+pub mod target;
 
 use std::collections::BTreeMap;
 
@@ -252,6 +253,73 @@ impl Inspection {
         if self.sample.len() < sample_size {
             self.sample.push(message);
         }
+    }
+}
+
+impl Inspection {
+    /// The report as a human-readable table: counts, ages, then the sample (headers and
+    /// body preview).
+    pub fn table(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(out, "DeadLetterQueue  {}", self.resource);
+        let _ = writeln!(out, "queues           {}", self.queues.join(", "));
+        let _ = writeln!(
+            out,
+            "messages         {} (read {}{})",
+            self.total,
+            self.scanned,
+            if self.rotated > 0 {
+                format!(
+                    "; {} moved to the tail to stay under the delivery limit",
+                    self.rotated
+                )
+            } else {
+                String::new()
+            }
+        );
+        let age = |ms: Option<u64>| ms.map_or("-".to_string(), crate::duration::format_ms);
+        let _ = writeln!(out, "oldest           {}", age(self.oldest_age_ms));
+        let _ = writeln!(out, "newest           {}", age(self.newest_age_ms));
+        let section = |out: &mut String, title: &str, rows: Vec<(String, u64)>| {
+            let _ = writeln!(out, "\n{title}");
+            for (k, n) in rows {
+                let _ = writeln!(out, "  {n:>8}  {k}");
+            }
+        };
+        let rows = |m: &BTreeMap<String, u64>| m.iter().map(|(k, n)| (k.clone(), *n)).collect();
+        section(&mut out, "BY ERROR CLASS", rows(&self.by_error_class));
+        section(&mut out, "BY REASON", rows(&self.by_reason));
+        section(
+            &mut out,
+            "BY RETRY COUNT",
+            self.by_retry_count
+                .iter()
+                .map(|(k, n)| (k.to_string(), *n))
+                .collect(),
+        );
+        section(&mut out, "BY ORIGINAL QUEUE", rows(&self.by_original_queue));
+        for (i, m) in self.sample.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "\nSAMPLE {} of {}: message_id {}  queue {}",
+                i + 1,
+                self.sample.len(),
+                m.message_id.as_deref().unwrap_or("-"),
+                m.queue
+            );
+            for (k, v) in &m.headers {
+                let _ = writeln!(out, "  {k}: {v}");
+            }
+            let _ = writeln!(
+                out,
+                "  body ({} bytes{}): {}",
+                m.body_bytes,
+                if m.body_truncated { ", truncated" } else { "" },
+                m.body_preview
+            );
+        }
+        out
     }
 }
 
