@@ -142,25 +142,38 @@ enum ReportFormat {
     Yaml,
 }
 
+/// Which DeadLetterQueue a `dlq` command works on.
+#[derive(clap::Args)]
+struct Which {
+    /// NAMESPACE/NAME of the DeadLetterQueue in the cluster (KUBECONFIG,
+    /// ~/.kube/config or in-cluster); with --standalone, use --name.
+    #[arg(required_unless_present = "name")]
+    reference: Option<String>,
+    /// Read the DeadLetterQueue from manifest files instead of a cluster.
+    #[arg(long, requires = "name")]
+    standalone: bool,
+    /// Manifest file or directory (repeatable; with --standalone).
+    #[arg(short = 'f', long = "filename")]
+    files: Vec<PathBuf>,
+    /// The DeadLetterQueue's NAME (or NAMESPACE/NAME) in the files (with --standalone).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum ReplayTarget {
+    OriginalQueue,
+    OriginalExchange,
+}
+
 #[derive(Subcommand)]
 enum DlqCommand {
     /// Summarise what is in the dead-letter queues: counts by error class, reason, retry
     /// count and original queue, oldest and newest age, and a sample. No message is lost,
     /// dead-lettered or durably reordered (see docs/ARCHITECTURE.md, "Inspection").
     Inspect {
-        /// NAMESPACE/NAME of the DeadLetterQueue in the cluster (KUBECONFIG,
-        /// ~/.kube/config or in-cluster); with --standalone, NAME in the manifest files.
-        #[arg(required_unless_present = "name")]
-        reference: Option<String>,
-        /// Read the DeadLetterQueue from manifest files instead of a cluster.
-        #[arg(long, requires = "name")]
-        standalone: bool,
-        /// Manifest file or directory (repeatable; with --standalone).
-        #[arg(short = 'f', long = "filename")]
-        files: Vec<PathBuf>,
-        /// The DeadLetterQueue's NAME (or NAMESPACE/NAME) in the files (with --standalone).
-        #[arg(long)]
-        name: Option<String>,
+        #[command(flatten)]
+        which: Which,
         /// Messages shown whole in the sample.
         #[arg(long, default_value_t = 5)]
         sample: usize,
@@ -170,6 +183,38 @@ enum DlqCommand {
         /// Read at most this many messages (the counts then cover those).
         #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
         max_messages: u64,
+        /// Report format.
+        #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
+        output: ReportFormat,
+    },
+    /// Send dead-lettered messages back where they failed: publish with a publisher
+    /// confirm, then ack from the dead-letter queue (at-least-once). The retry state is
+    /// reset and dlq-replayed-at, dlq-replay-id and dlq-replay-count are added. Exit 0
+    /// only when every matching message was replayed.
+    Replay {
+        #[command(flatten)]
+        which: Which,
+        /// Which messages (repeatable, terms joined by `,`): class=C, reason=R, queue=Q
+        /// (also !=), age>D or age<D (e.g. 1h, 7d), header.NAME=V (also !=).
+        #[arg(long)]
+        filter: Vec<String>,
+        /// Replay at most N messages.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: Option<u64>,
+        /// At most this many messages per second (> 0).
+        #[arg(long, allow_negative_numbers = true)]
+        rate: Option<f64>,
+        /// Count what would be replayed; publish nothing, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// original-queue: the DeadLetterQueue's source queue through the default exchange
+        /// (only that queue, even when its exchange fans out); original-exchange: the
+        /// exchange and routing key the message was first published with.
+        #[arg(long, value_enum, default_value_t = ReplayTarget::OriginalQueue)]
+        to: ReplayTarget,
+        /// Skip a message already replayed this many times.
+        #[arg(long, default_value_t = 3)]
+        max_replays: u64,
         /// Report format.
         #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
         output: ReportFormat,
@@ -233,70 +278,193 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
+/// The DeadLetterQueue a `dlq` command names, validated and planned.
+async fn resolve(which: Which) -> Result<dlq_operator::reconcile::Prepared, String> {
+    use dlq_operator::dlq::target;
+    let Which {
+        reference,
+        standalone,
+        files,
+        name,
+    } = which;
+    if standalone {
+        if files.is_empty() {
+            return Err("--standalone needs -f PATH (the manifests)".into());
+        }
+        if reference.is_some() {
+            return Err(
+                "give the DeadLetterQueue with --name in --standalone mode, not as NAMESPACE/NAME"
+                    .into(),
+            );
+        }
+        return target::from_files(&files, name.as_deref().unwrap_or_default());
+    }
+    if !files.is_empty() || name.is_some() {
+        return Err("-f and --name are for --standalone; in a cluster give NAMESPACE/NAME".into());
+    }
+    let reference = reference.unwrap_or_default();
+    let (ns, name) = target::split_ref(&reference)?;
+    let client = kube::Client::try_default().await.map_err(|e| {
+        format!(
+            "cannot reach a Kubernetes API server (KUBECONFIG, ~/.kube/config or in-cluster): {e}"
+        )
+    })?;
+    target::from_cluster(client, ns, name).await
+}
+
+/// `report` in `format`.
+fn format_report<T: serde::Serialize>(
+    report: &T,
+    format: ReportFormat,
+    table: impl FnOnce() -> String,
+) -> Result<String, String> {
+    Ok(match format {
+        ReportFormat::Table => table(),
+        ReportFormat::Json => {
+            serde_json::to_string_pretty(report).map_err(|e| e.to_string())? + "\n"
+        }
+        ReportFormat::Yaml => serde_yaml_ng::to_string(report).map_err(|e| e.to_string())?,
+    })
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// `dlq-operator dlq …`.
 async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
-    use dlq_operator::dlq::{browse, target};
+    use dlq_operator::dlq::{browse, filter::Filter, replay};
     match command {
         DlqCommand::Inspect {
-            reference,
-            standalone,
-            files,
-            name,
+            which,
             sample,
             show_payload,
             max_messages,
             output,
         } => {
-            let prepared = if standalone {
-                if files.is_empty() {
-                    return Err("--standalone needs -f PATH (the manifests)".into());
-                }
-                if reference.is_some() {
-                    return Err(
-                        "give the DeadLetterQueue with --name in --standalone mode, not as NAMESPACE/NAME"
-                            .into(),
-                    );
-                }
-                target::from_files(&files, name.as_deref().unwrap_or_default())?
-            } else {
-                if !files.is_empty() || name.is_some() {
-                    return Err(
-                        "-f and --name are for --standalone; in a cluster give NAMESPACE/NAME"
-                            .into(),
-                    );
-                }
-                let reference = reference.unwrap_or_default();
-                let (ns, name) = target::split_ref(&reference)?;
-                let client = kube::Client::try_default().await.map_err(|e| {
-                    format!("cannot reach a Kubernetes API server (KUBECONFIG, ~/.kube/config or in-cluster): {e}")
-                })?;
-                target::from_cluster(client, ns, name).await?
-            };
+            let prepared = resolve(which).await?;
             let opts = browse::InspectOptions {
                 max_messages,
                 sample_size: sample,
                 preview_bytes: if show_payload { usize::MAX } else { 256 },
             };
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0);
-            let report = browse::inspect(&prepared.connection, &prepared.topology, opts, now_ms)
+            let report = browse::inspect(&prepared.connection, &prepared.topology, opts, now_ms())
                 .await
                 .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
-            let text = match output {
-                ReportFormat::Table => report.table(),
-                ReportFormat::Json => {
-                    serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n"
-                }
-                ReportFormat::Yaml => {
-                    serde_yaml_ng::to_string(&report).map_err(|e| e.to_string())?
-                }
-            };
-            print!("{text}");
+            print!("{}", format_report(&report, output, || report.table())?);
             Ok(ExitCode::SUCCESS)
         }
+        DlqCommand::Replay {
+            which,
+            filter,
+            limit,
+            rate,
+            dry_run,
+            to,
+            max_replays,
+            output,
+        } => {
+            // Every argument is checked before anything is read or touched.
+            let filter = Filter::parse(&filter).map_err(|e| e.to_string())?;
+            if let Some(r) = rate {
+                if !(r.is_finite() && r > 0.0) {
+                    return Err(format!(
+                        "--rate {r}: must be a number of messages per second above 0"
+                    ));
+                }
+            }
+            let prepared = resolve(which).await?;
+            let started = now_ms();
+            let opts = replay::ReplayOptions {
+                filter,
+                limit,
+                rate,
+                dry_run,
+                target: match to {
+                    ReplayTarget::OriginalQueue => replay::Target::OriginalQueue,
+                    ReplayTarget::OriginalExchange => replay::Target::OriginalExchange,
+                },
+                max_replays,
+                replay_id: format!("{started}-{:08x}", rand::random::<u32>()),
+            };
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            {
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    shutdown_signal().await;
+                    eprintln!("interrupted: settling the copies in flight, then stopping");
+                    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                });
+            }
+            let bar = indicatif::ProgressBar::new(0);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} read  {msg}")
+                    .map_err(|e| e.to_string())?,
+            );
+            let mut progress = |r: &replay::ReplayReport| {
+                bar.set_length(r.total);
+                bar.set_position(r.scanned);
+                bar.set_message(format!("replayed {}", r.replayed));
+            };
+            let report = replay::replay(
+                &prepared.connection,
+                &prepared.topology,
+                &opts,
+                started,
+                &stop,
+                &mut progress,
+            )
+            .await
+            .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
+            bar.finish_and_clear();
+            print!(
+                "{}",
+                format_report(&report, output, || replay_table(&report))?
+            );
+            Ok(if report.outcome == replay::Outcome::Succeeded {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
     }
+}
+
+/// The replay report as text.
+fn replay_table(r: &dlq_operator::dlq::replay::ReplayReport) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "DeadLetterQueue  {}", r.resource);
+    let _ = writeln!(
+        out,
+        "replay id        {}{}",
+        r.replay_id,
+        if r.dry_run { " (dry run)" } else { "" }
+    );
+    let _ = writeln!(out, "outcome          {:?}", r.outcome);
+    let _ = writeln!(
+        out,
+        "in the DLQ       {} at the start, {} read, {} matched",
+        r.total, r.scanned, r.matched
+    );
+    let verb = if r.dry_run {
+        "would replay"
+    } else {
+        "replayed"
+    };
+    let _ = writeln!(out, "{verb:<16} {}", r.replayed);
+    let _ = writeln!(out, "skipped          {}", r.skipped_total());
+    for (why, n) in &r.skipped {
+        let _ = writeln!(out, "  {n:>8}  {why}");
+    }
+    let _ = writeln!(out, "failed           {}", r.failed_total());
+    for (why, n) in &r.failed {
+        let _ = writeln!(out, "  {n:>8}  {why}");
+    }
+    out
 }
 
 fn main() -> ExitCode {

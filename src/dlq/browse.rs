@@ -138,14 +138,7 @@ async fn scan(
             Release::Rotate => {
                 rotate(channel, queue, &delivery.properties, &delivery.data)
                     .await
-                    .map_err(|e| match e {
-                        Rotation::Amqp(e) => amqp(e),
-                        Rotation::Refused(why) => BrokerError::Amqp {
-                            reason: format!(
-                                "queue {queue:?}: the copy to rotate {why}; the original stays in the queue"
-                            ),
-                        },
-                    })?;
+                    .map_err(|e| rotation_error(conn, queue, e))?;
                 channel
                     .basic_ack(delivery.delivery_tag, BasicAckOptions::default())
                     .await
@@ -154,7 +147,13 @@ async fn scan(
             }
         }
     }
-    for tag in requeue {
+    requeue_all(channel, requeue).await.map_err(amqp)
+}
+
+/// Requeues the held messages `tags` one by one, in read order (`basic.nack`): the queue
+/// keeps its order.
+pub(super) async fn requeue_all(channel: &Channel, tags: Vec<u64>) -> Result<(), lapin::Error> {
+    for tag in tags {
         channel
             .basic_nack(
                 tag,
@@ -163,14 +162,25 @@ async fn scan(
                     requeue: true,
                 },
             )
-            .await
-            .map_err(amqp)?;
+            .await?;
     }
     Ok(())
 }
 
+/// The error of a failed rotation of a message of `queue`.
+pub(super) fn rotation_error(conn: &BrokerConnection, queue: &str, e: Rotation) -> BrokerError {
+    match e {
+        Rotation::Amqp(e) => map_error(conn, &e),
+        Rotation::Refused(why) => BrokerError::Amqp {
+            reason: format!(
+                "queue {queue:?}: the copy to rotate {why}; the original stays in the queue"
+            ),
+        },
+    }
+}
+
 /// Why a rotation failed.
-enum Rotation {
+pub(super) enum Rotation {
     /// The channel failed.
     Amqp(lapin::Error),
     /// The broker did not take the copy (what happened).
@@ -182,7 +192,7 @@ enum Rotation {
 ///
 /// # Errors
 /// A refused (nacked) or unroutable copy is an error: the original is then not acked.
-async fn rotate(
+pub(super) async fn rotate(
     channel: &Channel,
     queue: &str,
     props: &BasicProperties,

@@ -12,6 +12,8 @@
 //! contract first.
 
 pub mod browse;
+pub mod filter;
+pub mod replay;
 pub mod target;
 
 use std::collections::BTreeMap;
@@ -22,8 +24,62 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::client::headers::{
-    as_u64, ERROR_CLASS, LAST_ERROR, LAST_FAILED_AT, ORIGINAL_QUEUE, REASON, RETRY_COUNT,
+    as_u64, ERROR_CLASS, FIRST_FAILED_AT, LAST_DELAY_MS, LAST_ERROR, LAST_FAILED_AT,
+    ORIGINAL_EXCHANGE, ORIGINAL_QUEUE, ORIGINAL_ROUTING_KEY, REASON, RETRY_COUNT,
 };
+
+/// `dlq-replayed-at` (long, ms since epoch): when the message was last replayed.
+pub const REPLAYED_AT: &str = "dlq-replayed-at";
+/// `dlq-replay-id` (string): the replay run that sent it back (one id per run), for
+/// consumers that deduplicate with `message_id`.
+pub const REPLAY_ID: &str = "dlq-replay-id";
+/// `dlq-replay-count` (long): how many times it has been replayed.
+pub const REPLAY_COUNT: &str = "dlq-replay-count";
+
+/// Headers a replay removes: the retry state of the failure it recovers from (so the
+/// consumer starts the message's retries over: retry count, retry window, last delay,
+/// reason) and the broker's per-delivery `x-delivery-count`. Everything else stays — the
+/// body, `message_id`, user headers, the origin (`dlq-original-*`), the last error and
+/// `x-death` (broker-owned: never edited).
+pub const RESET_ON_REPLAY: [&str; 6] = [
+    RETRY_COUNT,
+    FIRST_FAILED_AT,
+    LAST_FAILED_AT,
+    LAST_DELAY_MS,
+    REASON,
+    "x-delivery-count",
+];
+
+/// The properties of the replayed copy of a message with `original` properties: the
+/// retry state reset ([`RESET_ON_REPLAY`]), [`REPLAYED_AT`] = `now_ms`, [`REPLAY_ID`] =
+/// `replay_id`, [`REPLAY_COUNT`] one more than before; every other property unchanged.
+pub fn replay_properties(
+    original: &BasicProperties,
+    replay_id: &str,
+    now_ms: u64,
+) -> BasicProperties {
+    use lapin::types::{LongString, ShortString};
+    let mut map = original
+        .headers()
+        .as_ref()
+        .map(|h| h.inner().clone())
+        .unwrap_or_default();
+    let count = map.get(REPLAY_COUNT).and_then(as_u64).unwrap_or(0);
+    for name in RESET_ON_REPLAY {
+        map.remove(name);
+    }
+    let long = |n: u64| AMQPValue::LongLongInt(i64::try_from(n).unwrap_or(i64::MAX));
+    map.insert(ShortString::from(REPLAYED_AT), long(now_ms));
+    map.insert(
+        ShortString::from(REPLAY_ID),
+        AMQPValue::LongString(LongString::from(replay_id)),
+    );
+    map.insert(
+        ShortString::from(REPLAY_COUNT),
+        long(count.saturating_add(1)),
+    );
+    original.clone().with_headers(FieldTable::from(map))
+}
 
 /// What one dead-lettered message says about its failure.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,6 +98,12 @@ pub struct DeadLetter {
     pub retry_count: u64,
     /// `dlq-original-queue`, else the latest `x-death` queue, else `unknown`.
     pub original_queue: String,
+    /// `dlq-original-exchange`, else the latest `x-death` exchange.
+    pub original_exchange: Option<String>,
+    /// `dlq-original-routing-key`, else the latest `x-death` first routing key.
+    pub original_routing_key: Option<String>,
+    /// `dlq-replay-count` (0 when never replayed).
+    pub replay_count: u64,
     /// When it was dead-lettered, ms since epoch: `dlq-last-failed-at`, else the latest
     /// `x-death` time, else the `timestamp` property; `None` when none is there.
     pub dead_lettered_at_ms: Option<u64>,
@@ -94,6 +156,14 @@ impl DeadLetter {
             original_queue: text(ORIGINAL_QUEUE)
                 .or_else(|| death_text("queue"))
                 .unwrap_or_else(|| "unknown".into()),
+            original_exchange: text(ORIGINAL_EXCHANGE).or_else(|| death_text("exchange")),
+            original_routing_key: text(ORIGINAL_ROUTING_KEY).or_else(|| {
+                match death.get("routing-keys") {
+                    Some(AMQPValue::FieldArray(a)) => a.as_slice().first().and_then(as_text),
+                    _ => None,
+                }
+            }),
+            replay_count: headers.get(REPLAY_COUNT).and_then(as_u64).unwrap_or(0),
             dead_lettered_at_ms: headers
                 .get(LAST_FAILED_AT)
                 .and_then(as_u64)
@@ -408,6 +478,35 @@ mod tests {
         assert_eq!(release_for(true, Some(3), 2), Release::Rotate);
         assert_eq!(release_for(true, Some(1), 0), Release::Rotate);
         assert_eq!(release_for(true, Some(u64::MAX), u64::MAX), Release::Rotate);
+    }
+
+    #[test]
+    fn replay_resets_the_retry_state_and_stamps_the_replay() {
+        let props = BasicProperties::default()
+            .with_message_id(ShortString::from("m-9"))
+            .with_headers(table(&[
+                (RETRY_COUNT, AMQPValue::LongLongInt(5)),
+                (REASON, s("MaxRetriesExceeded")),
+                (FIRST_FAILED_AT, AMQPValue::LongLongInt(1)),
+                (LAST_FAILED_AT, AMQPValue::LongLongInt(2)),
+                ("x-delivery-count", AMQPValue::LongLongInt(4)),
+                (ERROR_CLASS, s("timeout")),
+                (ORIGINAL_QUEUE, s("orders")),
+                ("tenant", s("a")),
+                (REPLAY_COUNT, AMQPValue::LongLongInt(1)),
+            ]));
+        let copy = replay_properties(&props, "run-1", 42);
+        let d = DeadLetter::read("x", &copy, b"", 0);
+        for gone in RESET_ON_REPLAY {
+            assert!(!d.headers.contains_key(gone), "{gone} kept");
+        }
+        assert_eq!(d.headers[REPLAYED_AT], 42);
+        assert_eq!(d.headers[REPLAY_ID], "run-1");
+        assert_eq!(d.replay_count, 2);
+        assert_eq!(d.headers["tenant"], "a");
+        assert_eq!(d.error_class, "timeout");
+        assert_eq!(d.original_queue, "orders");
+        assert_eq!(d.message_id.as_deref(), Some("m-9"));
     }
 
     #[test]

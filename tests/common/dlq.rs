@@ -1,0 +1,123 @@
+//! Helpers of the dead-letter operation tests (`dlq inspect`, `dlq replay`) on the local
+//! RabbitMQ: a DeadLetterQueue's topology, publishing with confirms, draining.
+
+use std::collections::BTreeMap;
+
+use lapin::options::{BasicGetOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::BasicProperties;
+use serde_json::json;
+
+use super::{AMQP, MGMT};
+use dlq_operator::backoff::ResolvedPolicy;
+use dlq_operator::broker::BrokerConnection;
+use dlq_operator::crd::{DeadLetterQueueSpec, RetryPolicySpec};
+use dlq_operator::topology::{plan, DesiredTopology, QueueRole};
+
+pub fn connection() -> BrokerConnection {
+    let data: BTreeMap<String, Vec<u8>> = [("uri", AMQP), ("managementUri", MGMT)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    BrokerConnection::from_secret_data("rabbitmq", &data).expect("secret")
+}
+
+/// The topology of a DeadLetterQueue for source queue `queue`; with `limit`, its
+/// dead-letter queue is declared with that `x-delivery-limit`.
+pub fn topology(queue: &str, limit: Option<u64>) -> DesiredTopology {
+    let spec: DeadLetterQueueSpec = serde_json::from_value(json!({
+        "broker": {"secretRef": {"name": "rabbitmq"}},
+        "source": {"queue": queue},
+        "retryPolicyRef": {"name": "rp"},
+    }))
+    .expect("spec");
+    let rp: RetryPolicySpec =
+        serde_json::from_value(json!({"maxRetries": 1, "tiers": ["1s"]})).expect("rp");
+    let mut t = plan(
+        "test/inspect",
+        &spec,
+        &ResolvedPolicy::from_spec(&rp).expect("policy"),
+    );
+    if let Some(limit) = limit {
+        for q in &mut t.queues {
+            if matches!(q.role, QueueRole::DeadLetter { .. }) {
+                q.arguments.insert("x-delivery-limit".into(), json!(limit));
+            }
+        }
+    }
+    t
+}
+
+pub fn header(pairs: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in pairs {
+        t.insert(ShortString::from(*k), v.clone());
+    }
+    t
+}
+
+pub fn text(v: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(v))
+}
+
+/// Publishes with a confirm to `queue` through the default exchange.
+pub async fn publish(ch: &lapin::Channel, queue: &str, id: &str, headers: FieldTable) {
+    let confirm = ch
+        .basic_publish(
+            "".into(),
+            queue.into(),
+            Default::default(),
+            format!("body of {id}").as_bytes(),
+            BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_message_id(ShortString::from(id))
+                .with_headers(headers),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    assert!(confirm.is_ack(), "{id} not confirmed");
+}
+
+/// Takes every message of `queue` (acked) and returns their message ids.
+pub async fn drain_ids(ch: &lapin::Channel, queue: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    while let Some(m) = ch
+        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+    {
+        ids.push(
+            m.delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+        );
+    }
+    ids.sort();
+    ids
+}
+
+pub async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("queue exists")
+    .message_count()
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
