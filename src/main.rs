@@ -219,6 +219,27 @@ enum DlqCommand {
         #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
         output: ReportFormat,
     },
+    /// Remove the dead-lettered messages older than --older-than (and matching every
+    /// --filter); every other message stays. Needs --yes unless --dry-run.
+    Purge {
+        #[command(flatten)]
+        which: Which,
+        /// Remove only messages dead-lettered more than this long ago (e.g. 7d, 12h).
+        #[arg(long, required = true)]
+        older_than: String,
+        /// More terms, as for `dlq replay --filter`.
+        #[arg(long)]
+        filter: Vec<String>,
+        /// Count what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Confirm the removal (required without --dry-run).
+        #[arg(long)]
+        yes: bool,
+        /// Report format.
+        #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
+        output: ReportFormat,
+    },
 }
 
 #[derive(Subcommand)]
@@ -430,7 +451,68 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 ExitCode::FAILURE
             })
         }
+        DlqCommand::Purge {
+            which,
+            older_than,
+            filter,
+            dry_run,
+            yes,
+            output,
+        } => {
+            let older_than_ms = parse_ms(&older_than).map_err(|e| format!("--older-than: {e}"))?;
+            let filter = Filter::parse(&filter)
+                .map_err(|e| e.to_string())?
+                .older_than(older_than_ms);
+            if !dry_run && !yes {
+                return Err(
+                    "dlq purge removes messages for good: add --yes (or --dry-run to count them first)"
+                        .into(),
+                );
+            }
+            let prepared = resolve(which).await?;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            {
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    shutdown_signal().await;
+                    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                });
+            }
+            let report = dlq_operator::dlq::purge::purge(
+                &prepared.connection,
+                &prepared.topology,
+                &filter,
+                dry_run,
+                now_ms(),
+                &stop,
+            )
+            .await
+            .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
+            print!(
+                "{}",
+                format_report(&report, output, || purge_table(&report))?
+            );
+            Ok(if report.interrupted {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
     }
+}
+
+/// The purge report as text.
+fn purge_table(r: &dlq_operator::dlq::purge::PurgeReport) -> String {
+    format!(
+        "DeadLetterQueue  {}\nin the DLQ       {} at the start, {} read{}\nmatched          {}\n{:<16} {}\n",
+        r.resource,
+        r.total,
+        r.scanned,
+        if r.interrupted { " (interrupted)" } else { "" },
+        r.matched,
+        if r.dry_run { "would remove" } else { "removed" },
+        if r.dry_run { r.matched } else { r.removed },
+    )
 }
 
 /// The replay report as text.

@@ -484,3 +484,110 @@ async fn cli_replay_interrupted_is_partial_and_exact() {
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;
 }
+
+/// `dlq purge --older-than`: removes only the old messages, only with --yes; a dry run
+/// counts them and removes nothing.
+#[tokio::test]
+async fn cli_purge_removes_only_matching_messages_and_needs_yes() {
+    let q = common::unique("t-purge");
+    let dir = common::manifests(&[
+        ("s.yaml", &common::secret_yaml("s", "guest", "guest", MGMT)),
+        (
+            "p.yaml",
+            &common::policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
+        ),
+        ("d.yaml", &common::dlq_yaml("d", &q, "p", "s", "")),
+    ]);
+    let path = dir.path().display().to_string();
+    let out = common::cli(&["apply", "-f", &path]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = channel().await;
+    let day = 86_400_000_u64;
+    for (id, age, class) in [
+        ("old-a", 10 * day, "parse"),
+        ("new-a", 3_600_000, "parse"),
+        ("old-b", 8 * day, "timeout"),
+        ("new-b", 60_000, "timeout"),
+        ("old-c", 30 * day, "parse"),
+    ] {
+        publish(
+            &ch,
+            &dlq,
+            id,
+            header(&[
+                (
+                    "dlq-last-failed-at",
+                    AMQPValue::LongLongInt((now_ms() - age) as i64),
+                ),
+                ("dlq-error-class", text(class)),
+            ]),
+        )
+        .await;
+    }
+    let purge = |extra: &[&str]| {
+        let mut args = vec![
+            "dlq",
+            "purge",
+            "--standalone",
+            "-f",
+            &path,
+            "--name",
+            "d",
+            "-o",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        common::cli(&args)
+    };
+    let out = purge(&["--older-than", "7d"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        common::text(&out).contains("--yes"),
+        "{}",
+        common::text(&out)
+    );
+    let out = purge(&["--older-than", "7 days", "--yes"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        common::text(&out).contains("--older-than"),
+        "{}",
+        common::text(&out)
+    );
+    assert_eq!(ready(&ch, &dlq).await, 5, "refused runs touch nothing");
+
+    let out = purge(&["--older-than", "7d", "--dry-run"]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (report["matched"].as_u64(), report["removed"].as_u64()),
+        (Some(3), Some(0))
+    );
+    assert_eq!(ready(&ch, &dlq).await, 5);
+
+    let out = purge(&["--older-than", "7d", "--filter", "class=parse", "--yes"]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["removed"], 2, "{report}");
+    let left: Vec<String> = {
+        let mut ids = Vec::new();
+        while let Some(m) = ch
+            .basic_get(dlq.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("get")
+        {
+            ids.push(
+                m.delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default(),
+            );
+        }
+        ids
+    };
+    assert_eq!(left, ["new-a", "old-b", "new-b"], "the rest stay, in order");
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}

@@ -131,21 +131,18 @@ async fn scan(
             &delivery.data,
             opts.preview_bytes,
         );
-        let release = release_for(quorum, limit, letter.delivery_count);
-        out.add(letter, now_ms, opts.sample_size);
-        match release {
-            Release::Requeue => requeue.push(delivery.delivery_tag),
-            Release::Rotate => {
-                rotate(channel, queue, &delivery.properties, &delivery.data)
-                    .await
-                    .map_err(|e| rotation_error(conn, queue, e))?;
-                channel
-                    .basic_ack(delivery.delivery_tag, BasicAckOptions::default())
-                    .await
-                    .map_err(amqp)?;
-                out.rotated += 1;
-            }
+        let count = letter.delivery_count;
+        if release_for(quorum, limit, count) == Release::Rotate {
+            out.rotated += 1;
         }
+        out.add(letter, now_ms, opts.sample_size);
+        let held = Held {
+            tag: delivery.delivery_tag,
+            count,
+            properties: &delivery.properties,
+            body: &delivery.data,
+        };
+        keep(conn, channel, queue, (quorum, limit), held, &mut requeue).await?;
     }
     requeue_all(channel, requeue).await.map_err(amqp)
 }
@@ -167,8 +164,50 @@ pub(super) async fn requeue_all(channel: &Channel, tags: Vec<u64>) -> Result<(),
     Ok(())
 }
 
+/// A message read and not yet acknowledged.
+pub(super) struct Held<'a> {
+    /// Its delivery tag.
+    pub tag: u64,
+    /// Its `x-delivery-count`.
+    pub count: u64,
+    /// Its properties.
+    pub properties: &'a BasicProperties,
+    /// Its body.
+    pub body: &'a [u8],
+}
+
+/// A held message of `queue` that stays: its tag joins `requeue` (given back at the end,
+/// in read order), or, where a return could reach the delivery limit, it is rotated now
+/// ([`release_for`] with the queue's `(quorum, limit)`).
+///
+/// # Errors
+/// A failed rotation (the original then stays held, and returns to the queue when the
+/// channel closes).
+pub(super) async fn keep(
+    conn: &BrokerConnection,
+    channel: &Channel,
+    queue: &str,
+    (quorum, limit): (bool, Option<u64>),
+    held: Held<'_>,
+    requeue: &mut Vec<u64>,
+) -> Result<(), BrokerError> {
+    match release_for(quorum, limit, held.count) {
+        Release::Requeue => requeue.push(held.tag),
+        Release::Rotate => {
+            rotate(channel, queue, held.properties, held.body)
+                .await
+                .map_err(|e| rotation_error(conn, queue, e))?;
+            channel
+                .basic_ack(held.tag, BasicAckOptions::default())
+                .await
+                .map_err(|e| map_error(conn, &e))?;
+        }
+    }
+    Ok(())
+}
+
 /// The error of a failed rotation of a message of `queue`.
-pub(super) fn rotation_error(conn: &BrokerConnection, queue: &str, e: Rotation) -> BrokerError {
+fn rotation_error(conn: &BrokerConnection, queue: &str, e: Rotation) -> BrokerError {
     match e {
         Rotation::Amqp(e) => map_error(conn, &e),
         Rotation::Refused(why) => BrokerError::Amqp {
@@ -180,7 +219,7 @@ pub(super) fn rotation_error(conn: &BrokerConnection, queue: &str, e: Rotation) 
 }
 
 /// Why a rotation failed.
-pub(super) enum Rotation {
+enum Rotation {
     /// The channel failed.
     Amqp(lapin::Error),
     /// The broker did not take the copy (what happened).
@@ -192,7 +231,7 @@ pub(super) enum Rotation {
 ///
 /// # Errors
 /// A refused (nacked) or unroutable copy is an error: the original is then not acked.
-pub(super) async fn rotate(
+async fn rotate(
     channel: &Channel,
     queue: &str,
     props: &BasicProperties,

@@ -65,6 +65,12 @@ impl Filter {
         Ok(Filter { terms })
     }
 
+    /// Adds the term `age>older_than_ms` (dead-lettered more than that long ago).
+    pub fn older_than(mut self, older_than_ms: u64) -> Filter {
+        self.terms.push(Term::OlderThan(older_than_ms));
+        self
+    }
+
     /// Whether `m`, read at `now_ms` (ms since epoch), matches every term.
     pub fn matches(&self, m: &DeadLetter, now_ms: u64) -> bool {
         self.terms.iter().all(|t| term_matches(t, m, now_ms))

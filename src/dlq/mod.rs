@@ -13,6 +13,7 @@
 
 pub mod browse;
 pub mod filter;
+pub mod purge;
 pub mod replay;
 pub mod target;
 

@@ -28,9 +28,9 @@ use lapin::PublisherConfirm;
 use lapin::{Channel, Confirmation};
 use serde::Serialize;
 
-use super::browse::{requeue_all, rotate, rotation_error};
+use super::browse::{keep, requeue_all, Held};
 use super::filter::Filter;
-use super::{release_for, replay_properties, DeadLetter, Release};
+use super::{replay_properties, DeadLetter};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
 use crate::broker::rabbitmq::RabbitMq;
 use crate::broker::{BrokerConnection, BrokerError};
@@ -336,8 +336,7 @@ impl Run<'_> {
         requeue_all(ch, requeue).await.map_err(amqp)
     }
 
-    /// A message that stays in the dead-letter queue: its tag joins `requeue`, or, where a
-    /// return could reach the delivery limit, it is rotated now ([`release_for`]).
+    /// A message that stays in the dead-letter queue ([`keep`]).
     async fn stays(
         &self,
         tag: u64,
@@ -346,20 +345,21 @@ impl Run<'_> {
         body: &[u8],
         requeue: &mut Vec<u64>,
     ) -> Result<(), BrokerError> {
-        let (quorum, limit) = self.facts;
-        match release_for(quorum, limit, count) {
-            Release::Requeue => requeue.push(tag),
-            Release::Rotate => {
-                rotate(self.channel, self.queue, properties, body)
-                    .await
-                    .map_err(|e| rotation_error(self.conn, self.queue, e))?;
-                self.channel
-                    .basic_ack(tag, BasicAckOptions::default())
-                    .await
-                    .map_err(|e| map_error(self.conn, &e))?;
-            }
-        }
-        Ok(())
+        let held = Held {
+            tag,
+            count,
+            properties,
+            body,
+        };
+        keep(
+            self.conn,
+            self.channel,
+            self.queue,
+            self.facts,
+            held,
+            requeue,
+        )
+        .await
     }
 
     /// Whether `--limit` is reached, counting the copies in flight.

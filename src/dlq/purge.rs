@@ -1,0 +1,127 @@
+//! `dlq purge`: removes only the dead-lettered messages a filter takes (the CLI requires
+//! `--older-than`), read like inspection reads (held until the end); every other message
+//! goes back by the inspection rule ([`super::release_for`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use serde::Serialize;
+
+use super::browse::{keep, requeue_all, Held};
+use super::filter::Filter;
+use super::DeadLetter;
+use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
+use crate::broker::rabbitmq::RabbitMq;
+use crate::broker::{BrokerConnection, BrokerError};
+use crate::topology::{DesiredTopology, QueueRole};
+
+/// The purge report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PurgeReport {
+    /// The DeadLetterQueue (`namespace/name`).
+    pub resource: String,
+    /// Nothing was removed.
+    pub dry_run: bool,
+    /// Stopped before the end (Ctrl-C).
+    pub interrupted: bool,
+    /// Messages in the dead-letter queues when it started.
+    pub total: u64,
+    /// Messages read.
+    pub scanned: u64,
+    /// Messages the filter took.
+    pub matched: u64,
+    /// Messages removed (0 in a dry run).
+    pub removed: u64,
+}
+
+/// Removes the messages of `topology`'s dead-letter queues that `filter` takes (none with
+/// `dry_run`). `stop` is checked before each message.
+///
+/// # Errors
+/// [`BrokerError::NotFound`] for a missing dead-letter queue; connection and AMQP errors
+/// (held messages return to their queue; those already removed stay removed).
+pub async fn purge(
+    conn: &BrokerConnection,
+    topology: &DesiredTopology,
+    filter: &Filter,
+    dry_run: bool,
+    now_ms: u64,
+    stop: &AtomicBool,
+) -> Result<PurgeReport, BrokerError> {
+    let broker = RabbitMq::new(conn)?;
+    let mut report = PurgeReport {
+        resource: topology.owner.clone(),
+        dry_run,
+        ..PurgeReport::default()
+    };
+    let queues: Vec<&str> = topology
+        .queues
+        .iter()
+        .filter(|q| matches!(q.role, QueueRole::DeadLetter { .. }))
+        .map(|q| q.name.as_str())
+        .collect();
+    let amqp = |e: lapin::Error| map_error(conn, &e);
+    let connection = connect_vhost(conn, &topology.vhost).await?;
+    let result = async {
+        for queue in queues {
+            let facts = broker.delivery_limit_of(&topology.vhost, queue).await?;
+            let ch = connection.create_channel().await.map_err(amqp)?;
+            ch.confirm_select(Default::default()).await.map_err(amqp)?;
+            let count = ch
+                .queue_declare(
+                    queue.into(),
+                    QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(amqp)?
+                .message_count();
+            report.total += u64::from(count);
+            let mut requeue = Vec::new();
+            for _ in 0..count {
+                if stop.load(Ordering::SeqCst) {
+                    report.interrupted = true;
+                    break;
+                }
+                let Some(m) = ch
+                    .basic_get(queue.into(), BasicGetOptions { no_ack: false })
+                    .await
+                    .map_err(amqp)?
+                else {
+                    break;
+                };
+                let d = &m.delivery;
+                let letter = DeadLetter::read(queue, &d.properties, &d.data, 0);
+                report.scanned += 1;
+                if filter.matches(&letter, now_ms) {
+                    report.matched += 1;
+                    if !dry_run {
+                        ch.basic_ack(d.delivery_tag, BasicAckOptions::default())
+                            .await
+                            .map_err(amqp)?;
+                        report.removed += 1;
+                        continue;
+                    }
+                }
+                let held = Held {
+                    tag: d.delivery_tag,
+                    count: letter.delivery_count,
+                    properties: &d.properties,
+                    body: &d.data,
+                };
+                keep(conn, &ch, queue, facts, held, &mut requeue).await?;
+            }
+            requeue_all(&ch, requeue).await.map_err(amqp)?;
+            let _ = ch.close(200, "purged".into()).await;
+        }
+        Ok(())
+    }
+    .await;
+    let _ = connection.close(200, "bye".into()).await;
+    result.map(|()| report)
+}
