@@ -201,7 +201,7 @@ enum DlqCommand {
         /// Replay at most N messages.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         limit: Option<u64>,
-        /// At most this many messages per second (> 0).
+        /// At most this many messages per second (at least 0.001).
         #[arg(long, allow_negative_numbers = true)]
         rate: Option<f64>,
         /// Count what would be replayed; publish nothing, remove nothing.
@@ -391,9 +391,9 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             // Every argument is checked before anything is read or touched.
             let filter = Filter::parse(&filter).map_err(|e| e.to_string())?;
             if let Some(r) = rate {
-                if !(r.is_finite() && r > 0.0) {
+                if !(r.is_finite() && r >= 0.001) {
                     return Err(format!(
-                        "--rate {r}: must be a number of messages per second above 0"
+                        "--rate {r:?}: must be a number of messages per second, at least 0.001"
                     ));
                 }
             }

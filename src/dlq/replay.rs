@@ -36,6 +36,9 @@ use crate::broker::rabbitmq::RabbitMq;
 use crate::broker::{BrokerConnection, BrokerError};
 use crate::topology::{DesiredTopology, QueueRole};
 
+/// The longest pause between two copies that `--rate` can ask for (a day).
+const MAX_PAUSE: Duration = Duration::from_secs(86_400);
+
 /// Copies awaiting their publisher confirm at most, per dead-letter queue.
 pub const CONFIRM_WINDOW: usize = 64;
 
@@ -261,10 +264,12 @@ impl Run<'_> {
             .message_count(),
         );
         report.total += count;
-        let pause = self
-            .opts
-            .rate
-            .map(|r| Duration::from_secs_f64(1.0 / r.max(f64::MIN_POSITIVE)));
+        // Between two copies: 1 / rate seconds, at most a day (a rate is validated > 0).
+        let pause = self.opts.rate.map(|r| {
+            Duration::try_from_secs_f64(1.0 / r)
+                .unwrap_or(MAX_PAUSE)
+                .min(MAX_PAUSE)
+        });
         // Delivery tags of the messages that stay, requeued at the end.
         let mut requeue: Vec<u64> = Vec::new();
         let mut in_flight: VecDeque<InFlight> = VecDeque::new();
