@@ -189,8 +189,9 @@ enum DlqCommand {
     },
     /// Send dead-lettered messages back where they failed: publish with a publisher
     /// confirm, then ack from the dead-letter queue (at-least-once). The retry state is
-    /// reset and dlq-replayed-at, dlq-replay-id and dlq-replay-count are added. Exit 0
-    /// only when every matching message was replayed.
+    /// reset and dlq-replayed-at, dlq-replay-id and dlq-replay-count are added. Exit 1
+    /// when a copy failed or the run was interrupted (skipped messages are reported, not
+    /// failures).
     Replay {
         #[command(flatten)]
         which: Which,
@@ -212,8 +213,8 @@ enum DlqCommand {
         /// exchange and routing key the message was first published with.
         #[arg(long, value_enum, default_value_t = ReplayTarget::OriginalQueue)]
         to: ReplayTarget,
-        /// Skip a message already replayed this many times.
-        #[arg(long, default_value_t = 3)]
+        /// Skip a message already replayed this many times (at least 1).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
         max_replays: u64,
         /// Report format.
         #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]

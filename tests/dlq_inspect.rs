@@ -362,3 +362,121 @@ async fn cli_inspect_reads_the_dead_letter_queue_from_the_cluster() {
     drop(op);
     cleanup(&prefix).await;
 }
+
+/// PUT a policy `name` for exactly `queue` (guest/guest): `definition`, priority 1000.
+async fn policy(name: &str, queue: &str, definition: serde_json::Value) {
+    let status = reqwest::Client::new()
+        .put(format!("{MGMT}/api/policies/%2F/{name}"))
+        .basic_auth("guest", Some("guest"))
+        .json(
+            &json!({"pattern": format!("^{queue}$"), "apply-to": "queues",
+                      "priority": 1000, "definition": definition}),
+        )
+        .send()
+        .await
+        .expect("policy")
+        .status();
+    assert!(status.is_success(), "policy refused: {status}");
+}
+
+/// The smaller of an `x-delivery-limit` argument and a policy's `delivery-limit` is the
+/// one the broker enforces; inspection goes by it, read at once (not from statistics that
+/// lag), and loses nothing over 10 runs.
+#[tokio::test]
+async fn the_smallest_delivery_limit_of_argument_and_policies_is_respected() {
+    let q = common::unique("t-inspect-min");
+    let t = topology(&q, Some(2));
+    RabbitMq::new(&connection())
+        .expect("client")
+        .apply(&t)
+        .await
+        .expect("apply");
+    let dlq = format!("{q}.dlq");
+    // Set just before the first inspection: the statistics still show the old definition.
+    policy(&format!("{q}-limit"), &dlq, json!({"delivery-limit": 50})).await;
+    let conn = lapin::Connection::connect(AMQP, Default::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    for i in 0..5 {
+        publish(&ch, &dlq, &format!("p{i}"), FieldTable::default()).await;
+    }
+    for run in 0..10 {
+        let i = inspect(&connection(), &t, OPTS, now_ms())
+            .await
+            .unwrap_or_else(|e| panic!("run {run}: {e}"));
+        assert_eq!(i.scanned, 5, "run {run}: {i:?}");
+    }
+    assert_eq!(drain_ids(&ch, &dlq).await, ["p0", "p1", "p2", "p3", "p4"]);
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}
+
+/// A full quorum dead-letter queue with a delivery limit is not read (a message near the
+/// limit could not be moved: the copy would be refused); once there is room, it is, and
+/// nothing is lost.
+#[tokio::test]
+async fn a_full_quorum_dlq_with_a_delivery_limit_is_not_read() {
+    let q = common::unique("t-inspect-full");
+    let t = topology(&q, Some(2));
+    RabbitMq::new(&connection())
+        .expect("client")
+        .apply(&t)
+        .await
+        .expect("apply");
+    let dlq = format!("{q}.dlq");
+    policy(
+        &format!("{q}-full"),
+        &dlq,
+        json!({"max-length": 4, "overflow": "reject-publish"}),
+    )
+    .await;
+    let conn = lapin::Connection::connect(AMQP, Default::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    for i in 0..4 {
+        publish(&ch, &dlq, &format!("f{i}"), FieldTable::default()).await;
+    }
+    for _ in 0..3 {
+        let err = inspect(&connection(), &t, OPTS, now_ms())
+            .await
+            .expect_err("a full queue is not read");
+        assert!(
+            err.to_string().contains("is full (4 of max-length 4)"),
+            "{err}"
+        );
+    }
+    // Room for one: readable, and 10 inspections rotate what they must without a loss.
+    let taken = ch
+        .basic_get(dlq.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+        .expect("a message");
+    assert_eq!(
+        taken
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.as_str()),
+        Some("f0")
+    );
+    for run in 0..10 {
+        let i = inspect(&connection(), &t, OPTS, now_ms())
+            .await
+            .unwrap_or_else(|e| panic!("run {run}: {e}"));
+        assert_eq!(i.scanned, 3, "run {run}: {i:?}");
+    }
+    let mut left = drain_ids(&ch, &dlq).await;
+    left.sort();
+    assert_eq!(left, ["f1", "f2", "f3"]);
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}

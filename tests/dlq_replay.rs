@@ -237,6 +237,57 @@ async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
     assert_eq!(drain_ids(&ch, &q).await, ["f2"]);
     assert_eq!(drain_ids(&ch, &other).await, ["f2"]);
     assert_eq!(drain_ids(&ch, &dlq).await, ["x1"]);
+
+    // An exchange that is gone: skipped and kept, and the rest of the run goes on; a
+    // message of another queue is skipped with this target too.
+    publish(
+        &ch,
+        &dlq,
+        "g1",
+        header(&[
+            ("dlq-original-queue", text(&q)),
+            ("dlq-original-exchange", text(&format!("{q}-gone"))),
+            ("dlq-original-routing-key", text("")),
+        ]),
+    )
+    .await;
+    publish(
+        &ch,
+        &dlq,
+        "o1",
+        header(&[
+            ("dlq-original-queue", text(&other)),
+            ("dlq-original-exchange", text(&fanout)),
+            ("dlq-original-routing-key", text("")),
+        ]),
+    )
+    .await;
+    publish(&ch, &dlq, "f3", failed("f3")).await;
+    let mut opts = options(&[]);
+    opts.target = Target::OriginalExchange;
+    let report = replay(&connection(), &t, &opts, now_ms(), &stop, &mut |_| {})
+        .await
+        .expect("a missing exchange does not abort the run");
+    assert_eq!(
+        (
+            report.replayed,
+            report.skipped_total(),
+            report.failed_total()
+        ),
+        (1, 2, 0),
+        "{report:?}"
+    );
+    assert!(
+        report.skipped.keys().any(|k| k.contains("does not exist")),
+        "{report:?}"
+    );
+    assert!(
+        report.skipped.keys().any(|k| k.contains(other.as_str())),
+        "{report:?}"
+    );
+    assert_eq!(drain_ids(&ch, &q).await, ["f3"]);
+    assert_eq!(drain_ids(&ch, &other).await, ["f3"]);
+    assert_eq!(drain_ids(&ch, &dlq).await, ["g1", "o1"]);
     let _ = ch
         .queue_delete(other.as_str().into(), Default::default())
         .await;

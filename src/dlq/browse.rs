@@ -18,7 +18,7 @@ use lapin::{BasicProperties, Channel, Confirmation};
 
 use super::{release_for, DeadLetter, Inspection, Release};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
-use crate::broker::rabbitmq::RabbitMq;
+use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
 use crate::topology::{DesiredTopology, QueueRole};
 
@@ -60,21 +60,12 @@ pub async fn inspect(
     let connection = connect_vhost(conn, &topology.vhost).await?;
     let result = async {
         for queue in queues {
-            let (quorum, limit) = broker.delivery_limit_of(&topology.vhost, queue).await?;
+            let limits = broker.queue_limits(&topology.vhost, queue).await?;
             let channel = connection
                 .create_channel()
                 .await
                 .map_err(|e| map_error(conn, &e))?;
-            let scanned = scan(
-                conn,
-                &channel,
-                queue,
-                (quorum, limit),
-                opts,
-                now_ms,
-                &mut out,
-            )
-            .await;
+            let scanned = scan(conn, &channel, queue, limits, opts, now_ms, &mut out).await;
             let _ = channel.close(200, "inspected".into()).await;
             scanned?;
             out.queues.push(queue.to_string());
@@ -91,7 +82,7 @@ async fn scan(
     conn: &BrokerConnection,
     channel: &Channel,
     queue: &str,
-    (quorum, limit): (bool, Option<u64>),
+    limits: QueueLimits,
     opts: InspectOptions,
     now_ms: u64,
     out: &mut Inspection,
@@ -113,6 +104,8 @@ async fn scan(
         .await
         .map_err(amqp)?;
     let count = u64::from(declared.message_count());
+    guard(queue, &limits, count)?;
+    let (quorum, limit) = (limits.quorum, limits.delivery_limit);
     out.total += count;
     let budget = opts.max_messages.saturating_sub(out.scanned).min(count);
     let mut requeue = Vec::new();
@@ -162,6 +155,25 @@ pub(super) async fn requeue_all(channel: &Channel, tags: Vec<u64>) -> Result<(),
             .await?;
     }
     Ok(())
+}
+
+/// Refuses to read `queue` (holding `count` messages) when that could push a message past
+/// its delivery limit ([`QueueLimits::unsafe_to_read`]).
+///
+/// # Errors
+/// [`BrokerError::Amqp`] saying why and what to do; nothing has been read.
+pub(super) fn guard(queue: &str, limits: &QueueLimits, count: u64) -> Result<(), BrokerError> {
+    match limits.unsafe_to_read(count) {
+        None => Ok(()),
+        Some(why) => Err(BrokerError::Amqp {
+            reason: format!(
+                "queue {queue:?} not read: a quorum queue with a delivery limit of {}, and {why}; \
+                 reading it could push a message past the limit (a message near it is moved by \
+                 publishing a copy first). Make room, or lift the length limit, then retry",
+                limits.delivery_limit.unwrap_or_default()
+            ),
+        }),
+    }
 }
 
 /// A message read and not yet acknowledged.

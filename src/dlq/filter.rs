@@ -120,6 +120,9 @@ fn parse_term(raw: &str) -> Result<Term, FilterError> {
     if value.is_empty() {
         return Err(err("no value after the operator"));
     }
+    if value.starts_with(['=', '>', '<', '!']) {
+        return Err(err("the operators are =, !=, > and < (not ==, >=, <=)"));
+    }
     let eq = match op {
         "=" => Some(true),
         "!=" => Some(false),
@@ -224,6 +227,8 @@ mod tests {
             ("colour=red", "unknown key \"colour\""),
             ("header.=x", "unknown key"),
             ("class=a,,reason=b", "empty term"),
+            ("class==x", "not ==, >=, <="),
+            ("age>=1h", "not ==, >=, <="),
         ] {
             let e = Filter::parse(&[expr]).expect_err(expr);
             assert!(e.to_string().contains(reason), "{expr}: {e}");

@@ -105,8 +105,7 @@ pub struct DeadLetter {
     pub original_routing_key: Option<String>,
     /// `dlq-replay-count` (0 when never replayed).
     pub replay_count: u64,
-    /// When it was dead-lettered, ms since epoch: `dlq-last-failed-at`, else the latest
-    /// `x-death` time, else the `timestamp` property; `None` when none is there.
+    /// When it was (last) dead-lettered, ms since epoch: see [`dead_lettered_at`].
     pub dead_lettered_at_ms: Option<u64>,
     /// `x-delivery-count` (returns to a quorum queue so far; 0 when absent).
     pub delivery_count: u64,
@@ -165,11 +164,12 @@ impl DeadLetter {
                 }
             }),
             replay_count: headers.get(REPLAY_COUNT).and_then(as_u64).unwrap_or(0),
-            dead_lettered_at_ms: headers
-                .get(LAST_FAILED_AT)
-                .and_then(as_u64)
-                .or_else(|| death.get("time").and_then(as_u64).map(|s| s * 1000))
-                .or_else(|| props.timestamp().map(|s| s * 1000)),
+            dead_lettered_at_ms: dead_lettered_at(
+                headers.get(LAST_FAILED_AT).and_then(as_u64),
+                death.get("time").and_then(as_u64),
+                headers.get(REPLAYED_AT).and_then(as_u64),
+                *props.timestamp(),
+            ),
             delivery_count: headers
                 .get("x-delivery-count")
                 .and_then(as_u64)
@@ -184,6 +184,32 @@ impl DeadLetter {
             body_truncated: truncated,
         }
     }
+}
+
+/// The latest time known of a message's dead-lettering, ms since epoch: the newest of
+/// `dlq-last-failed-at` (ms), the latest `x-death` entry's `time` (s) and
+/// `dlq-replayed-at` (ms) — a message in the dead-letter queue after a replay failed again
+/// after it, while RabbitMQ keeps the *first* time of an `x-death` entry for a (queue,
+/// reason) and only raises its `count` (RabbitMQ docs, "Dead Letter Exchanges") — else
+/// the `timestamp` property (s). Taking the newest keeps `age>` filters (purge) from
+/// treating a fresh dead letter as old. Seconds beyond `u64` milliseconds count as
+/// unknown.
+pub fn dead_lettered_at(
+    last_failed_at_ms: Option<u64>,
+    x_death_time_s: Option<u64>,
+    replayed_at_ms: Option<u64>,
+    timestamp_s: Option<u64>,
+) -> Option<u64> {
+    let ms = |s: u64| s.checked_mul(1000);
+    [
+        last_failed_at_ms,
+        x_death_time_s.and_then(ms),
+        replayed_at_ms,
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .or_else(|| timestamp_s.and_then(ms))
 }
 
 /// A header value as text, for string headers.
@@ -259,7 +285,7 @@ pub enum Release {
 /// crash of the inspecting process, whose held messages the broker returns too — and
 /// rotated otherwise. `limit` is the queue's effective delivery limit (`None`: the queue
 /// has none, so returns are harmless; RabbitMQ 4.0–4.2 apply 20 when none is set, which
-/// the caller passes — `RabbitMq::delivery_limit_of`). Classic queues have no delivery
+/// the caller passes — `RabbitMq::queue_limits`). Classic queues have no delivery
 /// limit: always requeue.
 pub fn release_for(quorum: bool, limit: Option<u64>, delivery_count: u64) -> Release {
     match (quorum, limit) {
@@ -479,6 +505,28 @@ mod tests {
         assert_eq!(release_for(true, Some(3), 2), Release::Rotate);
         assert_eq!(release_for(true, Some(1), 0), Release::Rotate);
         assert_eq!(release_for(true, Some(u64::MAX), u64::MAX), Release::Rotate);
+    }
+
+    #[test]
+    fn the_dead_lettering_time_is_the_newest_known_and_never_overflows() {
+        assert_eq!(
+            dead_lettered_at(Some(5_000), Some(9), None, Some(1)),
+            Some(9_000)
+        );
+        assert_eq!(
+            dead_lettered_at(Some(5_000), Some(1), Some(7_000), None),
+            Some(7_000)
+        );
+        assert_eq!(dead_lettered_at(None, None, None, Some(3)), Some(3_000));
+        assert_eq!(
+            dead_lettered_at(None, Some(u64::MAX), None, Some(u64::MAX)),
+            None
+        );
+        let props = BasicProperties::default().with_timestamp(u64::MAX);
+        assert_eq!(
+            DeadLetter::read("q", &props, b"", 0).dead_lettered_at_ms,
+            None
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use serde::Serialize;
 
-use super::browse::{keep, requeue_all, Held};
+use super::browse::{guard, keep, requeue_all, Held};
 use super::filter::Filter;
 use super::DeadLetter;
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
@@ -66,7 +66,8 @@ pub async fn purge(
     let connection = connect_vhost(conn, &topology.vhost).await?;
     let result = async {
         for queue in queues {
-            let facts = broker.delivery_limit_of(&topology.vhost, queue).await?;
+            let limits = broker.queue_limits(&topology.vhost, queue).await?;
+            let facts = (limits.quorum, limits.delivery_limit);
             let ch = connection.create_channel().await.map_err(amqp)?;
             ch.confirm_select(Default::default()).await.map_err(amqp)?;
             let count = ch
@@ -81,6 +82,7 @@ pub async fn purge(
                 .await
                 .map_err(amqp)?
                 .message_count();
+            guard(queue, &limits, u64::from(count))?;
             report.total += u64::from(count);
             let mut requeue = Vec::new();
             for _ in 0..count {

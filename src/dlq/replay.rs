@@ -28,11 +28,11 @@ use lapin::PublisherConfirm;
 use lapin::{Channel, Confirmation};
 use serde::Serialize;
 
-use super::browse::{keep, requeue_all, Held};
+use super::browse::{guard, keep, requeue_all, Held};
 use super::filter::Filter;
 use super::{replay_properties, DeadLetter};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
-use crate::broker::rabbitmq::RabbitMq;
+use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
 use crate::topology::{DesiredTopology, QueueRole};
 
@@ -49,7 +49,8 @@ pub enum Target {
     /// The DeadLetterQueue's source queue, through the default exchange.
     OriginalQueue,
     /// The exchange and routing key of the first failed delivery (`dlq-original-*`, else
-    /// `x-death`).
+    /// `x-death`); only for messages whose original queue is the DeadLetterQueue's source
+    /// queue, like the default.
     OriginalExchange,
 }
 
@@ -127,17 +128,14 @@ impl ReplayReport {
 /// Where `m` goes under `target` for a resource whose source queue is `source`, or why it
 /// is skipped.
 pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String, String), String> {
+    if m.original_queue != source && m.original_queue != "unknown" {
+        return Err(format!(
+            "original queue {} is not this DeadLetterQueue's source queue {source}",
+            m.original_queue
+        ));
+    }
     match target {
-        Target::OriginalQueue => {
-            if m.original_queue == source || m.original_queue == "unknown" {
-                Ok((String::new(), source.to_string()))
-            } else {
-                Err(format!(
-                    "original queue {} is not this DeadLetterQueue's source queue {source}",
-                    m.original_queue
-                ))
-            }
-        }
+        Target::OriginalQueue => Ok((String::new(), source.to_string())),
         Target::OriginalExchange => match (&m.original_exchange, &m.original_routing_key) {
             (Some(x), Some(k)) => Ok((x.clone(), k.clone())),
             _ => Err("no original exchange and routing key recorded".to_string()),
@@ -185,17 +183,18 @@ pub async fn replay(
     let connection = connect_vhost(conn, &topology.vhost).await?;
     let result = async {
         for queue in &queues {
-            let facts = broker.delivery_limit_of(&topology.vhost, queue).await?;
+            let limits = broker.queue_limits(&topology.vhost, queue).await?;
             let channel = connection
                 .create_channel()
                 .await
                 .map_err(|e| map_error(conn, &e))?;
             let run = Run {
                 conn,
+                connection: &connection,
                 channel: &channel,
                 queue,
                 source: &source,
-                facts,
+                limits,
                 opts,
                 now_ms,
                 stop,
@@ -220,10 +219,11 @@ pub async fn replay(
 /// One dead-letter queue's replay.
 struct Run<'a> {
     conn: &'a BrokerConnection,
+    connection: &'a lapin::Connection,
     channel: &'a Channel,
     queue: &'a str,
     source: &'a str,
-    facts: (bool, Option<u64>),
+    limits: QueueLimits,
     opts: &'a ReplayOptions,
     now_ms: u64,
     stop: &'a AtomicBool,
@@ -263,6 +263,7 @@ impl Run<'_> {
             .map_err(amqp)?
             .message_count(),
         );
+        guard(self.queue, &self.limits, count)?;
         report.total += count;
         // Between two copies: 1 / rate seconds, at most a day (a rate is validated > 0).
         let pause = self.opts.rate.map(|r| {
@@ -273,6 +274,8 @@ impl Run<'_> {
         // Delivery tags of the messages that stay, requeued at the end.
         let mut requeue: Vec<u64> = Vec::new();
         let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+        // Exchanges already checked (name → exists).
+        let mut exchanges: BTreeMap<String, bool> = BTreeMap::new();
         for _ in 0..count {
             if self.stop.load(Ordering::SeqCst) || self.limit_reached(report, in_flight.len()) {
                 break;
@@ -289,6 +292,20 @@ impl Run<'_> {
             report.scanned += 1;
             match self.decide(&letter, report) {
                 None => {
+                    self.stays(
+                        delivery.delivery_tag,
+                        letter.delivery_count,
+                        &delivery.properties,
+                        &delivery.data,
+                        &mut requeue,
+                    )
+                    .await?
+                }
+                Some((exchange, _)) if !self.exchange_exists(&exchange, &mut exchanges).await? => {
+                    *report
+                        .skipped
+                        .entry(format!("exchange {exchange:?} does not exist"))
+                        .or_default() += 1;
                     self.stays(
                         delivery.delivery_tag,
                         letter.delivery_count,
@@ -326,7 +343,13 @@ impl Run<'_> {
                             .await?;
                     }
                     if let Some(p) = pause {
-                        tokio::time::sleep(p).await;
+                        // At a limited rate the confirms are settled before each pause, so
+                        // an interruption or a crash finds few copies unsettled.
+                        while !in_flight.is_empty() {
+                            self.settle_oldest(&mut in_flight, &mut requeue, report)
+                                .await?;
+                        }
+                        self.pause(p).await;
                     }
                 }
             }
@@ -356,15 +379,58 @@ impl Run<'_> {
             properties,
             body,
         };
-        keep(
-            self.conn,
-            self.channel,
-            self.queue,
-            self.facts,
-            held,
-            requeue,
-        )
-        .await
+        let facts = (self.limits.quorum, self.limits.delivery_limit);
+        keep(self.conn, self.channel, self.queue, facts, held, requeue).await
+    }
+
+    /// Sleeps `p`, or less when `stop` is set meanwhile (checked every 100 ms).
+    async fn pause(&self, p: Duration) {
+        let until = tokio::time::Instant::now() + p;
+        while !self.stop.load(Ordering::SeqCst) {
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                break;
+            }
+            tokio::time::sleep((until - now).min(Duration::from_millis(100))).await;
+        }
+    }
+
+    /// Whether exchange `name` exists (the default exchange always does), from a passive
+    /// declare on a channel of its own — a missing exchange closes the channel it is asked
+    /// on, and must not close the one holding the messages. Remembered in `known`.
+    async fn exchange_exists(
+        &self,
+        name: &str,
+        known: &mut BTreeMap<String, bool>,
+    ) -> Result<bool, BrokerError> {
+        if name.is_empty() {
+            return Ok(true);
+        }
+        if let Some(exists) = known.get(name) {
+            return Ok(*exists);
+        }
+        let side = self
+            .connection
+            .create_channel()
+            .await
+            .map_err(|e| map_error(self.conn, &e))?;
+        let exists = side
+            .exchange_declare(
+                name.into(),
+                lapin::ExchangeKind::Direct,
+                lapin::options::ExchangeDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .is_ok();
+        if exists {
+            let _ = side.close(200, "checked".into()).await;
+        }
+        known.insert(name.to_string(), exists);
+        Ok(exists)
     }
 
     /// Whether `--limit` is reached, counting the copies in flight.

@@ -900,19 +900,18 @@ impl RabbitMq {
         }
     }
 
-    /// What [`crate::dlq::release_for`] needs to know of queue `name` in `vhost`: whether
-    /// it is a quorum queue, and its effective delivery limit — the operator policy's or
-    /// another policy's `delivery-limit`, else the `x-delivery-limit` argument, else 20 on
-    /// RabbitMQ 4.0 to 4.2, which apply that default to quorum queues (RabbitMQ 4.0
-    /// release notes), else none.
+    /// What reading queue `name` of `vhost` without losing a message must know
+    /// ([`QueueLimits`]), taken conservatively — the smallest delivery and length limit
+    /// any source could apply: the queue's arguments, its effective policy, and every
+    /// policy of the vhost whose pattern matches the name (read from the policy list,
+    /// which is current, while the queue's effective policy comes from statistics that lag
+    /// by `collect_statistics_interval`). A pattern the `regex` crate cannot compile counts
+    /// as matching. With no delivery limit set, a quorum queue gets 20 on RabbitMQ 4.0 to
+    /// 4.2, which apply that default (RabbitMQ 4.0 release notes).
     ///
     /// # Errors
     /// [`BrokerError::NotFound`] for a missing queue; transport and authentication errors.
-    pub async fn delivery_limit_of(
-        &self,
-        vhost: &str,
-        name: &str,
-    ) -> Result<(bool, Option<u64>), BrokerError> {
+    pub async fn queue_limits(&self, vhost: &str, name: &str) -> Result<QueueLimits, BrokerError> {
         let q: Value = self
             .mgmt
             .get_json(
@@ -924,21 +923,58 @@ impl RabbitMq {
                 &format!("queue {name:?} in vhost {vhost:?}"),
             )
             .await?;
-        let quorum = q["type"] == "quorum";
-        let limit = q["effective_policy_definition"]["delivery-limit"]
-            .as_u64()
-            .or_else(|| q["arguments"]["x-delivery-limit"].as_u64());
-        if limit.is_some() || !quorum {
-            return Ok((quorum, limit));
-        }
-        let overview: Value = self
+        let policies: Vec<Value> = self
             .mgmt
-            .get_json("overview?columns=rabbitmq_version", "the broker overview")
+            .get_json(
+                &format!("policies/{}", enc(vhost)),
+                &format!("vhost {vhost:?}"),
+            )
             .await?;
-        let version = overview["rabbitmq_version"].as_str().unwrap_or_default();
-        let default_20 =
-            version.starts_with("4.0") || version.starts_with("4.1") || version.starts_with("4.2");
-        Ok((quorum, default_20.then_some(20)))
+        let mut definitions = vec![q["effective_policy_definition"].clone()];
+        for p in policies {
+            let applies = matches!(
+                p["apply-to"].as_str().unwrap_or("all"),
+                "all" | "queues" | "quorum_queues" | "classic_queues"
+            );
+            let matches = p["pattern"]
+                .as_str()
+                .map(|pat| regex::Regex::new(pat).map_or(true, |re| re.is_match(name)))
+                .unwrap_or(true);
+            if applies && matches {
+                definitions.push(p["definition"].clone());
+            }
+        }
+        let args = &q["arguments"];
+        let smallest = |arg: &str, key: &str| {
+            definitions
+                .iter()
+                .filter_map(|d| d[key].as_u64())
+                .chain(args[arg].as_u64())
+                .min()
+        };
+        let quorum = q["type"] == "quorum";
+        let mut limits = QueueLimits {
+            quorum,
+            delivery_limit: smallest("x-delivery-limit", "delivery-limit"),
+            max_length: smallest("x-max-length", "max-length"),
+            max_length_bytes: smallest("x-max-length-bytes", "max-length-bytes"),
+            drops_head: definitions
+                .iter()
+                .map(|d| &d["overflow"])
+                .chain(std::iter::once(&args["x-overflow"]))
+                .any(|o| o == "drop-head"),
+        };
+        if quorum && limits.delivery_limit.is_none() {
+            let overview: Value = self
+                .mgmt
+                .get_json("overview?columns=rabbitmq_version", "the broker overview")
+                .await?;
+            let version = overview["rabbitmq_version"].as_str().unwrap_or_default();
+            if ["4.0", "4.1", "4.2"].iter().any(|v| version.starts_with(v)) {
+                limits.delivery_limit = Some(20);
+            }
+        }
+        Ok(limits)
     }
 
     /// Checks that `vhost` exists and the user has permissions on it, from
@@ -1099,6 +1135,46 @@ impl RabbitMq {
             Ok(())
         } else {
             Err(self.mgmt.api_error(&Method::DELETE, path, &answer))
+        }
+    }
+}
+
+/// What reading a queue without losing a message must know of it
+/// ([`RabbitMq::queue_limits`]; see `crate::dlq::release_for`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueLimits {
+    /// A quorum queue (returns count as deliveries).
+    pub quorum: bool,
+    /// The smallest delivery limit that may apply.
+    pub delivery_limit: Option<u64>,
+    /// The smallest `max-length` that may apply.
+    pub max_length: Option<u64>,
+    /// The smallest `max-length-bytes` that may apply.
+    pub max_length_bytes: Option<u64>,
+    /// `overflow: drop-head` may apply (a copy published to a full queue drops its head).
+    pub drops_head: bool,
+}
+
+impl QueueLimits {
+    /// `Some(why)` when a scan of this queue, holding `count` messages, could push a
+    /// message past its delivery limit: a quorum queue with a delivery limit whose
+    /// rotation (a copy published before the original is acked) a length limit could
+    /// refuse or answer by dropping the head — it is full, drops its head, or limits bytes
+    /// (which the scan cannot check). `None`: safe to read.
+    pub fn unsafe_to_read(&self, count: u64) -> Option<String> {
+        if !self.quorum || self.delivery_limit.is_none() {
+            return None;
+        }
+        let limited = self.max_length.is_some() || self.max_length_bytes.is_some();
+        if limited && self.drops_head {
+            return Some("its length limit drops the head when full".into());
+        }
+        if self.max_length_bytes.is_some() {
+            return Some("it has a max-length-bytes limit".into());
+        }
+        match self.max_length {
+            Some(max) if count >= max => Some(format!("it is full ({count} of max-length {max})")),
+            _ => None,
         }
     }
 }
