@@ -288,8 +288,10 @@ enum SimulateCommand {
 }
 
 fn init_tracing(format: LogFormat) {
+    // lapin logs a returned (unroutable) publish at WARN with the message body: the
+    // commands report every such publish themselves, without the payload.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=error"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
