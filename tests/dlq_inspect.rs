@@ -10,7 +10,9 @@ use lapin::options::{BasicGetOptions, BasicRejectOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::json;
 
-use common::dlq::{connection, drain_ids, header, now_ms, publish, ready, text, topology};
+use common::dlq::{
+    connection, drain_ids, header, ids_in_order, now_ms, publish, ready, text, topology,
+};
 use common::{cleanup, AMQP, MGMT};
 use dlq_operator::broker::rabbitmq::RabbitMq;
 use dlq_operator::broker::Broker;
@@ -102,24 +104,7 @@ async fn summary_reads_contract_headers_and_x_death() {
         "no delivery limit on this queue: requeued in place"
     );
     // Nothing changed: same messages, same order.
-    let order: Vec<String> = {
-        let mut ids = Vec::new();
-        while let Some(m) = ch
-            .basic_get(dlq.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .expect("get")
-        {
-            ids.push(
-                m.delivery
-                    .properties
-                    .message_id()
-                    .as_ref()
-                    .map(|s| s.to_string())
-                    .unwrap_or_default(),
-            );
-        }
-        ids
-    };
+    let order: Vec<String> = ids_in_order(&ch, &dlq).await;
     assert_eq!(order, ["c0", "c1", "c2", "r0", "r1"]);
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;

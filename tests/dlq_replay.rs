@@ -14,8 +14,10 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::ExchangeKind;
 
-use common::dlq::{connection, drain_ids, header, now_ms, publish, ready, text, topology};
-use common::{cleanup, AMQP, MGMT};
+use common::dlq::{
+    connection, drain_ids, header, ids_in_order, now_ms, publish, ready, text, topology,
+};
+use common::{cleanup, AMQP};
 use dlq_operator::broker::rabbitmq::RabbitMq;
 use dlq_operator::broker::Broker;
 use dlq_operator::dlq::filter::Filter;
@@ -363,17 +365,7 @@ async fn limit_dry_run_and_max_replays() {
 #[tokio::test]
 async fn cli_replay_survives_sigkill_and_refuses_bad_input() {
     let q = common::unique("t-replay-kill");
-    let dir = common::manifests(&[
-        ("s.yaml", &common::secret_yaml("s", "guest", "guest", MGMT)),
-        (
-            "p.yaml",
-            &common::policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
-        ),
-        ("d.yaml", &common::dlq_yaml("d", &q, "p", "s", "")),
-    ]);
-    let path = dir.path().display().to_string();
-    let out = common::cli(&["apply", "-f", &path]);
-    assert!(out.status.success(), "{}", common::text(&out));
+    let (_dir, path) = common::dlq::applied_manifests(&q);
     let dlq = format!("{q}.dlq");
     let (conn, ch) = channel().await;
     let all: BTreeSet<String> = (0..2000).map(|i| format!("k{i:04}")).collect();
@@ -468,17 +460,7 @@ async fn cli_replay_survives_sigkill_and_refuses_bad_input() {
 #[tokio::test]
 async fn cli_replay_interrupted_is_partial_and_exact() {
     let q = common::unique("t-replay-int");
-    let dir = common::manifests(&[
-        ("s.yaml", &common::secret_yaml("s", "guest", "guest", MGMT)),
-        (
-            "p.yaml",
-            &common::policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
-        ),
-        ("d.yaml", &common::dlq_yaml("d", &q, "p", "s", "")),
-    ]);
-    let path = dir.path().display().to_string();
-    let out = common::cli(&["apply", "-f", &path]);
-    assert!(out.status.success(), "{}", common::text(&out));
+    let (_dir, path) = common::dlq::applied_manifests(&q);
     let dlq = format!("{q}.dlq");
     let (conn, ch) = channel().await;
     for i in 0..1000 {
@@ -541,17 +523,7 @@ async fn cli_replay_interrupted_is_partial_and_exact() {
 #[tokio::test]
 async fn cli_purge_removes_only_matching_messages_and_needs_yes() {
     let q = common::unique("t-purge");
-    let dir = common::manifests(&[
-        ("s.yaml", &common::secret_yaml("s", "guest", "guest", MGMT)),
-        (
-            "p.yaml",
-            &common::policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
-        ),
-        ("d.yaml", &common::dlq_yaml("d", &q, "p", "s", "")),
-    ]);
-    let path = dir.path().display().to_string();
-    let out = common::cli(&["apply", "-f", &path]);
-    assert!(out.status.success(), "{}", common::text(&out));
+    let (_dir, path) = common::dlq::applied_manifests(&q);
     let dlq = format!("{q}.dlq");
     let (conn, ch) = channel().await;
     let day = 86_400_000_u64;
@@ -620,24 +592,7 @@ async fn cli_purge_removes_only_matching_messages_and_needs_yes() {
     assert!(out.status.success(), "{}", common::text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(report["removed"], 2, "{report}");
-    let left: Vec<String> = {
-        let mut ids = Vec::new();
-        while let Some(m) = ch
-            .basic_get(dlq.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .expect("get")
-        {
-            ids.push(
-                m.delivery
-                    .properties
-                    .message_id()
-                    .as_ref()
-                    .map(|s| s.to_string())
-                    .unwrap_or_default(),
-            );
-        }
-        ids
-    };
+    let left: Vec<String> = ids_in_order(&ch, &dlq).await;
     assert_eq!(left, ["new-a", "old-b", "new-b"], "the rest stay, in order");
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;

@@ -88,22 +88,7 @@ async fn scan(
     out: &mut Inspection,
 ) -> Result<(), BrokerError> {
     let amqp = |e: lapin::Error| map_error(conn, &e);
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .map_err(amqp)?;
-    let declared = channel
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .map_err(amqp)?;
-    let count = u64::from(declared.message_count());
+    let count = prepare_channel(channel, queue).await.map_err(amqp)?;
     guard(queue, &limits, count)?;
     let (quorum, limit) = (limits.quorum, limits.delivery_limit);
     out.total += count;
@@ -155,6 +140,25 @@ pub(super) async fn requeue_all(channel: &Channel, tags: Vec<u64>) -> Result<(),
             .await?;
     }
     Ok(())
+}
+
+/// Puts `channel` in confirm mode (for rotations and copies) and returns how many messages
+/// `queue` holds (a passive declare: current, unlike the management statistics).
+pub(super) async fn prepare_channel(channel: &Channel, queue: &str) -> Result<u64, lapin::Error> {
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    let declared = channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(u64::from(declared.message_count()))
 }
 
 /// Refuses to read `queue` (holding `count` messages) when that could push a message past

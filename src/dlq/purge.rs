@@ -4,11 +4,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
+use lapin::options::{BasicAckOptions, BasicGetOptions};
 use serde::Serialize;
 
-use super::browse::{guard, keep, requeue_all, Held};
+use super::browse::{guard, keep, prepare_channel, requeue_all, Held};
 use super::filter::Filter;
 use super::DeadLetter;
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
@@ -69,21 +68,9 @@ pub async fn purge(
             let limits = broker.queue_limits(&topology.vhost, queue).await?;
             let facts = (limits.quorum, limits.delivery_limit);
             let ch = connection.create_channel().await.map_err(amqp)?;
-            ch.confirm_select(Default::default()).await.map_err(amqp)?;
-            let count = ch
-                .queue_declare(
-                    queue.into(),
-                    QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(amqp)?
-                .message_count();
-            guard(queue, &limits, u64::from(count))?;
-            report.total += u64::from(count);
+            let count = prepare_channel(&ch, queue).await.map_err(amqp)?;
+            guard(queue, &limits, count)?;
+            report.total += count;
             let mut requeue = Vec::new();
             for _ in 0..count {
                 if stop.load(Ordering::SeqCst) {

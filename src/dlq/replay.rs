@@ -19,16 +19,13 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lapin::options::{
-    BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
-    QueueDeclareOptions,
-};
+use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions};
 use lapin::types::FieldTable;
 use lapin::PublisherConfirm;
 use lapin::{Channel, Confirmation};
 use serde::Serialize;
 
-use super::browse::{guard, keep, requeue_all, Held};
+use super::browse::{guard, keep, prepare_channel, requeue_all, Held};
 use super::filter::Filter;
 use super::{replay_properties, DeadLetter};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
@@ -247,22 +244,7 @@ impl Run<'_> {
     ) -> Result<(), BrokerError> {
         let amqp = |e: lapin::Error| map_error(self.conn, &e);
         let ch = self.channel;
-        ch.confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(amqp)?;
-        let count = u64::from(
-            ch.queue_declare(
-                self.queue.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .map_err(amqp)?
-            .message_count(),
-        );
+        let count = prepare_channel(ch, self.queue).await.map_err(amqp)?;
         guard(self.queue, &self.limits, count)?;
         report.total += count;
         // Between two copies: 1 / rate seconds, at most a day (a rate is validated > 0).

@@ -80,8 +80,8 @@ pub async fn publish(ch: &lapin::Channel, queue: &str, id: &str, headers: FieldT
     assert!(confirm.is_ack(), "{id} not confirmed");
 }
 
-/// Takes every message of `queue` (acked) and returns their message ids.
-pub async fn drain_ids(ch: &lapin::Channel, queue: &str) -> Vec<String> {
+/// Takes every message of `queue` (acked) and returns their message ids, in queue order.
+pub async fn ids_in_order(ch: &lapin::Channel, queue: &str) -> Vec<String> {
     let mut ids = Vec::new();
     while let Some(m) = ch
         .basic_get(queue.into(), BasicGetOptions { no_ack: true })
@@ -97,6 +97,12 @@ pub async fn drain_ids(ch: &lapin::Channel, queue: &str) -> Vec<String> {
                 .unwrap_or_default(),
         );
     }
+    ids
+}
+
+/// [`ids_in_order`], sorted.
+pub async fn drain_ids(ch: &lapin::Channel, queue: &str) -> Vec<String> {
+    let mut ids = ids_in_order(ch, queue).await;
     ids.sort();
     ids
 }
@@ -120,4 +126,22 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// Manifests of a Secret (local broker), a RetryPolicy and a DeadLetterQueue `d` for
+/// source queue `queue` in a temp dir, applied with `dlq-operator apply`: the dir (keep it
+/// alive) and its path.
+pub fn applied_manifests(queue: &str) -> (tempfile::TempDir, String) {
+    let dir = super::manifests(&[
+        ("s.yaml", &super::secret_yaml("s", "guest", "guest", MGMT)),
+        (
+            "p.yaml",
+            &super::policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
+        ),
+        ("d.yaml", &super::dlq_yaml("d", queue, "p", "s", "")),
+    ]);
+    let path = dir.path().display().to_string();
+    let out = super::cli(&["apply", "-f", &path]);
+    assert!(out.status.success(), "{}", super::text(&out));
+    (dir, path)
 }
