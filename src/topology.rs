@@ -211,6 +211,14 @@ pub struct DesiredTopology {
 }
 
 impl DesiredTopology {
+    /// Names of the dead-letter queues: the default one and every error-class partition.
+    pub fn dead_letter_queues(&self) -> impl Iterator<Item = &str> {
+        self.queues
+            .iter()
+            .filter(|q| matches!(q.role, QueueRole::DeadLetter { .. }))
+            .map(|q| q.name.as_str())
+    }
+
     /// Names for `status.topology`.
     pub fn status(&self) -> TopologyStatus {
         TopologyStatus {

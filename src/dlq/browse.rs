@@ -20,7 +20,7 @@ use super::{release_for, DeadLetter, Inspection, Release};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
 use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
-use crate::topology::{DesiredTopology, QueueRole};
+use crate::topology::DesiredTopology;
 
 /// How much an inspection reads and shows.
 #[derive(Debug, Clone, Copy)]
@@ -51,12 +51,7 @@ pub async fn inspect(
         resource: topology.owner.clone(),
         ..Inspection::default()
     };
-    let queues: Vec<&str> = topology
-        .queues
-        .iter()
-        .filter(|q| matches!(q.role, QueueRole::DeadLetter { .. }))
-        .map(|q| q.name.as_str())
-        .collect();
+    let queues: Vec<&str> = topology.dead_letter_queues().collect();
     let connection = connect_vhost(conn, &topology.vhost).await?;
     let result = async {
         for queue in queues {

@@ -13,7 +13,7 @@ use super::DeadLetter;
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
 use crate::broker::rabbitmq::RabbitMq;
 use crate::broker::{BrokerConnection, BrokerError};
-use crate::topology::{DesiredTopology, QueueRole};
+use crate::topology::DesiredTopology;
 
 /// The purge report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -55,12 +55,7 @@ pub async fn purge(
         dry_run,
         ..PurgeReport::default()
     };
-    let queues: Vec<&str> = topology
-        .queues
-        .iter()
-        .filter(|q| matches!(q.role, QueueRole::DeadLetter { .. }))
-        .map(|q| q.name.as_str())
-        .collect();
+    let queues: Vec<&str> = topology.dead_letter_queues().collect();
     let amqp = |e: lapin::Error| map_error(conn, &e);
     let connection = connect_vhost(conn, &topology.vhost).await?;
     let result = async {

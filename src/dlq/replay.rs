@@ -31,7 +31,7 @@ use super::{replay_properties, DeadLetter};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
 use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
-use crate::topology::{DesiredTopology, QueueRole};
+use crate::topology::DesiredTopology;
 
 /// The longest pause between two copies that `--rate` can ask for (a day).
 const MAX_PAUSE: Duration = Duration::from_secs(86_400);
@@ -171,12 +171,7 @@ pub async fn replay(
         failed: BTreeMap::new(),
     };
     let source = topology.routes.source_queue.clone();
-    let queues: Vec<String> = topology
-        .queues
-        .iter()
-        .filter(|q| matches!(q.role, QueueRole::DeadLetter { .. }))
-        .map(|q| q.name.clone())
-        .collect();
+    let queues: Vec<&str> = topology.dead_letter_queues().collect();
     let connection = connect_vhost(conn, &topology.vhost).await?;
     let result = async {
         for queue in &queues {
@@ -272,22 +267,18 @@ impl Run<'_> {
             let delivery = &message.delivery;
             let letter = DeadLetter::read(self.queue, &delivery.properties, &delivery.data, 0);
             report.scanned += 1;
-            match self.decide(&letter, report) {
-                None => {
-                    self.stays(
-                        delivery.delivery_tag,
-                        letter.delivery_count,
-                        &delivery.properties,
-                        &delivery.data,
-                        &mut requeue,
-                    )
-                    .await?
-                }
+            let route = match self.decide(&letter, report) {
                 Some((exchange, _)) if !self.exchange_exists(&exchange, &mut exchanges).await? => {
                     *report
                         .skipped
                         .entry(format!("exchange {exchange:?} does not exist"))
                         .or_default() += 1;
+                    None
+                }
+                route => route,
+            };
+            match route {
+                None => {
                     self.stays(
                         delivery.delivery_tag,
                         letter.delivery_count,
