@@ -11,11 +11,10 @@ use lapin::types::{AMQPValue, FieldTable};
 use serde_json::json;
 
 use common::dlq::{
-    connection, drain_ids, header, ids_in_order, now_ms, publish, ready, text, topology,
+    applied, confirm_channel, connection, drain_ids, header, ids_in_order, now_ms, publish, ready,
+    text, topology,
 };
-use common::{cleanup, AMQP, MGMT};
-use dlq_operator::broker::rabbitmq::RabbitMq;
-use dlq_operator::broker::Broker;
+use common::{cleanup, MGMT};
 use dlq_operator::dlq::browse::{inspect, InspectOptions};
 
 const OPTS: InspectOptions = InspectOptions {
@@ -27,20 +26,9 @@ const OPTS: InspectOptions = InspectOptions {
 #[tokio::test]
 async fn summary_reads_contract_headers_and_x_death() {
     let q = common::unique("t-inspect-sum");
-    let t = topology(&q, None);
-    RabbitMq::new(&connection())
-        .expect("client")
-        .apply(&t)
-        .await
-        .expect("apply");
+    let t = applied(&q, None).await;
     let dlq = format!("{q}.dlq");
-    let conn = lapin::Connection::connect(AMQP, Default::default())
-        .await
-        .expect("amqp");
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default())
-        .await
-        .expect("confirms");
+    let (conn, ch) = confirm_channel().await;
     // Three dead-lettered by the helper (contract headers), two rejected in the source
     // queue (the broker dead-letters them with x-death).
     for (i, class) in ["timeout", "timeout", "validation"].iter().enumerate() {
@@ -113,20 +101,9 @@ async fn summary_reads_contract_headers_and_x_death() {
 #[tokio::test]
 async fn inspecting_a_quorum_dlq_with_a_delivery_limit_30_times_loses_nothing() {
     let q = common::unique("t-inspect-limit");
-    let t = topology(&q, Some(3));
-    RabbitMq::new(&connection())
-        .expect("client")
-        .apply(&t)
-        .await
-        .expect("apply");
+    let t = applied(&q, Some(3)).await;
     let dlq = format!("{q}.dlq");
-    let conn = lapin::Connection::connect(AMQP, Default::default())
-        .await
-        .expect("amqp");
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default())
-        .await
-        .expect("confirms");
+    let (conn, ch) = confirm_channel().await;
     let mut expected: Vec<String> = (0..20).map(|i| format!("m{i:02}")).collect();
     for id in &expected {
         publish(
@@ -196,13 +173,7 @@ async fn cli_inspect_standalone_and_bad_input() {
 
     let out = common::cli(&["apply", "-f", &path]);
     assert!(out.status.success(), "{}", common::text(&out));
-    let conn = lapin::Connection::connect(AMQP, Default::default())
-        .await
-        .expect("amqp");
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default())
-        .await
-        .expect("confirms");
+    let (conn, ch) = confirm_channel().await;
     let dlq = format!("{q}.dlq");
     for (i, class) in ["timeout", "parse", "timeout"].iter().enumerate() {
         publish(
@@ -318,13 +289,7 @@ async fn cli_inspect_reads_the_dead_letter_queue_from_the_cluster() {
         .expect("a dead-letter queue")
         .to_string();
     assert!(queue.starts_with(&prefix), "{queue}");
-    let conn = lapin::Connection::connect(AMQP, Default::default())
-        .await
-        .expect("amqp");
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default())
-        .await
-        .expect("confirms");
+    let (conn, ch) = confirm_channel().await;
     publish(
         &ch,
         &queue,
@@ -370,22 +335,11 @@ async fn policy(name: &str, queue: &str, definition: serde_json::Value) {
 #[tokio::test]
 async fn the_smallest_delivery_limit_of_argument_and_policies_is_respected() {
     let q = common::unique("t-inspect-min");
-    let t = topology(&q, Some(2));
-    RabbitMq::new(&connection())
-        .expect("client")
-        .apply(&t)
-        .await
-        .expect("apply");
+    let t = applied(&q, Some(2)).await;
     let dlq = format!("{q}.dlq");
     // Set just before the first inspection: the statistics still show the old definition.
     policy(&format!("{q}-limit"), &dlq, json!({"delivery-limit": 50})).await;
-    let conn = lapin::Connection::connect(AMQP, Default::default())
-        .await
-        .expect("amqp");
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default())
-        .await
-        .expect("confirms");
+    let (conn, ch) = confirm_channel().await;
     for i in 0..5 {
         publish(&ch, &dlq, &format!("p{i}"), FieldTable::default()).await;
     }
@@ -406,12 +360,7 @@ async fn the_smallest_delivery_limit_of_argument_and_policies_is_respected() {
 #[tokio::test]
 async fn a_full_quorum_dlq_with_a_delivery_limit_is_not_read() {
     let q = common::unique("t-inspect-full");
-    let t = topology(&q, Some(2));
-    RabbitMq::new(&connection())
-        .expect("client")
-        .apply(&t)
-        .await
-        .expect("apply");
+    let t = applied(&q, Some(2)).await;
     let dlq = format!("{q}.dlq");
     policy(
         &format!("{q}-full"),
@@ -419,13 +368,7 @@ async fn a_full_quorum_dlq_with_a_delivery_limit_is_not_read() {
         json!({"max-length": 4, "overflow": "reject-publish"}),
     )
     .await;
-    let conn = lapin::Connection::connect(AMQP, Default::default())
-        .await
-        .expect("amqp");
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default())
-        .await
-        .expect("confirms");
+    let (conn, ch) = confirm_channel().await;
     for i in 0..4 {
         publish(&ch, &dlq, &format!("f{i}"), FieldTable::default()).await;
     }

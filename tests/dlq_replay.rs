@@ -14,26 +14,14 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::ExchangeKind;
 
+use common::cleanup;
 use common::dlq::{
-    connection, drain_ids, header, ids_in_order, now_ms, publish, ready, text, topology,
+    applied, confirm_channel, connection, drain_ids, header, ids_in_order, now_ms, publish, ready,
+    ready_now, text,
 };
-use common::{cleanup, AMQP};
-use dlq_operator::broker::rabbitmq::RabbitMq;
-use dlq_operator::broker::Broker;
 use dlq_operator::dlq::filter::Filter;
 use dlq_operator::dlq::replay::{replay, Outcome, ReplayOptions, Target};
 use dlq_operator::dlq::DeadLetter;
-
-async fn channel() -> (lapin::Connection, lapin::Channel) {
-    let conn = lapin::Connection::connect(AMQP, Default::default())
-        .await
-        .expect("amqp");
-    let ch = conn.create_channel().await.expect("channel");
-    ch.confirm_select(Default::default())
-        .await
-        .expect("confirms");
-    (conn, ch)
-}
 
 fn options(filter: &[&str]) -> ReplayOptions {
     ReplayOptions {
@@ -64,14 +52,9 @@ async fn drain(ch: &lapin::Channel, queue: &str) -> Vec<(DeadLetter, Vec<u8>)> {
 #[tokio::test]
 async fn replay_with_a_filter_moves_exactly_the_matching_messages_once() {
     let q = common::unique("t-replay-filter");
-    let t = topology(&q, None);
-    RabbitMq::new(&connection())
-        .expect("client")
-        .apply(&t)
-        .await
-        .expect("apply");
+    let t = applied(&q, None).await;
     let dlq = format!("{q}.dlq");
-    let (conn, ch) = channel().await;
+    let (conn, ch) = confirm_channel().await;
     let classes = ["timeout", "validation", "parse"];
     let mut expected = BTreeSet::new();
     for i in 0..1000 {
@@ -147,13 +130,8 @@ async fn replay_with_a_filter_moves_exactly_the_matching_messages_once() {
 #[tokio::test]
 async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
     let q = common::unique("t-replay-fanout");
-    let t = topology(&q, None);
-    RabbitMq::new(&connection())
-        .expect("client")
-        .apply(&t)
-        .await
-        .expect("apply");
-    let (conn, ch) = channel().await;
+    let t = applied(&q, None).await;
+    let (conn, ch) = confirm_channel().await;
     let fanout = format!("{q}-fanout");
     let other = format!("{q}-other");
     ch.exchange_declare(
@@ -303,14 +281,9 @@ async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
 #[tokio::test]
 async fn limit_dry_run_and_max_replays() {
     let q = common::unique("t-replay-limits");
-    let t = topology(&q, None);
-    RabbitMq::new(&connection())
-        .expect("client")
-        .apply(&t)
-        .await
-        .expect("apply");
+    let t = applied(&q, None).await;
     let dlq = format!("{q}.dlq");
-    let (conn, ch) = channel().await;
+    let (conn, ch) = confirm_channel().await;
     for i in 0..10 {
         publish(&ch, &dlq, &format!("m{i}"), FieldTable::default()).await;
     }
@@ -367,7 +340,7 @@ async fn cli_replay_survives_sigkill_and_refuses_bad_input() {
     let q = common::unique("t-replay-kill");
     let (_dir, path) = common::dlq::applied_manifests(&q);
     let dlq = format!("{q}.dlq");
-    let (conn, ch) = channel().await;
+    let (conn, ch) = confirm_channel().await;
     let all: BTreeSet<String> = (0..2000).map(|i| format!("k{i:04}")).collect();
     for id in &all {
         publish(&ch, &dlq, id, header(&[("dlq-original-queue", text(&q))])).await;
@@ -430,7 +403,7 @@ async fn cli_replay_survives_sigkill_and_refuses_bad_input() {
         .spawn()
         .expect("start replay");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while ready(&ch, &q).await < 300 {
+    while ready_now(&ch, &q).await < 300 {
         assert!(
             std::time::Instant::now() < deadline,
             "replay made no progress"
@@ -462,7 +435,7 @@ async fn cli_replay_interrupted_is_partial_and_exact() {
     let q = common::unique("t-replay-int");
     let (_dir, path) = common::dlq::applied_manifests(&q);
     let dlq = format!("{q}.dlq");
-    let (conn, ch) = channel().await;
+    let (conn, ch) = confirm_channel().await;
     for i in 0..1000 {
         publish(&ch, &dlq, &format!("i{i:04}"), FieldTable::default()).await;
     }
@@ -486,7 +459,7 @@ async fn cli_replay_interrupted_is_partial_and_exact() {
         .spawn()
         .expect("start replay");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while ready(&ch, &q).await < 100 {
+    while ready_now(&ch, &q).await < 100 {
         assert!(
             std::time::Instant::now() < deadline,
             "replay made no progress"
@@ -525,7 +498,7 @@ async fn cli_purge_removes_only_matching_messages_and_needs_yes() {
     let q = common::unique("t-purge");
     let (_dir, path) = common::dlq::applied_manifests(&q);
     let dlq = format!("{q}.dlq");
-    let (conn, ch) = channel().await;
+    let (conn, ch) = confirm_channel().await;
     let day = 86_400_000_u64;
     for (id, age, class) in [
         ("old-a", 10 * day, "parse"),

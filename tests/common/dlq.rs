@@ -82,6 +82,7 @@ pub async fn publish(ch: &lapin::Channel, queue: &str, id: &str, headers: FieldT
 
 /// Takes every message of `queue` (acked) and returns their message ids, in queue order.
 pub async fn ids_in_order(ch: &lapin::Channel, queue: &str) -> Vec<String> {
+    ready(ch, queue).await;
     let mut ids = Vec::new();
     while let Some(m) = ch
         .basic_get(queue.into(), BasicGetOptions { no_ack: true })
@@ -107,7 +108,8 @@ pub async fn drain_ids(ch: &lapin::Channel, queue: &str) -> Vec<String> {
     ids
 }
 
-pub async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
+/// Ready messages of `queue` right now (AMQP passive declare).
+pub async fn ready_now(ch: &lapin::Channel, queue: &str) -> u32 {
     ch.queue_declare(
         queue.into(),
         QueueDeclareOptions {
@@ -119,6 +121,23 @@ pub async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
     .await
     .expect("queue exists")
     .message_count()
+}
+
+/// Ready messages of `queue` once the count has settled: messages given back with
+/// `basic.nack` (no reply in AMQP) or by a closed channel reach a quorum queue through its
+/// Raft log a moment later, so the count is read until three reads 50 ms apart agree (at
+/// most 5 s).
+pub async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut last = ready_now(ch, queue).await;
+    let mut same = 0;
+    while same < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let now = ready_now(ch, queue).await;
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+    }
+    last
 }
 
 pub fn now_ms() -> u64 {
@@ -144,4 +163,28 @@ pub fn applied_manifests(queue: &str) -> (tempfile::TempDir, String) {
     let out = super::cli(&["apply", "-f", &path]);
     assert!(out.status.success(), "{}", super::text(&out));
     (dir, path)
+}
+
+/// [`topology`] of `queue` (with `limit`), applied to the local broker.
+pub async fn applied(queue: &str, limit: Option<u64>) -> DesiredTopology {
+    use dlq_operator::broker::Broker as _;
+    let t = topology(queue, limit);
+    dlq_operator::broker::rabbitmq::RabbitMq::new(&connection())
+        .expect("client")
+        .apply(&t)
+        .await
+        .expect("apply");
+    t
+}
+
+/// A connection to the local broker and a channel in confirm mode.
+pub async fn confirm_channel() -> (lapin::Connection, lapin::Channel) {
+    let conn = lapin::Connection::connect(AMQP, Default::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    (conn, ch)
 }
