@@ -73,8 +73,8 @@ async fn summary_reads_contract_headers_and_x_death() {
         .await
         .expect("inspect");
     assert_eq!((i.total, i.scanned), (5, 5), "{i:?}");
-    assert_eq!(i.by_error_class["timeout"], 2);
-    assert_eq!(i.by_error_class["validation"], 1);
+    assert_eq!(i.by_error_class["Timeout"], 2);
+    assert_eq!(i.by_error_class["Validation"], 1);
     assert_eq!(i.by_error_class["unclassified"], 2);
     assert_eq!(i.by_reason["MaxRetriesExceeded"], 3);
     assert_eq!(i.by_reason["rejected"], 2);
@@ -120,7 +120,7 @@ async fn inspecting_a_quorum_dlq_with_a_delivery_limit_30_times_loses_nothing() 
             .await
             .unwrap_or_else(|e| panic!("inspect {run}: {e}"));
         assert_eq!((i.total, i.scanned), (20, 20), "run {run}: {i:?}");
-        assert_eq!(i.by_error_class["timeout"], 20, "run {run}");
+        assert_eq!(i.by_error_class["Timeout"], 20, "run {run}");
         rotated += i.rotated;
     }
     assert!(
@@ -203,13 +203,13 @@ async fn cli_inspect_standalone_and_bad_input() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     assert_eq!(report["resource"], "default/d");
     assert_eq!(report["total"], 3);
-    assert_eq!(report["byErrorClass"], json!({"parse": 1, "timeout": 2}));
+    assert_eq!(report["byErrorClass"], json!({"Parse": 1, "Timeout": 2}));
     assert_eq!(report["sample"].as_array().map(Vec::len), Some(1));
     assert_eq!(report["sample"][0]["bodyPreview"], "body of m0");
     let out = common::cli(&["dlq", "inspect", "--standalone", "-f", &path, "--name", "d"]);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("messages         3 (read 3)"), "{table}");
-    assert!(table.contains("timeout"), "{table}");
+    assert!(table.contains("Timeout"), "{table}");
 
     for (args, needle, code) in [
         (vec!["--name", "nope"], "no DeadLetterQueue \"nope\"", 1),
@@ -299,7 +299,7 @@ async fn cli_inspect_reads_the_dead_letter_queue_from_the_cluster() {
     .await;
     let out = inspect(format!("{ns}/order-events"));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(report["byErrorClass"], json!({"timeout": 1}), "{report}");
+    assert_eq!(report["byErrorClass"], json!({"Timeout": 1}), "{report}");
     let out = inspect(format!("{ns}/nope"));
     assert_eq!(out.status.code(), Some(1));
     assert!(

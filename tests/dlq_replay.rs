@@ -110,7 +110,7 @@ async fn replay_with_a_filter_moves_exactly_the_matching_messages_once() {
         let id = d.message_id.as_deref().unwrap_or_default();
         assert_eq!(body, format!("body of {id}").as_bytes(), "body unchanged");
         assert_eq!(d.headers["tenant"], "acme", "user header kept");
-        assert_eq!(d.error_class, "timeout");
+        assert_eq!(d.error_class, "Timeout");
         assert_eq!(d.headers["dlq-replay-id"], "test-run");
         assert_eq!(d.replay_count, 1);
         assert!(d.headers.contains_key("dlq-replayed-at"));

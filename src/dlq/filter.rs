@@ -6,7 +6,7 @@
 //!
 //! | term | matches when |
 //! |---|---|
-//! | `class=C` / `class!=C` | the error class ([`DeadLetter::error_class`]) is / is not `C` |
+//! | `class=C` / `class!=C` | the error class ([`DeadLetter::error_class`]) is / is not `C` (a known class in any case, as name or slug: `timeout`, `Timeout`, `connection-refused`) |
 //! | `reason=R` / `reason!=R` | the reason (`dlq-reason`, else `x-death`) is / is not `R` |
 //! | `queue=Q` / `queue!=Q` | the original queue is / is not `Q` |
 //! | `age>D` / `age<D` | dead-lettered more / less than duration `D` ago (`30s`, `7d`; the CRDs' grammar); a message with no dead-lettering time matches neither |
@@ -133,7 +133,7 @@ fn parse_term(raw: &str) -> Result<Term, FilterError> {
             .ok_or_else(|| err(&format!("{key} takes = or !=")))
     };
     match key {
-        "class" => text(Term::Class),
+        "class" => text(|v, eq| Term::Class(super::canonical_class(&v), eq)),
         "reason" => text(Term::Reason),
         "queue" => text(Term::Queue),
         "age" => {
@@ -164,7 +164,7 @@ mod tests {
         DeadLetter {
             queue: "q.dlq".into(),
             message_id: None,
-            error_class: class.into(),
+            error_class: crate::dlq::canonical_class(class),
             reason: reason.into(),
             retry_count: 0,
             original_queue: "q".into(),

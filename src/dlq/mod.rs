@@ -90,7 +90,7 @@ pub struct DeadLetter {
     pub queue: String,
     /// `message_id` property.
     pub message_id: Option<String>,
-    /// `dlq-error-class`, or `unclassified`.
+    /// `dlq-error-class` ([`canonical_class`]), or `unclassified`.
     pub error_class: String,
     /// `dlq-reason`, else the latest `x-death` reason (`rejected`, `expired`, `maxlen`,
     /// `delivery_limit`), else `unknown`.
@@ -148,7 +148,9 @@ impl DeadLetter {
         DeadLetter {
             queue: queue.to_string(),
             message_id: props.message_id().as_ref().map(|s| s.to_string()),
-            error_class: text(ERROR_CLASS).unwrap_or_else(|| "unclassified".into()),
+            error_class: text(ERROR_CLASS)
+                .map(|c| canonical_class(&c))
+                .unwrap_or_else(|| "unclassified".into()),
             reason: text(REASON)
                 .or_else(|| death_text("reason"))
                 .unwrap_or_else(|| "unknown".into()),
@@ -210,6 +212,22 @@ pub fn dead_lettered_at(
     .flatten()
     .max()
     .or_else(|| timestamp_s.and_then(ms))
+}
+
+/// An error class in its canonical spelling: a known class written as its name or its
+/// queue slug, in any case (`timeout`, `TIMEOUT`, `connection-refused`), becomes
+/// [`crate::crd::ErrorClass::name`] (`Timeout`, `ConnectionRefused`) — the consumer helper
+/// writes names, other clients and the partition queues use slugs; anything else is kept
+/// as written.
+pub fn canonical_class(class: &str) -> String {
+    use crate::crd::ErrorClass;
+    ErrorClass::from_name(class)
+        .or_else(|| {
+            ErrorClass::ALL
+                .into_iter()
+                .find(|c| c.slug().eq_ignore_ascii_case(class))
+        })
+        .map_or_else(|| class.to_string(), |c| c.name().to_string())
 }
 
 /// A header value as text, for string headers.
@@ -461,7 +479,7 @@ mod tests {
                 d.reason.as_str(),
                 d.original_queue.as_str()
             ),
-            ("timeout", "MaxRetriesExceeded", "orders")
+            ("Timeout", "MaxRetriesExceeded", "orders")
         );
         assert_eq!((d.retry_count, d.dead_lettered_at_ms), (5, Some(1_000_000)));
         assert_eq!(d.headers["x-death"][0]["reason"], "rejected");
@@ -553,7 +571,7 @@ mod tests {
         assert_eq!(d.headers[REPLAY_ID], "run-1");
         assert_eq!(d.replay_count, 2);
         assert_eq!(d.headers["tenant"], "a");
-        assert_eq!(d.error_class, "timeout");
+        assert_eq!(d.error_class, "Timeout");
         assert_eq!(d.original_queue, "orders");
         assert_eq!(d.message_id.as_deref(), Some("m-9"));
     }
@@ -572,8 +590,8 @@ mod tests {
         i.add(at(4_000, "timeout"), 10_000, 1);
         i.add(at(9_000, "validation"), 10_000, 1);
         assert_eq!(i.scanned, 3);
-        assert_eq!(i.by_error_class["timeout"], 2);
-        assert_eq!(i.by_error_class["validation"], 1);
+        assert_eq!(i.by_error_class["Timeout"], 2);
+        assert_eq!(i.by_error_class["Validation"], 1);
         assert_eq!(
             (i.oldest_age_ms, i.newest_age_ms),
             (Some(9_000), Some(1_000))
