@@ -507,7 +507,7 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
 /// The purge report as text.
 fn purge_table(r: &dlq_operator::dlq::purge::PurgeReport) -> String {
     format!(
-        "DeadLetterQueue  {}\nin the DLQ       {} at the start, {} read{}\nmatched          {}\n{:<16} {}\n",
+        "DeadLetterQueue  {}\nin the DLQ       {} at the start, {} read{}\nmatched          {}\n{:<16} {}\nno age, kept     {}\n",
         r.resource,
         r.total,
         r.scanned,
@@ -515,6 +515,7 @@ fn purge_table(r: &dlq_operator::dlq::purge::PurgeReport) -> String {
         r.matched,
         if r.dry_run { "would remove" } else { "removed" },
         if r.dry_run { r.matched } else { r.removed },
+        r.unknown_age,
     )
 }
 

@@ -567,6 +567,14 @@ async fn cli_purge_removes_only_matching_messages_and_needs_yes() {
     assert_eq!(report["removed"], 2, "{report}");
     let left: Vec<String> = ids_in_order(&ch, &dlq).await;
     assert_eq!(left, ["new-a", "old-b", "new-b"], "the rest stay, in order");
+
+    // A message with no dead-lettering time has no age: never purged by age, and counted.
+    publish(&ch, &dlq, "no-age", FieldTable::default()).await;
+    let out = purge(&["--older-than", "0s", "--yes"]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["unknownAge"], 1, "{report}");
+    assert_eq!(ids_in_order(&ch, &dlq).await, ["no-age"]);
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;
 }

@@ -33,6 +33,9 @@ pub struct PurgeReport {
     pub matched: u64,
     /// Messages removed (0 in a dry run).
     pub removed: u64,
+    /// Messages kept because they carry no dead-lettering time, so no age
+    /// ([`super::dead_lettered_at`]): an age filter never takes them.
+    pub unknown_age: u64,
 }
 
 /// Removes the messages of `topology`'s dead-letter queues that `filter` takes (none with
@@ -82,6 +85,9 @@ pub async fn purge(
                 let d = &m.delivery;
                 let letter = DeadLetter::read(queue, &d.properties, &d.data, 0);
                 report.scanned += 1;
+                if letter.dead_lettered_at_ms.is_none() {
+                    report.unknown_age += 1;
+                }
                 if filter.matches(&letter, now_ms) {
                     report.matched += 1;
                     if !dry_run {
