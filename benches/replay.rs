@@ -26,7 +26,7 @@ use dlq_operator::broker::rabbitmq::RabbitMq;
 use dlq_operator::broker::{Broker, BrokerConnection};
 use dlq_operator::crd::{DeadLetterQueueSpec, RetryPolicySpec};
 use dlq_operator::dlq::filter::Filter;
-use dlq_operator::dlq::replay::{replay, ReplayOptions, Target};
+use dlq_operator::dlq::replay::{replay, ReplayOptions, ReplayReport, Target};
 use dlq_operator::topology::plan;
 
 const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -137,7 +137,7 @@ async fn main() {
             &opts,
             now_ms(),
             &AtomicBool::new(false),
-            &mut |_| {},
+            &mut |_: &ReplayReport| {},
         )
         .await
         .expect("replay");

@@ -20,7 +20,7 @@ use common::dlq::{
     ready_now, text,
 };
 use dlq_operator::dlq::filter::Filter;
-use dlq_operator::dlq::replay::{replay, Outcome, ReplayOptions, Target};
+use dlq_operator::dlq::replay::{replay, Outcome, ReplayOptions, ReplayReport, Target};
 use dlq_operator::dlq::DeadLetter;
 
 fn options(filter: &[&str]) -> ReplayOptions {
@@ -84,7 +84,7 @@ async fn replay_with_a_filter_moves_exactly_the_matching_messages_once() {
         &options(&["class=timeout"]),
         now_ms(),
         &stop,
-        &mut |_| {},
+        &mut |_: &ReplayReport| {},
     )
     .await
     .expect("replay");
@@ -186,7 +186,7 @@ async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
         &options(&[]),
         now_ms(),
         &stop,
-        &mut |_| {},
+        &mut |_: &ReplayReport| {},
     )
     .await
     .expect("replay");
@@ -210,9 +210,16 @@ async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
     publish(&ch, &dlq, "f2", failed("f2")).await;
     let mut opts = options(&["class=f2"]);
     opts.target = Target::OriginalExchange;
-    let report = replay(&connection(), &t, &opts, now_ms(), &stop, &mut |_| {})
-        .await
-        .expect("replay");
+    let report = replay(
+        &connection(),
+        &t,
+        &opts,
+        now_ms(),
+        &stop,
+        &mut |_: &ReplayReport| {},
+    )
+    .await
+    .expect("replay");
     assert_eq!(report.replayed, 1, "{report:?}");
     assert_eq!(drain_ids(&ch, &q).await, ["f2"]);
     assert_eq!(drain_ids(&ch, &other).await, ["f2"]);
@@ -245,9 +252,16 @@ async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
     publish(&ch, &dlq, "f3", failed("f3")).await;
     let mut opts = options(&[]);
     opts.target = Target::OriginalExchange;
-    let report = replay(&connection(), &t, &opts, now_ms(), &stop, &mut |_| {})
-        .await
-        .expect("a missing exchange does not abort the run");
+    let report = replay(
+        &connection(),
+        &t,
+        &opts,
+        now_ms(),
+        &stop,
+        &mut |_: &ReplayReport| {},
+    )
+    .await
+    .expect("a missing exchange does not abort the run");
     assert_eq!(
         (
             report.replayed,
@@ -297,9 +311,16 @@ async fn limit_dry_run_and_max_replays() {
     let stop = AtomicBool::new(false);
     let mut dry = options(&[]);
     dry.dry_run = true;
-    let r = replay(&connection(), &t, &dry, now_ms(), &stop, &mut |_| {})
-        .await
-        .expect("dry run");
+    let r = replay(
+        &connection(),
+        &t,
+        &dry,
+        now_ms(),
+        &stop,
+        &mut |_: &ReplayReport| {},
+    )
+    .await
+    .expect("dry run");
     assert_eq!((r.replayed, r.skipped_total()), (10, 1), "{r:?}");
     assert_eq!(ready(&ch, &dlq).await, 11, "a dry run moves nothing");
     assert_eq!(ready(&ch, &q).await, 0);
@@ -307,9 +328,16 @@ async fn limit_dry_run_and_max_replays() {
     let mut limited = options(&[]);
     limited.limit = Some(4);
     limited.rate = Some(200.0);
-    let r = replay(&connection(), &t, &limited, now_ms(), &stop, &mut |_| {})
-        .await
-        .expect("limited");
+    let r = replay(
+        &connection(),
+        &t,
+        &limited,
+        now_ms(),
+        &stop,
+        &mut |_: &ReplayReport| {},
+    )
+    .await
+    .expect("limited");
     assert_eq!(r.replayed, 4, "{r:?}");
     assert_eq!(ready(&ch, &q).await, 4);
     assert_eq!(ready(&ch, &dlq).await, 7);
@@ -319,7 +347,7 @@ async fn limit_dry_run_and_max_replays() {
         &options(&[]),
         now_ms(),
         &stop,
-        &mut |_| {},
+        &mut |_: &ReplayReport| {},
     )
     .await
     .expect("rest");

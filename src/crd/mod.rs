@@ -7,9 +7,11 @@
 //! The schema carries the same rules (minimum/maximum, enums, duration pattern, CEL).
 
 mod dead_letter_queue;
+mod dead_letter_replay;
 mod retry_policy;
 
 pub use dead_letter_queue::*;
+pub use dead_letter_replay::*;
 pub use retry_policy::*;
 
 use std::fmt;
@@ -82,7 +84,11 @@ impl Errors {
 
 /// Every CRD of the operator, in a stable order (as written by `dlq-operator crdgen`).
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    vec![DeadLetterQueue::crd(), RetryPolicy::crd()]
+    vec![
+        DeadLetterQueue::crd(),
+        DeadLetterReplay::crd(),
+        RetryPolicy::crd(),
+    ]
 }
 
 /// File name under `crds/` for a CRD (`<plural>.<group>.yaml`).

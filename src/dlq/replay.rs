@@ -39,6 +39,38 @@ const MAX_PAUSE: Duration = Duration::from_secs(86_400);
 /// Copies awaiting their publisher confirm at most, per dead-letter queue.
 pub const CONFIRM_WINDOW: usize = 64;
 
+/// What a replay reports to its driver while it runs: progress after each message (the
+/// CLI's progress bar), and a checkpoint before each batch of copies is published (the
+/// DeadLetterReplay controller writes its status there, so that an operator crash leaves
+/// at most one batch "in doubt"). Any `FnMut(&ReplayReport)` is an observer that keeps no
+/// checkpoint.
+pub trait Observer: Send {
+    /// Called after each message read, and once at the end of each dead-letter queue.
+    fn progress(&mut self, report: &ReplayReport);
+
+    /// Called before up to `batch` copies are published, with the report so far (every
+    /// earlier copy settled: replayed or failed). The replay waits for it; an error stops
+    /// the replay like `stop` does (the copies in flight are settled, the rest stays;
+    /// [`Outcome::Partial`]). Default: nothing kept.
+    ///
+    /// # Errors
+    /// Why the progress could not be kept (the replay then stops).
+    fn checkpoint<'a>(
+        &'a mut self,
+        report: &'a ReplayReport,
+        batch: u64,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        let _ = (report, batch);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl<F: FnMut(&ReplayReport) + Send> Observer for F {
+    fn progress(&mut self, report: &ReplayReport) {
+        self(report)
+    }
+}
+
 /// Where replayed messages go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -155,7 +187,7 @@ pub async fn replay(
     opts: &ReplayOptions,
     now_ms: u64,
     stop: &AtomicBool,
-    progress: &mut (dyn FnMut(&ReplayReport) + Send),
+    observer: &mut dyn Observer,
 ) -> Result<ReplayReport, BrokerError> {
     let broker = RabbitMq::new(conn)?;
     let mut report = ReplayReport {
@@ -191,7 +223,7 @@ pub async fn replay(
                 now_ms,
                 stop,
             };
-            let done = run.queue(&mut report, progress).await;
+            let done = run.queue(&mut report, observer).await;
             let _ = channel.close(200, "replayed".into()).await;
             done?;
         }
@@ -235,7 +267,7 @@ impl Run<'_> {
     async fn queue(
         &self,
         report: &mut ReplayReport,
-        progress: &mut (dyn FnMut(&ReplayReport) + Send),
+        observer: &mut dyn Observer,
     ) -> Result<(), BrokerError> {
         let amqp = |e: lapin::Error| map_error(self.conn, &e);
         let ch = self.channel;
@@ -326,13 +358,13 @@ impl Run<'_> {
                     }
                 }
             }
-            progress(report);
+            observer.progress(report);
         }
         while !in_flight.is_empty() {
             self.settle_oldest(&mut in_flight, &mut requeue, report)
                 .await?;
         }
-        progress(report);
+        observer.progress(report);
         requeue.sort_unstable();
         requeue_all(ch, requeue).await.map_err(amqp)
     }
