@@ -606,3 +606,191 @@ async fn cli_purge_removes_only_matching_messages_and_needs_yes() {
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;
 }
+
+/// Records every checkpoint (replayed and failed so far, batch) and fails the one at
+/// index `fail_at`.
+struct Recorder {
+    calls: Vec<(u64, u64, u64)>,
+    fail_at: Option<usize>,
+}
+
+impl dlq_operator::dlq::replay::Observer for Recorder {
+    fn progress(&mut self, _: &ReplayReport) {}
+
+    fn checkpoint<'a>(
+        &'a mut self,
+        report: &'a ReplayReport,
+        batch: u64,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        self.calls
+            .push((report.replayed, report.failed_total(), batch));
+        let fail = self.fail_at == Some(self.calls.len() - 1);
+        Box::pin(async move {
+            if fail {
+                Err("simulated status write failure".to_string())
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn checkpoints_precede_each_batch_a_failed_one_stops_exactly_and_a_resume_skips_its_own_copies(
+) {
+    let q = common::unique("t-replay-ckpt");
+    let t = applied(&q, None).await;
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    // 2,500 messages, every other one matching: the 1,250 kept ones fill more than half
+    // of the prefetch window, so the scan changes consumers on the way.
+    let mut all = BTreeSet::new();
+    for i in 0..2500 {
+        let id = format!("c{i:04}");
+        let class = if i % 2 == 0 { "timeout" } else { "validation" };
+        publish(
+            &ch,
+            &dlq,
+            &id,
+            header(&[
+                ("dlq-error-class", text(class)),
+                ("dlq-original-queue", text(&q)),
+            ]),
+        )
+        .await;
+        all.insert(id);
+    }
+    let stop = AtomicBool::new(false);
+    let opts = options(&["class=timeout"]);
+    let mut failing = Recorder {
+        calls: Vec::new(),
+        fail_at: Some(1),
+    };
+    let report = replay(&connection(), &t, &opts, now_ms(), &stop, &mut failing)
+        .await
+        .expect("replay");
+    assert_eq!(
+        failing.calls,
+        vec![(0, 0, 1000), (1000, 0, 1000)],
+        "one checkpoint before each batch, every earlier copy settled"
+    );
+    assert_eq!(report.outcome, Outcome::Partial, "{report:?}");
+    assert_eq!(report.replayed, 1000, "exactly the first batch");
+    assert_eq!(ready(&ch, &q).await, 1000);
+    assert_eq!(ready(&ch, &dlq).await, 1500, "the rest stays");
+
+    // Resumed with the same replay id: the other 250 matching ones go, nothing else.
+    let mut ok = Recorder {
+        calls: Vec::new(),
+        fail_at: None,
+    };
+    let report = replay(&connection(), &t, &opts, now_ms(), &stop, &mut ok)
+        .await
+        .expect("resume");
+    assert_eq!(report.outcome, Outcome::Succeeded, "{report:?}");
+    assert_eq!((report.matched, report.replayed), (250, 250));
+    assert_eq!(ok.calls, vec![(0, 0, 1000)]);
+    let source: Vec<String> = drain(&ch, &q)
+        .await
+        .into_iter()
+        .filter_map(|(d, _)| d.message_id)
+        .collect();
+    assert_eq!(source.len(), 1250, "none duplicated");
+    let rest = drain_ids(&ch, &dlq).await;
+    assert_eq!(rest.len(), 1250);
+    let mut union: BTreeSet<String> = source.iter().cloned().collect();
+    union.extend(rest.iter().cloned());
+    assert_eq!(union, all, "every message is somewhere, once");
+
+    // The replayed copies fail again and come back: the same replay skips them.
+    for i in (0..2500).step_by(2).take(40) {
+        let id = format!("c{i:04}");
+        publish(
+            &ch,
+            &dlq,
+            &id,
+            header(&[
+                ("dlq-error-class", text("timeout")),
+                ("dlq-original-queue", text(&q)),
+                ("dlq-replay-id", text("test-run")),
+                ("dlq-replay-count", AMQPValue::LongLongInt(1)),
+            ]),
+        )
+        .await;
+    }
+    let report = replay(
+        &connection(),
+        &t,
+        &opts,
+        now_ms(),
+        &stop,
+        &mut |_: &ReplayReport| {},
+    )
+    .await
+    .expect("again");
+    assert_eq!((report.matched, report.replayed), (40, 0), "{report:?}");
+    assert_eq!(
+        report.skipped.get("already replayed by this replay"),
+        Some(&40)
+    );
+    assert_eq!(ready(&ch, &dlq).await, 40);
+    drop(conn);
+    cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn replays_under_a_delivery_limit_never_dead_letter_a_kept_message() {
+    // A quorum dead-letter queue with delivery-limit 3: every message a replay reads and
+    // keeps (not matched, or prefetched past `--limit`) returns to it, which counts as a
+    // delivery; ten replays must still lose none of them.
+    let q = common::unique("t-replay-limit");
+    let t = applied(&q, Some(3)).await;
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    let mut expected = Vec::new();
+    for i in 0..300 {
+        let id = format!("k{i:03}");
+        let class = if i < 10 { "timeout" } else { "validation" };
+        publish(
+            &ch,
+            &dlq,
+            &id,
+            header(&[
+                ("dlq-error-class", text(class)),
+                ("dlq-original-queue", text(&q)),
+            ]),
+        )
+        .await;
+        if i >= 10 {
+            expected.push(id);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let mut replayed = 0;
+    for _ in 0..10 {
+        let mut opts = options(&["class=timeout"]);
+        opts.limit = Some(1);
+        let report = replay(
+            &connection(),
+            &t,
+            &opts,
+            now_ms(),
+            &stop,
+            &mut |_: &ReplayReport| {},
+        )
+        .await
+        .expect("replay");
+        assert_eq!(report.failed_total(), 0, "{report:?}");
+        replayed += report.replayed;
+        assert_eq!(
+            u64::from(ready(&ch, &dlq).await),
+            300 - replayed,
+            "nothing dead-lettered or lost"
+        );
+    }
+    assert_eq!(replayed, 10, "one per run, by --limit");
+    assert_eq!(drain_ids(&ch, &q).await.len(), 10);
+    assert_eq!(drain_ids(&ch, &dlq).await, expected);
+    drop(conn);
+    cleanup(&q).await;
+}

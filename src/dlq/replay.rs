@@ -1,13 +1,21 @@
 //! `dlq replay`: sends dead-lettered messages back to where they failed, at least once.
 //!
-//! Each dead-letter queue is read like [`super::browse::inspect`] reads it (`basic.get`,
-//! held until the end). A message the [`Filter`] takes is published — a copy with the
-//! retry state reset and the replay stamped ([`replay_properties`]) — with `mandatory`
-//! and a publisher confirm, and the original is acked only after the broker confirmed the
-//! copy: a crash in between leaves a duplicate, never a loss (at-least-once; consumers
-//! deduplicate on `message_id` + `dlq-replay-id`). Up to [`CONFIRM_WINDOW`] copies are in
-//! flight at once. Every other message goes back to its queue by the inspection rule
-//! ([`release_for`]): skipped and failed ones stay in the dead-letter queue.
+//! Each dead-letter queue is read by a consumer (manual acknowledgements, a prefetch
+//! window of [`PREFETCH`]) until the messages there at the start are read. A message the
+//! [`Filter`] takes is published — a copy with the retry state reset and the replay
+//! stamped ([`replay_properties`]) — with `mandatory` and a publisher confirm, and the
+//! original is acked only after the broker confirmed the copy: a crash in between leaves
+//! a duplicate, never a loss (at-least-once; consumers deduplicate on `message_id` +
+//! `dlq-replay-id`). Up to [`CONFIRM_WINDOW`] copies are in flight at once, in batches of
+//! [`CHECKPOINT_BATCH`] with an [`Observer::checkpoint`] before each. Every other message
+//! is held unacknowledged like [`super::browse::inspect`] holds it, and given back at the
+//! end by the inspection rule ([`release_for`]): skipped and failed ones stay in the
+//! dead-letter queue. Held messages fill the prefetch window; when they fill half of it,
+//! the consumer is cancelled and a new one started — RabbitMQ keeps a cancelled
+//! consumer's unacknowledged messages with the channel (checked on 3.10.8 for classic and
+//! quorum queues), so they stay held and the new consumer gets a fresh window. A message
+//! that carries this replay's own `dlq-replay-id` (it failed again after being replayed,
+//! or a resumed replay reads it) is skipped.
 //!
 //! Targets: by default the DeadLetterQueue's own source queue through the default
 //! exchange, so a message that failed in one of several queues bound to a fanout or topic
@@ -19,9 +27,13 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions};
+use futures::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    QueueDeclareOptions,
+};
 use lapin::types::FieldTable;
-use lapin::PublisherConfirm;
 use lapin::{Channel, Confirmation};
 use serde::Serialize;
 
@@ -37,7 +49,23 @@ use crate::topology::DesiredTopology;
 const MAX_PAUSE: Duration = Duration::from_secs(86_400);
 
 /// Copies awaiting their publisher confirm at most, per dead-letter queue.
-pub const CONFIRM_WINDOW: usize = 64;
+pub const CONFIRM_WINDOW: usize = 500;
+
+/// The consumer's prefetch window (messages delivered and not yet acknowledged) at full
+/// speed; at a limited rate, twice the rate per second, at least 100. The messages kept
+/// (held until the end) fill it: at half of it the consumer is replaced by a fresh one.
+pub const PREFETCH: u16 = 2000;
+
+/// Copies per checkpoint ([`Observer::checkpoint`]) at full speed; at a limited rate,
+/// one second's worth.
+pub const CHECKPOINT_BATCH: u64 = 1000;
+
+/// Replayed originals acknowledged at once by one `basic.ack` with `multiple`, where no
+/// held message lies below them.
+const ACK_EVERY: usize = 100;
+
+/// How long without a delivery before the scan checks whether the queue is empty.
+const IDLE: Duration = Duration::from_millis(250);
 
 /// What a replay reports to its driver while it runs: progress after each message (the
 /// CLI's progress bar), and a checkpoint before each batch of copies is published (the
@@ -174,8 +202,9 @@ pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String
 
 /// Replays the matching messages of the dead-letter queues of `topology` (module doc).
 /// `stop` is checked before each message: once set, the copies in flight are settled, the
-/// rest given back, and the report says [`Outcome::Partial`]. `progress` is called after
-/// each message read.
+/// rest given back, and the report says [`Outcome::Partial`] (so it does when a
+/// checkpoint of `observer` fails). `observer` sees the progress after each message read
+/// and keeps a checkpoint before each batch of copies.
 ///
 /// # Errors
 /// [`BrokerError::NotFound`] for a missing dead-letter queue; connection and AMQP errors
@@ -205,8 +234,12 @@ pub async fn replay(
     let source = topology.routes.source_queue.clone();
     let queues: Vec<&str> = topology.dead_letter_queues().collect();
     let connection = connect_vhost(conn, &topology.vhost).await?;
+    let interrupted = AtomicBool::new(false);
     let result = async {
         for queue in &queues {
+            if stop.load(Ordering::SeqCst) || interrupted.load(Ordering::SeqCst) {
+                break;
+            }
             let limits = broker.queue_limits(&topology.vhost, queue).await?;
             let channel = connection
                 .create_channel()
@@ -222,6 +255,7 @@ pub async fn replay(
                 opts,
                 now_ms,
                 stop,
+                interrupted: &interrupted,
             };
             let done = run.queue(&mut report, observer).await;
             let _ = channel.close(200, "replayed".into()).await;
@@ -232,7 +266,7 @@ pub async fn replay(
     .await;
     let _ = connection.close(200, "bye".into()).await;
     result?;
-    if stop.load(Ordering::SeqCst) {
+    if stop.load(Ordering::SeqCst) || interrupted.load(Ordering::SeqCst) {
         report.outcome = Outcome::Partial;
     } else if report.failed_total() > 0 {
         report.outcome = Outcome::Failed;
@@ -251,12 +285,36 @@ struct Run<'a> {
     opts: &'a ReplayOptions,
     now_ms: u64,
     stop: &'a AtomicBool,
+    /// Set when a checkpoint failed: the replay stops like on `stop`.
+    interrupted: &'a AtomicBool,
+}
+
+/// An AMQP operation already sent (polled once), awaited later.
+type Pending<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, lapin::Error>> + Send>>;
+
+/// An operation polled once: finished already, or still to await.
+enum Sent<T> {
+    /// Finished on its first poll.
+    Done(Result<T, lapin::Error>),
+    /// To await (never polled again after completing).
+    Waiting(Pending<T>),
+}
+
+impl<T> Sent<T> {
+    /// Its result.
+    async fn wait(self) -> Result<T, lapin::Error> {
+        match self {
+            Sent::Done(r) => r,
+            Sent::Waiting(f) => f.await,
+        }
+    }
 }
 
 /// A copy awaiting its confirm, and the original's delivery tag, delivery count,
 /// properties and body (to give it back if the copy fails).
 struct InFlight {
-    confirm: PublisherConfirm,
+    confirm: Sent<Confirmation>,
     tag: u64,
     count: u64,
     properties: lapin::BasicProperties,
@@ -274,33 +332,130 @@ impl Run<'_> {
         let count = prepare_channel(ch, self.queue).await.map_err(amqp)?;
         guard(self.queue, &self.limits, count)?;
         report.total += count;
+        if count == 0 {
+            observer.progress(report);
+            return Ok(());
+        }
         // Between two copies: 1 / rate seconds, at most a day (a rate is validated > 0).
         let pause = self.opts.rate.map(|r| {
             Duration::try_from_secs_f64(1.0 / r)
                 .unwrap_or(MAX_PAUSE)
                 .min(MAX_PAUSE)
         });
-        // Delivery tags of the messages that stay, requeued at the end.
-        let mut requeue: Vec<u64> = Vec::new();
-        let mut in_flight: VecDeque<InFlight> = VecDeque::new();
-        // Exchanges already checked (name → exists).
-        let mut exchanges: BTreeMap<String, bool> = BTreeMap::new();
-        for _ in 0..count {
-            if self.stop.load(Ordering::SeqCst) || self.limit_reached(report, in_flight.len()) {
-                break;
+        // At a limited rate, a checkpoint about once a second; otherwise every batch.
+        let batch = self.opts.rate.map_or(CHECKPOINT_BATCH, |r| {
+            (r.ceil() as u64).clamp(1, CHECKPOINT_BATCH)
+        });
+        let prefetch = self.opts.rate.map_or(PREFETCH, |r| {
+            let window = (r.ceil() as u64).saturating_mul(2);
+            u16::try_from(window.clamp(100, u64::from(PREFETCH))).unwrap_or(PREFETCH)
+        });
+        ch.basic_qos(prefetch, BasicQosOptions { global: false })
+            .await
+            .map_err(amqp)?;
+        let mut state = Scan {
+            consumer: Some(self.consume().await?),
+            pending: VecDeque::new(),
+            held_here: 0,
+            in_flight: VecDeque::new(),
+            acks: futures::stream::FuturesUnordered::new(),
+            min_held: None,
+            ack_upto: None,
+            deferred: 0,
+            requeue: Vec::new(),
+            exchanges: BTreeMap::new(),
+            // The messages there at the start, plus the copies rotated to the tail on the
+            // way (they are read again).
+            to_read: count,
+            read: 0,
+            batch_left: 0,
+        };
+        let result = self
+            .scan(&mut state, report, observer, pause, batch, prefetch)
+            .await;
+        // Whatever happened: stop consuming, then give back what was delivered and not
+        // taken (nothing is left to the channel's close but after an error).
+        if result.is_ok() {
+            self.stop_consuming(&mut state).await?;
+            while !state.in_flight.is_empty() {
+                self.settle_oldest(&mut state, report).await?;
             }
-            let Some(message) = ch
-                .basic_get(self.queue.into(), BasicGetOptions { no_ack: false })
+            while let Some(d) = state.pending.pop_front() {
+                let letter = DeadLetter::read(self.queue, &d.properties, &d.data, 0);
+                self.keep_in(
+                    &mut state,
+                    d.delivery_tag,
+                    letter.delivery_count,
+                    &d.properties,
+                    &d.data,
+                )
+                .await?;
+            }
+            self.flush_acks(&mut state).await?;
+            observer.progress(report);
+            state.requeue.sort_unstable();
+            requeue_all(ch, std::mem::take(&mut state.requeue))
                 .await
-                .map_err(amqp)?
-            else {
-                break;
+                .map_err(amqp)?;
+        }
+        result
+    }
+
+    /// The scan proper: reads (consumer deliveries), decides, publishes and settles until
+    /// every message there at the start was read, the queue is empty, `--limit` is
+    /// reached, or `stop` is set (or a checkpoint failed).
+    async fn scan(
+        &self,
+        state: &mut Scan,
+        report: &mut ReplayReport,
+        observer: &mut dyn Observer,
+        pause: Option<Duration>,
+        batch: u64,
+        prefetch: u16,
+    ) -> Result<(), BrokerError> {
+        loop {
+            if self.stop.load(Ordering::SeqCst)
+                || self.interrupted.load(Ordering::SeqCst)
+                || self.limit_reached(report, state.in_flight.len())
+                || state.read >= state.to_read
+            {
+                return Ok(());
+            }
+            // Kept messages fill the consumer's prefetch window: a fresh consumer gets a
+            // fresh window while the old one's messages stay held (RabbitMQ keeps a
+            // cancelled consumer's unacknowledged messages with the channel).
+            if state.held_here >= usize::from(prefetch) / 2 {
+                self.stop_consuming(state).await?;
+                state.consumer = Some(self.consume().await?);
+                state.held_here = 0;
+            }
+            let delivery = match state.pending.pop_front() {
+                Some(d) => d,
+                None => match self.next_delivery(state).await? {
+                    Next::Delivery(d) => d,
+                    Next::Idle => {
+                        // Nothing came: settle what is in flight; the scan is over when
+                        // the queue has no ready message left (others may have taken
+                        // some of those counted at the start).
+                        while !state.in_flight.is_empty() {
+                            self.settle_oldest(state, report).await?;
+                        }
+                        if self.stop.load(Ordering::SeqCst) || self.ready().await? == 0 {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                },
             };
-            let delivery = &message.delivery;
             let letter = DeadLetter::read(self.queue, &delivery.properties, &delivery.data, 0);
+            state.read += 1;
             report.scanned += 1;
             let route = match self.decide(&letter, report) {
-                Some((exchange, _)) if !self.exchange_exists(&exchange, &mut exchanges).await? => {
+                Some((exchange, _))
+                    if !self
+                        .exchange_exists(&exchange, &mut state.exchanges)
+                        .await? =>
+                {
                     *report
                         .skipped
                         .entry(format!("exchange {exchange:?} does not exist"))
@@ -311,62 +466,154 @@ impl Run<'_> {
             };
             match route {
                 None => {
-                    self.stays(
+                    self.keep_in(
+                        state,
                         delivery.delivery_tag,
                         letter.delivery_count,
                         &delivery.properties,
                         &delivery.data,
-                        &mut requeue,
                     )
                     .await?
                 }
                 Some((exchange, routing_key)) => {
+                    if state.batch_left == 0 {
+                        // Every earlier copy settled, then the checkpoint, then the batch.
+                        while !state.in_flight.is_empty() {
+                            self.settle_oldest(state, report).await?;
+                        }
+                        self.flush_acks(state).await?;
+                        if let Err(why) = observer.checkpoint(report, batch).await {
+                            tracing::warn!(queue = self.queue, reason = %why, "checkpoint failed: stopping the replay");
+                            self.interrupted.store(true, Ordering::SeqCst);
+                            state.pending.push_front(delivery);
+                            state.read -= 1;
+                            report.scanned -= 1;
+                            report.matched -= 1;
+                            return Ok(());
+                        }
+                        state.batch_left = batch;
+                    }
+                    state.batch_left -= 1;
                     let copy =
                         replay_properties(&delivery.properties, &self.opts.replay_id, self.now_ms);
-                    let confirm = ch
-                        .basic_publish(
-                            exchange.as_str().into(),
-                            routing_key.as_str().into(),
-                            BasicPublishOptions {
-                                mandatory: true,
-                                immediate: false,
-                            },
-                            &delivery.data,
-                            copy,
-                        )
-                        .await
-                        .map_err(amqp)?;
-                    in_flight.push_back(InFlight {
+                    // The copy's frames are queued on the first poll; its write and
+                    // its confirm are awaited later, in order, by `settle_oldest` (one
+                    // wait per message would cap the rate at one round trip each).
+                    let channel = self.channel.clone();
+                    let body = delivery.data.clone();
+                    let mut confirm: Pending<Confirmation> = Box::pin(async move {
+                        channel
+                            .basic_publish(
+                                exchange.as_str().into(),
+                                routing_key.as_str().into(),
+                                BasicPublishOptions {
+                                    mandatory: true,
+                                    immediate: false,
+                                },
+                                &body,
+                                copy,
+                            )
+                            .await?
+                            .await
+                    });
+                    let confirm = match futures::poll!(confirm.as_mut()) {
+                        std::task::Poll::Ready(done) => Sent::Done(done),
+                        std::task::Poll::Pending => Sent::Waiting(confirm),
+                    };
+                    state.in_flight.push_back(InFlight {
                         confirm,
                         tag: delivery.delivery_tag,
                         count: letter.delivery_count,
-                        properties: delivery.properties.clone(),
-                        body: delivery.data.clone(),
+                        properties: delivery.properties,
+                        body: delivery.data,
                     });
-                    if in_flight.len() >= CONFIRM_WINDOW {
-                        self.settle_oldest(&mut in_flight, &mut requeue, report)
-                            .await?;
+                    if state.in_flight.len() >= CONFIRM_WINDOW {
+                        self.settle_oldest(state, report).await?;
                     }
                     if let Some(p) = pause {
                         // At a limited rate the confirms are settled before each pause, so
                         // an interruption or a crash finds few copies unsettled.
-                        while !in_flight.is_empty() {
-                            self.settle_oldest(&mut in_flight, &mut requeue, report)
-                                .await?;
+                        while !state.in_flight.is_empty() {
+                            self.settle_oldest(state, report).await?;
                         }
+                        self.flush_acks(state).await?;
                         self.pause(p).await;
                     }
                 }
             }
             observer.progress(report);
         }
-        while !in_flight.is_empty() {
-            self.settle_oldest(&mut in_flight, &mut requeue, report)
-                .await?;
+    }
+
+    /// Starts a consumer on the queue (manual acknowledgements).
+    async fn consume(&self) -> Result<lapin::Consumer, BrokerError> {
+        self.channel
+            .basic_consume(
+                self.queue.into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| map_error(self.conn, &e))
+    }
+
+    /// Cancels the current consumer and keeps the deliveries it still had in
+    /// [`Scan::pending`] (they are held: read later, or given back).
+    async fn stop_consuming(&self, state: &mut Scan) -> Result<(), BrokerError> {
+        let Some(mut consumer) = state.consumer.take() else {
+            return Ok(());
+        };
+        self.channel
+            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+            .await
+            .map_err(|e| map_error(self.conn, &e))?;
+        // After cancel-ok the stream yields what it had buffered, then ends.
+        while let Some(d) = consumer.next().await {
+            state
+                .pending
+                .push_back(d.map_err(|e| map_error(self.conn, &e))?);
         }
-        observer.progress(report);
-        requeue.sort_unstable();
-        requeue_all(ch, requeue).await.map_err(amqp)
+        Ok(())
+    }
+
+    /// The next delivery, or [`Next::Idle`] after [`IDLE`] without one.
+    ///
+    /// # Errors
+    /// The channel's error, or the broker cancelling the consumer (the queue deleted).
+    async fn next_delivery(&self, state: &mut Scan) -> Result<Next, BrokerError> {
+        let Some(consumer) = state.consumer.as_mut() else {
+            return Ok(Next::Idle);
+        };
+        match tokio::time::timeout(IDLE, consumer.next()).await {
+            Ok(Some(d)) => d
+                .map(Next::Delivery)
+                .map_err(|e| map_error(self.conn, &e)),
+            Ok(None) => Err(BrokerError::Amqp {
+                reason: format!(
+                    "queue {:?}: the broker cancelled the replay's consumer (was the queue deleted?)",
+                    self.queue
+                ),
+            }),
+            Err(_idle) => Ok(Next::Idle),
+        }
+    }
+
+    /// Messages ready in the queue (a passive declare: current, not the statistics).
+    async fn ready(&self) -> Result<u64, BrokerError> {
+        let declared = self
+            .channel
+            .queue_declare(
+                self.queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| map_error(self.conn, &e))?;
+        Ok(u64::from(declared.message_count()))
     }
 
     /// A message that stays in the dead-letter queue ([`keep`]).
@@ -455,6 +702,11 @@ impl Run<'_> {
             *report.skipped.entry(why).or_default() += 1;
             None
         };
+        if m.headers.get(super::REPLAY_ID).and_then(|v| v.as_str()) == Some(&self.opts.replay_id) {
+            // Replayed by this very replay and dead-lettered again since (or read again
+            // after a resume): sending it back again would loop.
+            return skip(report, "already replayed by this replay".to_string());
+        }
         if m.replay_count >= self.opts.max_replays {
             return skip(
                 report,
@@ -478,14 +730,18 @@ impl Run<'_> {
     /// otherwise the original stays (failed).
     async fn settle_oldest(
         &self,
-        in_flight: &mut VecDeque<InFlight>,
-        requeue: &mut Vec<u64>,
+        state: &mut Scan,
         report: &mut ReplayReport,
     ) -> Result<(), BrokerError> {
-        let Some(f) = in_flight.pop_front() else {
+        let Some(f) = state.in_flight.pop_front() else {
             return Ok(());
         };
-        let failure = match f.confirm.await.map_err(|e| map_error(self.conn, &e))? {
+        let failure = match f
+            .confirm
+            .wait()
+            .await
+            .map_err(|e| map_error(self.conn, &e))?
+        {
             Confirmation::Ack(None) => None,
             Confirmation::Ack(Some(_)) => Some("unroutable: no queue is bound for the route"),
             Confirmation::Nack(_) => Some("the broker refused the copy (nack)"),
@@ -493,18 +749,137 @@ impl Run<'_> {
         };
         match failure {
             None => {
-                self.channel
-                    .basic_ack(f.tag, BasicAckOptions::default())
-                    .await
-                    .map_err(|e| map_error(self.conn, &e))?;
+                self.ack_replayed(state, f.tag).await?;
                 report.replayed += 1;
             }
             Some(why) => {
                 *report.failed.entry(why.to_string()).or_default() += 1;
-                self.stays(f.tag, f.count, &f.properties, &f.body, requeue)
+                self.keep_in(state, f.tag, f.count, &f.properties, &f.body)
                     .await?;
             }
         }
         Ok(())
     }
+
+    /// A message that stays ([`Run::stays`]), with the scan's bookkeeping: a rotated
+    /// copy is read again; a held one fills the consumer's window.
+    async fn keep_in(
+        &self,
+        state: &mut Scan,
+        tag: u64,
+        count: u64,
+        properties: &lapin::BasicProperties,
+        body: &[u8],
+    ) -> Result<(), BrokerError> {
+        let before = state.requeue.len();
+        self.stays(tag, count, properties, body, &mut state.requeue)
+            .await?;
+        if state.requeue.len() == before {
+            // Rotated: its copy is at the tail, to be read again.
+            state.to_read += 1;
+        } else {
+            state.held_here += 1;
+            state.min_held = Some(state.min_held.map_or(tag, |m| m.min(tag)));
+        }
+        Ok(())
+    }
+
+    /// Acknowledges the original of a confirmed copy. While no message held for the
+    /// final requeue has a lower delivery tag, acks are deferred and sent as one
+    /// `basic.ack` with `multiple` every [`ACK_EVERY`] (every lower unacknowledged tag
+    /// is then a replayed original: the copies settle in delivery order); otherwise one by
+    /// one. Each ack's write is checked later ([`Scan::acks`]).
+    async fn ack_replayed(&self, state: &mut Scan, tag: u64) -> Result<(), BrokerError> {
+        if state.min_held.is_none_or(|m| m > tag) {
+            state.ack_upto = Some(tag);
+            state.deferred += 1;
+            if state.deferred >= ACK_EVERY {
+                self.send_deferred(state).await?;
+            }
+            return Ok(());
+        }
+        self.send_deferred(state).await?;
+        self.send_ack(state, tag, false).await
+    }
+
+    /// Sends the deferred multiple ack, if any.
+    async fn send_deferred(&self, state: &mut Scan) -> Result<(), BrokerError> {
+        if let Some(upto) = state.ack_upto.take() {
+            state.deferred = 0;
+            self.send_ack(state, upto, true).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends the deferred ack and waits until every ack is written.
+    async fn flush_acks(&self, state: &mut Scan) -> Result<(), BrokerError> {
+        self.send_deferred(state).await?;
+        while let Some(r) = state.acks.next().await {
+            r.map_err(|e| map_error(self.conn, &e))?;
+        }
+        Ok(())
+    }
+
+    /// Queues `basic.ack` for `tag` (`multiple`: and every lower tag); its write is
+    /// awaited later, with the finished ones checked now.
+    async fn send_ack(
+        &self,
+        state: &mut Scan,
+        tag: u64,
+        multiple: bool,
+    ) -> Result<(), BrokerError> {
+        let channel = self.channel.clone();
+        let mut ack: Pending<()> =
+            Box::pin(async move { channel.basic_ack(tag, BasicAckOptions { multiple }).await });
+        if let std::task::Poll::Ready(r) = futures::poll!(ack.as_mut()) {
+            r.map_err(|e| map_error(self.conn, &e))?;
+        } else {
+            state.acks.push(ack);
+        }
+        while let Some(Some(r)) = futures::FutureExt::now_or_never(state.acks.next()) {
+            r.map_err(|e| map_error(self.conn, &e))?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`Run::next_delivery`] got (short-lived: one per message, never stored).
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    /// A message.
+    Delivery(Delivery),
+    /// Nothing for [`IDLE`].
+    Idle,
+}
+
+/// The state of one dead-letter queue's scan.
+struct Scan {
+    /// The current consumer (`None` once cancelled).
+    consumer: Option<lapin::Consumer>,
+    /// Deliveries a cancelled consumer still had: read first, or given back.
+    pending: VecDeque<Delivery>,
+    /// Messages kept (held for the final requeue) since the current consumer started:
+    /// they fill its prefetch window.
+    held_here: usize,
+    /// Acks sent and not yet written to the socket (checked as they complete, all at the
+    /// end of the scan).
+    acks: futures::stream::FuturesUnordered<Pending<()>>,
+    /// The lowest delivery tag held for the final requeue.
+    min_held: Option<u64>,
+    /// The highest replayed original whose ack is deferred (see [`Run::ack_replayed`]).
+    ack_upto: Option<u64>,
+    /// Acks deferred into `ack_upto`.
+    deferred: usize,
+    /// Copies awaiting their confirm, oldest first.
+    in_flight: VecDeque<InFlight>,
+    /// Delivery tags of the messages that stay, requeued at the end in read order.
+    requeue: Vec<u64>,
+    /// Exchanges already checked (name → exists).
+    exchanges: BTreeMap<String, bool>,
+    /// Messages to read: those there at the start plus the copies rotated to the tail.
+    to_read: u64,
+    /// Messages read so far.
+    read: u64,
+    /// Copies this batch may still publish before the next checkpoint.
+    batch_left: u64,
 }
