@@ -206,4 +206,85 @@ fn crds_carry_names_columns_and_validation() {
         .as_array()
         .expect("enum");
     assert_eq!(strategies.len(), 6);
+
+    let replay = by_kind("DeadLetterReplay");
+    assert_eq!(
+        replay["spec"]["names"]["shortNames"],
+        serde_json::json!(["dlqr"])
+    );
+    assert_eq!(replay["spec"]["scope"], "Namespaced");
+    let version = &replay["spec"]["versions"][0];
+    let columns: Vec<&str> = version["additionalPrinterColumns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        columns,
+        ["DLQ", "Phase", "Matched", "Replayed", "Skipped", "Failed", "Age"]
+    );
+    let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let rules: Vec<&str> = spec["x-kubernetes-validations"]
+        .as_array()
+        .expect("CEL rules")
+        .iter()
+        .filter_map(|r| r["rule"].as_str())
+        .collect();
+    assert_eq!(rules, ["self == oldSelf"], "the whole spec is immutable");
+    assert_eq!(spec["properties"]["maxReplays"]["default"], 3);
+    assert_eq!(spec["properties"]["target"]["default"], "OriginalQueue");
+    assert_eq!(
+        spec["required"],
+        serde_json::json!(["deadLetterQueueRef"]),
+        "{spec}"
+    );
+}
+
+/// examples/replay/ holds DeadLetterReplays (kept out of examples/ itself, whose
+/// `kubectl apply -f` must not start a replay): each one decodes, validates, and replays a
+/// DeadLetterQueue of examples/ in its namespace.
+#[test]
+fn replay_examples_are_valid_and_name_an_example_dead_letter_queue() {
+    use dlq_operator::crd::DeadLetterReplay;
+    use dlq_operator::manifest::{load_paths, namespace_of};
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let examples = load_paths(&[root.join("examples")]).expect("examples/ loads");
+    let dlqs: Vec<(String, String)> = examples
+        .dead_letter_queues
+        .iter()
+        .map(|d| {
+            (
+                namespace_of(&d.object.metadata).to_string(),
+                d.object.metadata.name.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let mut found = 0;
+    for entry in std::fs::read_dir(root.join("examples/replay")).expect("examples/replay/") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("read");
+        let value: Value = serde_yaml_ng::from_str(&text).expect("YAML");
+        assert_eq!(value["apiVersion"], "dlqoperator.io/v1alpha1", "{path:?}");
+        assert_eq!(value["kind"], "DeadLetterReplay", "{path:?}");
+        let replay: DeadLetterReplay =
+            serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        // No field is lost in decoding (a misspelt field would be dropped silently).
+        let back = serde_json::to_value(&replay).expect("serialise");
+        for (field, v) in value["spec"].as_object().expect("spec") {
+            assert_eq!(&back["spec"][field], v, "{path:?}: spec.{field} round trip");
+        }
+        replay
+            .spec
+            .validate()
+            .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        let key = (
+            namespace_of(&replay.metadata).to_string(),
+            replay.spec.dead_letter_queue_ref.name.clone(),
+        );
+        assert!(dlqs.contains(&key), "{path:?}: {key:?} is not in {dlqs:?}");
+        found += 1;
+    }
+    assert!(found > 0, "no example in examples/replay/");
 }

@@ -188,11 +188,14 @@ fn unknown_metrics(expr: &str, exported: &[String]) -> Result<Vec<String>, Strin
         .collect())
 }
 
-/// Per-resource metrics: their series carry the resource's `namespace` and `name`.
+/// Per-resource metrics: their series carry the DeadLetterQueue's `namespace` and `name`
+/// (the replay families too: a replay is counted under the DeadLetterQueue it replays).
 fn is_per_resource(metric: &str) -> bool {
     metric == "dlq_queue_depth"
         || metric == "dlq_growth_per_minute"
         || metric.starts_with("dlq_backlog_")
+        || metric == "dlq_replayed_messages_total"
+        || metric == "dlq_compensation_success_ratio"
 }
 
 /// Whether `vs` has the regex matcher `label=~"VALUE"`.
@@ -393,6 +396,33 @@ fn alert_state_panel_names_the_operators_states() {
 }
 
 #[test]
+fn replay_panels_show_outcomes_and_the_ratio() {
+    let d = dashboard();
+    let replayed = panel_querying(&d, "dlq_replayed_messages_total");
+    assert_eq!(replayed["title"], "Replayed messages");
+    let ast = parser::parse(&substitute(&panel_exprs(replayed)[0], ALL_VALUES)).expect("parses");
+    // A counter is shown as a rate, split by outcome (replayed, skipped, failed).
+    let Expr::Aggregate(sum) = &ast else {
+        panic!("Replayed messages: not an aggregation: {ast:?}")
+    };
+    let by: Vec<&str> = match &sum.modifier {
+        Some(parser::LabelModifier::Include(labels)) => {
+            labels.labels.iter().map(String::as_str).collect()
+        }
+        other => panic!("Replayed messages: no `by` clause: {other:?}"),
+    };
+    assert!(by.contains(&"outcome"), "{by:?}");
+    assert!(
+        matches!(&*sum.expr, Expr::Call(c) if c.func.name == "rate"),
+        "{:?}",
+        sum.expr
+    );
+    let ratio = panel_querying(&d, "dlq_compensation_success_ratio");
+    assert_eq!(ratio["title"], "Compensation success ratio");
+    assert_eq!(ratio["fieldConfig"]["defaults"]["unit"], "percentunit");
+}
+
+#[test]
 fn per_resource_queries_filter_on_namespace_and_name() {
     let d = dashboard();
     let mut checked = 0;
@@ -415,7 +445,7 @@ fn per_resource_queries_filter_on_namespace_and_name() {
             }
         }
     }
-    assert!(checked >= 6, "only {checked} per-resource selectors");
+    assert!(checked >= 10, "only {checked} per-resource selectors");
 }
 
 #[test]

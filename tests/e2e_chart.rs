@@ -203,13 +203,11 @@ async fn install_and_operate(test: &str, values: Value, watch: bool) {
         );
     }
     println!("CRDs established before the install: {crds_before:?} (Helm skips existing CRDs)");
-    for crd in [
-        "deadletterqueues.dlqoperator.io",
-        "retrypolicies.dlqoperator.io",
-    ] {
+    for crd in dlq_operator::crd::all_crds() {
+        let crd = crd.metadata.name.unwrap_or_default();
         let mut ok = false;
         for _ in 0..100 {
-            if established(&client, crd).await {
+            if established(&client, &crd).await {
                 ok = true;
                 break;
             }

@@ -4,17 +4,19 @@
 //!
 //! Checked: the CRDs are accepted and become Established (v1.20 rejects non-structural
 //! schemas and, e.g., `enum: [..., null]`); the server applies the schema's defaults; it
-//! rejects out-of-range numbers and malformed durations by the schema. Objects are created
+//! rejects out-of-range numbers and malformed durations by the schema; a DeadLetterReplay's
+//! status is written through its status subresource and shown in the printer columns. Objects are created
 //! under unique names and deleted again; the CRDs are left in place (deleting a CRD
 //! deletes every object of its kind in a real cluster).
 
 mod common;
 
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
-use serde_json::json;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
 
 use common::e2e::client;
-use dlq_operator::crd::{DeadLetterQueue, RetryPolicy};
+use dlq_operator::crd::{DeadLetterQueue, DeadLetterReplay, ReplayPhase, RetryPolicy};
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())
@@ -100,4 +102,147 @@ async fn crds_are_accepted_defaulted_and_enforced_by_a_real_api_server() {
 
     let _ = dlqs.delete(&dlq_name, &DeleteParams::default()).await;
     let _ = rps.delete(&rp_name, &DeleteParams::default()).await;
+}
+
+/// What `kubectl get PLURAL` shows: the server-side Table (columns from the CRD's printer
+/// columns) as (column names, rows of cells).
+async fn table(client: &Client, ns: &str, plural: &str) -> (Vec<String>, Vec<Vec<Value>>) {
+    let request = http::Request::get(format!(
+        "/apis/dlqoperator.io/v1alpha1/namespaces/{ns}/{plural}"
+    ))
+    .header(
+        "Accept",
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    )
+    .body(Vec::new())
+    .expect("request");
+    let text = client.request_text(request).await.expect("table");
+    let t: Value = serde_json::from_str(&text).expect("table json");
+    let columns = t["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let rows = t["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["cells"].as_array().cloned().unwrap_or_default())
+        .collect();
+    (columns, rows)
+}
+
+#[tokio::test]
+async fn replay_crd_is_accepted_defaulted_enforced_and_printed() {
+    let Some(client) = client("replay_crd_is_accepted_defaulted_enforced_and_printed").await else {
+        return;
+    };
+    common::e2e::ensure_crds(&client).await;
+
+    let ns = "default";
+    let res = ApiResource::erase::<DeadLetterReplay>(&());
+    let replays: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &res);
+    let name = unique("e2e-dlqr");
+    let minimal = DynamicObject::new(&name, &res)
+        .data(json!({"spec": {"deadLetterQueueRef": {"name": "e2e-orders"}}}));
+    let created = replays
+        .create(&PostParams::default(), &minimal)
+        .await
+        .expect("create DeadLetterReplay");
+    let spec = &created.data["spec"];
+    assert_eq!(spec["maxReplays"], 3, "{spec}");
+    assert_eq!(spec["target"], "OriginalQueue", "{spec}");
+    assert_eq!(spec["dryRun"], false, "{spec}");
+    assert!(
+        spec.get("limit").is_none() && spec.get("rate").is_none(),
+        "{spec}"
+    );
+
+    // The schema rejects what it can express (the filter grammar is the operator's).
+    let dlq_ref = json!({"name": "e2e-orders"});
+    for (bad, field) in [
+        (json!({}), "spec.deadLetterQueueRef"),
+        (
+            json!({"deadLetterQueueRef": {"name": ""}}),
+            "spec.deadLetterQueueRef.name",
+        ),
+        (
+            json!({"deadLetterQueueRef": dlq_ref, "maxReplays": 0}),
+            "spec.maxReplays",
+        ),
+        (
+            json!({"deadLetterQueueRef": dlq_ref, "maxReplays": 1001}),
+            "spec.maxReplays",
+        ),
+        (
+            json!({"deadLetterQueueRef": dlq_ref, "rate": 0}),
+            "spec.rate",
+        ),
+        (
+            json!({"deadLetterQueueRef": dlq_ref, "limit": 0}),
+            "spec.limit",
+        ),
+        (
+            json!({"deadLetterQueueRef": dlq_ref, "target": "Elsewhere"}),
+            "spec.target",
+        ),
+        (
+            json!({"deadLetterQueueRef": dlq_ref, "filter": vec!["class=Timeout"; 33]}),
+            "spec.filter",
+        ),
+    ] {
+        let obj = DynamicObject::new(&unique("e2e-bad"), &res).data(json!({ "spec": bad }));
+        match replays.create(&PostParams::default(), &obj).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422, "{status:?}");
+                assert!(
+                    status.message.contains(field),
+                    "{field}: {}",
+                    status.message
+                );
+            }
+            other => panic!("{bad} accepted: {other:?}"),
+        }
+    }
+
+    // Status goes through the status subresource (what the operator patches), decodes into
+    // the typed status, and fills the printer columns of `kubectl get dlqr`.
+    let status = json!({"status": {
+        "phase": "Succeeded", "scanned": 40, "matched": 12, "replayed": 11, "skipped": 1,
+        "failed": 0, "reasons": ["skipped: already replayed 3 times (maxReplays): 1"],
+    }});
+    replays
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("patch status");
+    let typed: Api<DeadLetterReplay> = Api::namespaced(client.clone(), ns);
+    let read = typed.get(&name).await.expect("typed get");
+    let got = read.status.expect("status");
+    assert_eq!(got.phase, ReplayPhase::Succeeded);
+    assert_eq!((got.matched, got.replayed, got.skipped), (12, 11, 1));
+    assert_eq!(read.spec.dead_letter_queue_ref.name, "e2e-orders");
+    let (columns, rows) = table(&client, ns, "deadletterreplays").await;
+    assert_eq!(
+        columns,
+        ["Name", "DLQ", "Phase", "Matched", "Replayed", "Skipped", "Failed", "Age"]
+    );
+    let row = rows
+        .iter()
+        .find(|r| r.first() == Some(&json!(name)))
+        .unwrap_or_else(|| panic!("no row for {name}: {rows:?}"));
+    assert_eq!(
+        row[1..7],
+        [
+            json!("e2e-orders"),
+            json!("Succeeded"),
+            json!(12),
+            json!(11),
+            json!(1),
+            json!(0)
+        ],
+        "{row:?}"
+    );
+
+    let _ = replays.delete(&name, &DeleteParams::default()).await;
 }

@@ -27,6 +27,11 @@ fn every_call_of_the_controller_is_granted() {
         ("dlqoperator.io", "retrypolicies", "list"),
         ("dlqoperator.io", "retrypolicies", "watch"),
         ("dlqoperator.io", "retrypolicies/status", "patch"),
+        ("dlqoperator.io", "deadletterreplays", "get"),
+        ("dlqoperator.io", "deadletterreplays", "list"),
+        ("dlqoperator.io", "deadletterreplays", "watch"),
+        ("dlqoperator.io", "deadletterreplays/status", "get"), // checkpoint on resume
+        ("dlqoperator.io", "deadletterreplays/status", "patch"),
         ("", "secrets", "get"),
         ("", "secrets", "list"),
         ("", "secrets", "watch"),

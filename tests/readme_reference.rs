@@ -4,7 +4,8 @@
 //!   `spec` and `status` (objects' properties, arrays' items as `[]`, e.g.
 //!   `status.conditions[].reason`) is written as a `` `spec.…` `` / `` `status.…` `` code
 //!   span in that kind's subsection, and every such path written there exists in the
-//!   schema, so the manual can neither miss a field nor invent one.
+//!   schema, so the manual can neither miss a field nor invent one. Anywhere else in the
+//!   README's prose, a `spec.…` / `status.…` code span names a field some CRD has.
 //! - "Chart values": every key path of charts/dlq-operator/values.yaml (maps and leaves,
 //!   e.g. `image` and `image.repository`) is in the first column of the values table, and
 //!   every key in that column exists in values.yaml.
@@ -14,14 +15,16 @@ use std::path::Path;
 
 use serde_json::Value;
 
-/// Heading of the README section that documents both CRDs.
+/// Heading of the README section that documents every CRD.
 const REFERENCE_HEADING: &str = "## Configuration reference";
 /// Heading of the README subsection holding the Helm values table.
 const VALUES_HEADING: &str = "### Chart values";
-/// (kind, CRD file under crds/).
-const KINDS: [(&str, &str); 2] = [
+/// (kind, CRD file under crds/): every CRD of `crd::all_crds()`
+/// (`every_crd_has_a_reference_subsection` holds the list to it).
+const KINDS: [(&str, &str); 3] = [
     ("RetryPolicy", "retrypolicies.dlqoperator.io.yaml"),
     ("DeadLetterQueue", "deadletterqueues.dlqoperator.io.yaml"),
+    ("DeadLetterReplay", "deadletterreplays.dlqoperator.io.yaml"),
 ];
 
 fn read(relative: &str) -> String {
@@ -174,7 +177,7 @@ fn configuration_reference_matches_the_crd_schemas() {
             &unknown,
         );
     }
-    // Outside the two subsections too, the section names only fields that exist.
+    // Outside the kinds' subsections too, the section names only fields that exist.
     let unknown: Vec<String> = code_spans(&reference)
         .into_iter()
         .filter(|s| is_field_path(s) && !any_kind.contains(*s))
@@ -184,6 +187,44 @@ fn configuration_reference_matches_the_crd_schemas() {
         unknown.is_empty(),
         "README.md \"{REFERENCE_HEADING}\" names fields no CRD has: {unknown:?}"
     );
+}
+
+#[test]
+fn the_whole_readme_names_only_fields_that_exist() {
+    let readme = read("README.md");
+    // Everything under the title (the only level-1 heading), fenced code left out.
+    let prose = section(&readme, "# dlq-operator");
+    assert!(
+        prose.contains(REFERENCE_HEADING),
+        "the title section is the whole README"
+    );
+    let any_kind: BTreeSet<String> = KINDS.iter().flat_map(|(_, f)| crd_paths(f)).collect();
+    let unknown: BTreeSet<&str> = code_spans(&prose)
+        .into_iter()
+        .filter(|s| is_field_path(s) && !any_kind.contains(*s))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "README.md names fields no CRD has: {unknown:?}"
+    );
+}
+
+#[test]
+fn every_crd_has_a_reference_subsection() {
+    let crds: BTreeSet<(String, String)> = dlq_operator::crd::all_crds()
+        .iter()
+        .map(|c| {
+            (
+                c.spec.names.kind.clone(),
+                dlq_operator::crd::crd_file_name(c),
+            )
+        })
+        .collect();
+    let kinds: BTreeSet<(String, String)> = KINDS
+        .iter()
+        .map(|(k, f)| (k.to_string(), f.to_string()))
+        .collect();
+    assert_eq!(kinds, crds, "KINDS must list every CRD of crd::all_crds()");
 }
 
 #[test]

@@ -47,6 +47,18 @@ pub const RULES: &[Rule] = &[
         why: "write status (server-side apply, field manager dlq-operator)",
     },
     Rule {
+        api_group: "dlqoperator.io",
+        resources: &["deadletterreplays"],
+        verbs: &["get", "list", "watch"],
+        why: "watch DeadLetterReplays (each one runs once)",
+    },
+    Rule {
+        api_group: "dlqoperator.io",
+        resources: &["deadletterreplays/status"],
+        verbs: &["get", "patch"],
+        why: "read the checkpoint a previous run left in status (resume after a restart); write status (server-side apply)",
+    },
+    Rule {
         api_group: "",
         resources: &["secrets"],
         verbs: &["get", "list", "watch"],
@@ -143,6 +155,15 @@ mod tests {
     fn allows_only_listed_verbs() {
         assert!(allows("dlqoperator.io", "deadletterqueues/status", "patch"));
         assert!(allows("", "secrets", "get"));
+        assert!(allows("dlqoperator.io", "deadletterreplays", "watch"));
+        assert!(allows("dlqoperator.io", "deadletterreplays/status", "get"));
+        assert!(allows(
+            "dlqoperator.io",
+            "deadletterreplays/status",
+            "patch"
+        ));
+        // A replay's spec is never written by the operator: no patch of the object.
+        assert!(!allows("dlqoperator.io", "deadletterreplays", "patch"));
         assert!(!allows("", "secrets", "update"));
         assert!(!allows("", "configmaps", "get"));
     }
@@ -153,7 +174,22 @@ mod tests {
         let v: serde_json::Value = serde_yaml_ng::from_str(&yaml).expect("valid YAML");
         let rules = v["rules"].as_array().expect("rules");
         assert_eq!(rules.len(), RULES.len());
-        assert_eq!(rules[4]["apiGroups"][0], "");
-        assert_eq!(rules[4]["resources"][0], "secrets");
+        let secrets = RULES
+            .iter()
+            .position(|r| r.resources == ["secrets"])
+            .expect("a secrets rule");
+        assert_eq!(rules[secrets]["apiGroups"][0], "");
+        assert_eq!(rules[secrets]["resources"][0], "secrets");
+        for (rule, yaml) in RULES.iter().zip(rules) {
+            assert_eq!(yaml["apiGroups"][0], rule.api_group);
+            assert_eq!(
+                yaml["resources"].as_array().map(Vec::len),
+                Some(rule.resources.len())
+            );
+            assert_eq!(
+                yaml["verbs"].as_array().map(Vec::len),
+                Some(rule.verbs.len())
+            );
+        }
     }
 }
