@@ -49,12 +49,14 @@ use crate::topology::DesiredTopology;
 const MAX_PAUSE: Duration = Duration::from_secs(86_400);
 
 /// Copies awaiting their publisher confirm at most, per dead-letter queue.
-pub const CONFIRM_WINDOW: usize = 500;
+pub const CONFIRM_WINDOW: usize = 1000;
 
 /// The consumer's prefetch window (messages delivered and not yet acknowledged) at full
 /// speed; at a limited rate, twice the rate per second, at least 100. The messages kept
 /// (held until the end) fill it: at half of it the consumer is replaced by a fresh one.
-pub const PREFETCH: u16 = 2000;
+/// Half of it + [`CONFIRM_WINDOW`] + the deferred acks stay below it, so the window never
+/// closes on the scan.
+pub const PREFETCH: u16 = 3000;
 
 /// Copies per checkpoint ([`Observer::checkpoint`]) at full speed; at a limited rate,
 /// one second's worth.
@@ -62,7 +64,7 @@ pub const CHECKPOINT_BATCH: u64 = 1000;
 
 /// Replayed originals acknowledged at once by one `basic.ack` with `multiple`, where no
 /// held message lies below them.
-const ACK_EVERY: usize = 100;
+const ACK_EVERY: usize = 250;
 
 /// How long without a delivery before the scan checks whether the queue is empty.
 const IDLE: Duration = Duration::from_millis(250);
@@ -440,6 +442,7 @@ impl Run<'_> {
                         while !state.in_flight.is_empty() {
                             self.settle_oldest(state, report).await?;
                         }
+                        self.flush_acks(state).await?;
                         if self.stop.load(Ordering::SeqCst) || self.ready().await? == 0 {
                             return Ok(());
                         }
