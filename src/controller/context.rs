@@ -198,6 +198,10 @@ pub struct Replays {
 #[derive(Debug, Default)]
 struct ReplaysInner {
     running: HashMap<String, RunningReplay>,
+    /// Replays whose task ended them for good (final status written, or object gone):
+    /// a reconcile working on a cached copy that still says `Running` must not start
+    /// them again.
+    over: std::collections::HashSet<String>,
     /// Set by [`Replays::shutdown`]: nothing starts any more.
     closed: bool,
 }
@@ -212,15 +216,23 @@ impl Replays {
             .is_some_and(|r| !r.handle.is_finished())
     }
 
-    /// Spawns `task` for the replay `uid` with its `stop` flag, unless one is running or
-    /// shutdown began; returns whether it was started. The entry is removed when the task
-    /// ends.
+    /// `true` when a task of this process ended the replay `uid` for good.
+    pub fn is_over(&self, uid: &str) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.over.contains(uid)
+    }
+
+    /// Spawns `task` for the replay `uid` with its `stop` flag, unless one is running, it
+    /// is over, or shutdown began; returns whether it was started. The entry is removed
+    /// when the task ends; a task that returns `true` (the replay is over) marks it
+    /// [over](Replays::is_over), `false` lets a later reconcile resume it.
     pub fn start<F>(self: &Arc<Self>, uid: &str, stop: Arc<AtomicBool>, task: F) -> bool
     where
-        F: Future<Output = ()> + Send + 'static,
+        F: Future<Output = bool> + Send + 'static,
     {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if inner.closed
+            || inner.over.contains(uid)
             || inner
                 .running
                 .get(uid)
@@ -233,9 +245,12 @@ impl Replays {
         // The task removes its own entry; it cannot do so before the insert below, which
         // happens under the same lock.
         let handle = tokio::spawn(async move {
-            task.await;
+            let over = task.await;
             let mut inner = registry.inner.lock().unwrap_or_else(|p| p.into_inner());
             inner.running.remove(&key);
+            if over {
+                inner.over.insert(key);
+            }
         });
         inner
             .running
@@ -365,11 +380,12 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let _ = done_tx.send(());
+            false
         };
         assert!(replays.start("uid-1", stop.clone(), task));
         assert!(replays.is_running("uid-1"));
         assert!(
-            !replays.start("uid-1", Arc::new(AtomicBool::new(false)), async {}),
+            !replays.start("uid-1", Arc::new(AtomicBool::new(false)), async { true }),
             "a running replay is not started twice"
         );
         assert_eq!(replays.len(), 1);
@@ -381,18 +397,19 @@ mod tests {
         );
         assert!(replays.is_empty());
         assert!(
-            !replays.start("uid-2", Arc::new(AtomicBool::new(false)), async {}),
+            !replays.start("uid-2", Arc::new(AtomicBool::new(false)), async { true }),
             "nothing starts after shutdown"
         );
     }
 
     #[tokio::test]
-    async fn an_ended_task_leaves_the_registry() {
+    async fn an_ended_task_leaves_the_registry_and_one_that_is_over_stays_over() {
         let replays = Arc::new(Replays::default());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         assert!(
             replays.start("u", Arc::new(AtomicBool::new(false)), async move {
                 let _ = rx.await;
+                false
             })
         );
         assert!(replays.is_running("u"));
@@ -405,8 +422,27 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert!(!replays.is_running("u"));
-        // A new run of the same replay may start (e.g. after a broker error ended it).
-        assert!(replays.start("u", Arc::new(AtomicBool::new(false)), async {}));
+        assert!(!replays.is_over("u"));
+        // A new run of the same replay may start (its status could not be written).
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        assert!(
+            replays.start("u", Arc::new(AtomicBool::new(false)), async move {
+                let _ = tx.send(());
+                true
+            })
+        );
+        let _ = rx.await;
+        for _ in 0..1000 {
+            if replays.is_over("u") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(replays.is_over("u"), "ended for good");
+        assert!(
+            !replays.start("u", Arc::new(AtomicBool::new(false)), async { true }),
+            "an ended replay is never started again"
+        );
     }
 
     #[test]

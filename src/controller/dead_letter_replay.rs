@@ -12,8 +12,8 @@
 //! - **Invalid spec** (validation, or a field that does not decode): `Failed`,
 //!   `Complete=True, reason=InvalidSpec` naming the field, a Warning Event.
 //! - **Not startable yet**: the DeadLetterQueue is missing, being deleted or invalid, its
-//!   RetryPolicy or Secret is missing, the broker does not answer, a dead-letter queue is
-//!   not declared yet: `Pending`, `Complete=False` with the reason
+//!   RetryPolicy or Secret is missing, the broker does not answer, a dead-letter queue (or,
+//!   for the default target, the source queue) is not declared yet: `Pending`, `Complete=False` with the reason
 //!   (`DeadLetterQueueNotFound`, `DeadLetterQueueInvalid`, `RetryPolicyNotFound`,
 //!   `SecretNotFound`, `DeadLetterQueueNotReady`, `BrokerUnreachable`, …) and a Warning
 //!   Event when it changes; looked at again after [`PENDING_RECHECK`] (broker errors: the
@@ -552,6 +552,10 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         return Ok(Action::await_change());
     }
     let uid = obj.metadata.uid.clone().ok_or(Error::NoUid)?;
+    if ctx.replays.is_over(&uid) {
+        // Finished by this process; the cached copy may not show it yet.
+        return Ok(Action::await_change());
+    }
     if ctx.replays.is_running(&uid) {
         return Ok(Action::requeue(RUNNING_RECHECK));
     }
@@ -695,7 +699,15 @@ async fn target(
         Ok(p) => p,
         Err(e) => return Ok(Err(waiting(e))),
     };
-    for queue in prepared.topology.dead_letter_queues() {
+    // The dead-letter queues are read; with the default target, the copies go to the
+    // source queue by name (an absent one would make every copy unroutable: failed).
+    let source = prepared.topology.routes.source_queue.as_str();
+    let needed = prepared
+        .topology
+        .dead_letter_queues()
+        .map(|q| (q, "dead-letter queue"))
+        .chain((spec.target == ReplayTarget::OriginalQueue).then_some((source, "source queue")));
+    for (queue, role) in needed {
         let found = crate::broker::rabbitmq::amqp::passive_queue_counts(
             &prepared.connection,
             &prepared.topology.vhost,
@@ -708,7 +720,7 @@ async fn target(
                 return Ok(Err(Waiting::on(
                     "DeadLetterQueueNotReady",
                     format!(
-                        "DeadLetterQueue {dlq_key}: dead-letter queue {queue:?} does not exist on the broker yet (vhost {:?})",
+                        "DeadLetterQueue {dlq_key}: {role} {queue:?} does not exist on the broker yet (vhost {:?})",
                         prepared.topology.vhost
                     ),
                 )))
@@ -809,7 +821,7 @@ impl Job {
 
     /// The run (module doc): `Running`, the engine with checkpoints, retries after
     /// broker errors, the final status, Events and metrics.
-    async fn run(self) {
+    async fn run(self) -> bool {
         let key = self.key();
         let uid = self.obj.metadata.uid.clone().unwrap_or_default();
         let generation = self.generation();
@@ -821,11 +833,11 @@ impl Job {
             Ok(()) => {}
             Err(WriteError::Gone) => {
                 info!(replay = %key, "deleted before it started");
-                return;
+                return true;
             }
             Err(WriteError::Failed(e)) => {
                 warn!(replay = %key, error = %e, "cannot write status Running: not started (retried at the next reconcile)");
-                return;
+                return false;
             }
         }
         let limit = self
@@ -899,7 +911,7 @@ impl Job {
             } = observer;
             if gone {
                 info!(replay = %key, "deleted while running: stopped (the rest stays in the dead-letter queue)");
-                return;
+                return true;
             }
             let now = self.ctx.now();
             match result {
@@ -932,11 +944,11 @@ impl Job {
                                 .await;
                         }
                         info!(replay = %key, replayed = next.replayed, "interrupted by shutdown");
-                        return;
+                        return false;
                     }
                     if let Some(e) = write_error {
                         warn!(replay = %key, error = %e, "status could not be written: stopped; resumed at the next reconcile");
-                        return;
+                        return false;
                     }
                     let next = finished_status(
                         &status, generation, base, tally, reasons, outcome, dry_run, &now,
@@ -949,10 +961,10 @@ impl Job {
                         .unwrap_or_default();
                     match self.write(&next).await {
                         Ok(()) => {}
-                        Err(WriteError::Gone) => return,
+                        Err(WriteError::Gone) => return true,
                         Err(WriteError::Failed(e)) => {
                             warn!(replay = %key, error = %e, "cannot write the final status: resumed at the next reconcile");
-                            return;
+                            return false;
                         }
                     }
                     let mut note = message;
@@ -968,7 +980,7 @@ impl Job {
                     };
                     self.event(note).await;
                     info!(replay = %key, phase = reason, replayed = next.replayed, "replay finished");
-                    return;
+                    return true;
                 }
                 Err(error) => {
                     // What this attempt did for sure (settled copies), and what it left in
@@ -985,10 +997,10 @@ impl Job {
                     warn!(replay = %key, attempt, error = %error, "replay attempt failed");
                     match self.write(&next).await {
                         Ok(()) => {}
-                        Err(WriteError::Gone) => return,
+                        Err(WriteError::Gone) => return true,
                         Err(WriteError::Failed(e)) => {
                             warn!(replay = %key, error = %e, "cannot write status after a broker error: resumed at the next reconcile");
-                            return;
+                            return false;
                         }
                     }
                     let reason = ReconcileError::Broker(error.clone()).reason();
@@ -1001,13 +1013,13 @@ impl Job {
                     if attempt >= RUN_ATTEMPTS {
                         self.event(Note::warning("Partial", "Replay", message))
                             .await;
-                        return;
+                        return true;
                     }
                     self.event(Note::warning(reason, "Replay", message)).await;
                     self.pause(delay).await;
                     if self.stop.load(Ordering::SeqCst) {
                         // Shutdown during the pause: the counts are written, phase Running.
-                        return;
+                        return false;
                     }
                     status = next;
                     attempt += 1;
