@@ -6,7 +6,8 @@
 //! the dead-letter queues exist, then starts the run as a tokio task tracked in the
 //! context ([`Replays`](crate::controller::context::Replays), by object UID), so that a
 //! second reconcile does not start it twice. Status is written by server-side apply
-//! (field manager `dlq-operator`), guarded by the object's UID.
+//! (field manager `dlq-operator`); a run's writes carry the `resourceVersion` it last
+//! wrote, so they never land on a re-created object of the same name.
 //!
 //! - **Finished** (`Succeeded`, `Partial`, `Failed`): nothing; a replay runs once.
 //! - **Invalid spec** (validation, or a field that does not decode): `Failed`,
@@ -37,7 +38,7 @@
 //!   phase still `Running` (condition reason `Interrupted`), within `SHUTDOWN_GRACE`; the
 //!   next leader resumes it.
 //! - **Deleted while running**: no finalizer. The next status write is refused (404, or
-//!   409 for a re-created object of the same name: the write carries the UID); the
+//!   409 and another UID for a re-created object of the same name); the
 //!   checkpoint then fails, the engine stops after settling its copies (nothing is lost:
 //!   the rest stays in the dead-letter queue) and the task ends quietly.
 
@@ -569,7 +570,7 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         Ok(spec) => spec,
         Err(invalid) => {
             let status = invalid_status(&current, generation, &invalid, &ctx.now());
-            crate::controller::apply_status_for_uid(&ctx, &ar, &obj, &status).await?;
+            crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
             let note = format!("DeadLetterReplay {key}: invalid spec: {invalid}");
             publish(
                 &ctx,
@@ -586,7 +587,7 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         Ok(o) => o,
         Err(invalid) => {
             let status = invalid_status(&current, generation, &invalid, &ctx.now());
-            crate::controller::apply_status_for_uid(&ctx, &ar, &obj, &status).await?;
+            crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
             let note = format!("DeadLetterReplay {key}: invalid spec: {invalid}");
             publish(
                 &ctx,
@@ -605,7 +606,7 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
             let (status, changed) =
                 pending_status(&current, generation, waiting.reason, &waiting.message, &now);
             if changed {
-                crate::controller::apply_status_for_uid(&ctx, &ar, &obj, &status).await?;
+                crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
                 let old = current.conditions.iter().find(|c| c.type_ == COMPLETE);
                 if old.is_none_or(|c| c.reason != waiting.reason || c.message != waiting.message) {
                     let note = Note::warning(waiting.reason, "Start", waiting.message.clone());
@@ -632,7 +633,7 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         );
         let desired = complete(ConditionStatus::True, "Succeeded", message.clone());
         conditions::set(&mut status.conditions, &desired, generation, &now);
-        crate::controller::apply_status_for_uid(&ctx, &ar, &obj, &status).await?;
+        crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
         publish(
             &ctx,
             &obj,
@@ -653,6 +654,9 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         plan,
         status: current,
         stop: stop.clone(),
+        resource_version: std::sync::Mutex::new(
+            obj.metadata.resource_version.clone().unwrap_or_default(),
+        ),
     };
     let span = tracing::info_span!("replay", namespace = %ns, name = %obj.name_any(), uid = %uid);
     if ctx.replays.start(&uid, stop, job.run().instrument(span)) {
@@ -747,11 +751,14 @@ struct Job {
     /// The status the reconcile read.
     status: DeadLetterReplayStatus,
     stop: Arc<AtomicBool>,
+    /// The object's `resourceVersion` after the last write (guards every write).
+    resource_version: std::sync::Mutex<String>,
 }
 
 /// Why a status write did not happen.
 enum WriteError {
-    /// The object is gone (404), or the name belongs to a re-created object (409).
+    /// The object is gone (404), or the name belongs to a re-created object (409, then
+    /// another UID).
     Gone,
     /// Anything else, after [`WRITE_ATTEMPTS`].
     Failed(String),
@@ -766,20 +773,60 @@ impl Job {
         object_key(&self.obj.metadata)
     }
 
+    /// Writes `status` at the object's last known `resourceVersion`
+    /// ([`apply_status_at`](crate::controller::apply_status_at)). On a conflict the
+    /// object is read again: the same object (another writer, e.g. a label edit) is
+    /// written again at its new version; a re-created one (another UID) or none means
+    /// this replay is gone.
     async fn write(&self, status: &DeadLetterReplayStatus) -> Result<(), WriteError> {
         let ar = api_resource::<DeadLetterReplay>();
         let mut last = String::new();
         for attempt in 0..WRITE_ATTEMPTS {
-            if attempt > 0 {
+            if attempt > 0 && !last.is_empty() {
                 tokio::time::sleep(Duration::from_millis(200 << attempt.min(8))).await;
             }
-            match crate::controller::apply_status_for_uid(&self.ctx, &ar, &self.obj, status).await {
-                Ok(()) => return Ok(()),
-                Err(Error::Kube(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => {
+            let rv = self
+                .resource_version
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let written =
+                crate::controller::apply_status_at(&self.ctx, &ar, &self.obj, status, &rv).await;
+            match written {
+                Ok(rv) => {
+                    *self
+                        .resource_version
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = rv;
+                    return Ok(());
+                }
+                Err(Error::Kube(kube::Error::Api(s))) if s.code == 404 => {
                     return Err(WriteError::Gone)
+                }
+                Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => {
+                    last.clear();
+                    let api: Api<DynamicObject> = Api::namespaced_with(
+                        self.ctx.client.clone(),
+                        crate::manifest::namespace_of(&self.obj.metadata),
+                        &ar,
+                    );
+                    match api.get_opt(&self.obj.name_any()).await {
+                        Ok(Some(o)) if o.metadata.uid == self.obj.metadata.uid => {
+                            *self
+                                .resource_version
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner()) =
+                                o.metadata.resource_version.unwrap_or_default();
+                        }
+                        Ok(_) => return Err(WriteError::Gone),
+                        Err(e) => last = e.to_string(),
+                    }
                 }
                 Err(e) => last = e.to_string(),
             }
+        }
+        if last.is_empty() {
+            last = format!("the object kept changing ({WRITE_ATTEMPTS} conflicts)");
         }
         Err(WriteError::Failed(last))
     }

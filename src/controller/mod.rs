@@ -265,25 +265,36 @@ pub async fn apply_status_as<S: serde::Serialize>(
     status: &S,
     manager: &str,
 ) -> Result<(), Error> {
-    apply_status_body(ctx, resource, obj, status, manager, false).await
+    apply_status_body(ctx, resource, obj, status, manager, None).await?;
+    Ok(())
 }
 
-/// [`apply_status`] for this incarnation of `obj` only: the apply carries its
-/// `metadata.uid`, which the API server checks against the stored object, so a write
-/// meant for an object that was deleted and re-created under the same name meanwhile is
-/// refused (409 Conflict) instead of landing on its successor. For writers that outlive a
-/// reconcile (the DeadLetterReplay runs).
+/// [`apply_status`] as an optimistic write, for writers that outlive a reconcile (the
+/// DeadLetterReplay runs): the apply carries `resource_version`, so the API server refuses
+/// it with 409 Conflict when the object changed since — in particular when it was deleted
+/// and re-created under the same name, which must not receive this object's status.
+/// (A `metadata.uid` in the apply body would not do: v1.20 accepts a wrong one.) Returns
+/// the object's new `resourceVersion`.
 ///
 /// # Errors
-/// Kubernetes API errors: 404 when the object is gone, 409 when its name now belongs to
-/// another object.
-pub async fn apply_status_for_uid<S: serde::Serialize>(
+/// Kubernetes API errors: 404 when the object is gone, 409 when it changed.
+pub async fn apply_status_at<S: serde::Serialize>(
     ctx: &Context,
     resource: &ApiResource,
     obj: &DynamicObject,
     status: &S,
-) -> Result<(), Error> {
-    apply_status_body(ctx, resource, obj, status, context::FIELD_MANAGER, true).await
+    resource_version: &str,
+) -> Result<String, Error> {
+    let written = apply_status_body(
+        ctx,
+        resource,
+        obj,
+        status,
+        context::FIELD_MANAGER,
+        Some(resource_version),
+    )
+    .await?;
+    Ok(written.metadata.resource_version.unwrap_or_default())
 }
 
 async fn apply_status_body<S: serde::Serialize>(
@@ -292,8 +303,8 @@ async fn apply_status_body<S: serde::Serialize>(
     obj: &DynamicObject,
     status: &S,
     manager: &str,
-    with_uid: bool,
-) -> Result<(), Error> {
+    resource_version: Option<&str>,
+) -> Result<DynamicObject, Error> {
     let ns = obj
         .metadata
         .namespace
@@ -305,17 +316,16 @@ async fn apply_status_body<S: serde::Serialize>(
         "kind": resource.kind,
         "status": status,
     });
-    if with_uid {
-        let uid = obj.metadata.uid.as_deref().ok_or(Error::NoUid)?;
-        body["metadata"] = serde_json::json!({ "uid": uid });
+    if let Some(rv) = resource_version {
+        body["metadata"] = serde_json::json!({ "resourceVersion": rv });
     }
-    api.patch_status(
-        obj.metadata.name.as_deref().unwrap_or_default(),
-        &kube::api::PatchParams::apply(manager).force(),
-        &kube::api::Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
+    Ok(api
+        .patch_status(
+            obj.metadata.name.as_deref().unwrap_or_default(),
+            &kube::api::PatchParams::apply(manager).force(),
+            &kube::api::Patch::Apply(&body),
+        )
+        .await?)
 }
 
 /// Records `note` about `obj` and releases it (the finalizer's cleanup is done).
