@@ -2,7 +2,7 @@
 //! replay engine of `dlq replay` ([`crate::dlq::replay::replay`]).
 //!
 //! The reconcile is short: it reads the replay and its DeadLetterQueue (the DeadLetterQueue
-//! controller's own read + [`reconcile::prepare`]), checks that the broker answers and
+//! controller's own read + [`crate::reconcile::prepare`]), checks that the broker answers and
 //! the dead-letter queues exist, then starts the run as a tokio task tracked in the
 //! context ([`Replays`](crate::controller::context::Replays), by object UID), so that a
 //! second reconcile does not start it twice. Status is written by server-side apply
@@ -14,12 +14,13 @@
 //!   `Complete=True, reason=InvalidSpec` naming the field, a Warning Event.
 //! - **Not startable yet**: the DeadLetterQueue is missing, being deleted or invalid, its
 //!   RetryPolicy or Secret is missing, the broker does not answer, a dead-letter queue (or,
-//!   for the default target, the source queue) is not declared yet: `Pending`, `Complete=False` with the reason
-//!   (`DeadLetterQueueNotFound`, `DeadLetterQueueInvalid`, `RetryPolicyNotFound`,
-//!   `SecretNotFound`, `DeadLetterQueueNotReady`, `BrokerUnreachable`, …) and a Warning
-//!   Event when it changes; looked at again after [`PENDING_RECHECK`] (broker errors: the
+//!   for the default target, the source queue) is not declared yet: `Pending`,
+//!   `Complete=False` with the reason (`DeadLetterQueueNotFound`,
+//!   `DeadLetterQueueDeleting`, `DeadLetterQueueInvalid`, `RetryPolicyNotFound`,
+//!   `RetryPolicyInvalid`, `SecretNotFound`, `DeadLetterQueueNotReady`,
+//!   `BrokerUnreachable`, …) and a Warning Event when it changes; looked at again after [`PENDING_RECHECK`] (broker errors: the
 //!   controller's per-object backoff).
-//! - **Run** ([`Job`]): `Running` with `startTime` (kept from an earlier run) and
+//! - **Run** (a background task): `Running` with `startTime` (kept from an earlier run) and
 //!   `replayId` (the object's UID, stamped as `dlq-replay-id` on every copy). The engine
 //!   calls [`Observer::checkpoint`] before publishing each batch of copies (every earlier
 //!   copy settled): the task writes the counts then, with `inDoubt` raised by the batch,
@@ -666,7 +667,7 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
 }
 
 /// Reads and plans the DeadLetterQueue of `spec` in `ns` (the DeadLetterQueue
-/// controller's read, then [`reconcile::prepare`]), and checks that the broker answers
+/// controller's read, then [`crate::reconcile::prepare`]), and checks that the broker answers
 /// and every dead-letter queue exists. `Ok(Err(_))`: why it cannot start yet.
 async fn target(
     ctx: &Context,
