@@ -164,6 +164,8 @@ impl Collector {
             .collect();
         let (ns, name) = split_key(key);
         self.metrics.record_backlog(ns, name, &samples, &eval);
+        self.metrics
+            .record_dead_letter_depth(ns, name, now_ms, observed.depth.dead_letter);
         (eval, before)
     }
 
@@ -186,7 +188,10 @@ impl Collector {
         self.metrics.forget_backlog(ns, name);
     }
 
-    /// Forgets every resource for which `keep` is false: its evaluator and its series.
+    /// Forgets every resource for which `keep` is false: its evaluator, its backlog
+    /// series and its compensation window and ratio (its `dlq_replayed_messages_total`
+    /// series stay: a resource not watched yet may already be replayed; [`Collector::forget`]
+    /// removes them).
     pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
         self.evaluators.retain(|k, _| keep(k));
         for (ns, name) in self.metrics.backlog_resources() {
@@ -194,12 +199,15 @@ impl Collector {
                 self.metrics.forget_backlog(&ns, &name);
             }
         }
+        self.metrics.retain_compensation(&keep);
     }
 
-    /// Forgets `key`: its evaluator and its series (the resource was deleted).
+    /// Forgets `key`: its evaluator and every series of the resource, replay counters
+    /// included (the resource was deleted).
     pub fn forget(&mut self, key: &str) {
         self.evaluators.remove(key);
-        self.unknown(key);
+        let (ns, name) = split_key(key);
+        self.metrics.forget_resource(ns, name);
     }
 
     /// Number of resources with an evaluator.

@@ -12,6 +12,7 @@ pub mod backoff;
 pub mod broker;
 pub mod client;
 pub mod collector;
+pub mod compensation;
 pub mod controller;
 pub mod crd;
 pub mod dlq;

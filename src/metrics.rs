@@ -8,6 +8,16 @@
 //!   e.g. `unreachable`, `invalid_spec`).
 //! - `dlq_operator_reconcile_duration_seconds{kind}` (histogram, seconds): wall time of one
 //!   reconcile, broker and API calls included.
+//! - `dlq_replayed_messages_total{namespace, name, outcome}` (counter, messages): what the
+//!   DeadLetterReplays of the DeadLetterQueue `namespace/name` did with matching messages,
+//!   `outcome` = `replayed` (copy confirmed, original removed), `skipped` (kept on purpose)
+//!   or `failed` (copy refused or unroutable; kept). From the replay engine's report at
+//!   each checkpoint and at the end of a run, as differences (a resumed replay adds only
+//!   what its new run did; a message skipped again by a resumed run counts again).
+//! - `dlq_compensation_success_ratio{namespace, name}` (gauge, ratio): messages replayed ÷
+//!   messages dead-lettered into the DeadLetterQueue's dead-letter queues over the last hour
+//!   ([`crate::compensation`]: source, window, bounds); absent while nothing was
+//!   dead-lettered in the window.
 //!
 //! Health: `/healthz` answers 200 while the process serves HTTP (liveness); `/readyz`
 //! answers 200 once the operator is ready to work (CRDs found, and either leading or
@@ -27,6 +37,8 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
+use crate::compensation::Window;
+
 /// Buckets of `dlq_operator_reconcile_duration_seconds`, in seconds: a reconcile makes a few
 /// API server and management-API calls (milliseconds) and can wait on a broker timeout
 /// (~10 s).
@@ -41,6 +53,7 @@ pub struct Metrics {
     reconcile_total: IntCounterVec,
     reconcile_duration: HistogramVec,
     backlog: BacklogMetrics,
+    replays: ReplayMetrics,
     /// Every collector [`Metrics::new`] registered, for [`Metrics::exported_names`].
     collectors: Arc<[Box<dyn Collector>]>,
 }
@@ -85,6 +98,40 @@ impl BacklogMetrics {
             &self.alert_state,
             &self.growth,
         ]
+    }
+}
+
+/// Messages a replay run handled since its last report, for
+/// [`Metrics::record_replayed`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayDelta {
+    /// Copies confirmed by the broker, originals removed.
+    pub replayed: u64,
+    /// Matched messages kept on purpose.
+    pub skipped: u64,
+    /// Matched messages whose copy the broker refused or could not route (kept).
+    pub failed: u64,
+}
+
+/// The replay families: `dlq_replayed_messages_total`, `dlq_compensation_success_ratio`,
+/// and each DeadLetterQueue's ratio window.
+#[derive(Clone)]
+struct ReplayMetrics {
+    total: IntCounterVec,
+    ratio: prometheus::GaugeVec,
+    windows: Arc<std::sync::Mutex<std::collections::BTreeMap<(String, String), Window>>>,
+}
+
+impl ReplayMetrics {
+    /// Sets (or removes, when absent) the ratio series of `key` from its window.
+    fn publish_ratio(&self, key: &(String, String), window: Option<&Window>) {
+        let labels = [key.0.as_str(), key.1.as_str()];
+        match window.and_then(Window::ratio) {
+            Some(r) => self.ratio.with_label_values(&labels).set(r),
+            None => {
+                let _ = self.ratio.remove_label_values(&labels);
+            }
+        }
     }
 }
 
@@ -159,17 +206,36 @@ impl Metrics {
             ),
             written: Default::default(),
         };
+        let replays = ReplayMetrics {
+            total: IntCounterVec::new(
+                Opts::new(
+                    "dlq_replayed_messages_total",
+                    "Messages handled by the DeadLetterReplays of a DeadLetterQueue, by outcome: replayed (copy confirmed, original removed), skipped (kept on purpose), failed (copy refused or unroutable; kept).",
+                ),
+                &["namespace", "name", "outcome"],
+            )
+            .expect("valid metric definition"),
+            ratio: gauge(
+                "dlq_compensation_success_ratio",
+                "Messages replayed / messages dead-lettered into the DeadLetterQueue's dead-letter queues over the last hour (arrivals from depth change plus replays); absent while nothing was dead-lettered.",
+                &per_resource,
+            ),
+            windows: Default::default(),
+        };
         let mut collectors: Vec<Box<dyn Collector>> = Vec::new();
         register(&registry, &mut collectors, &reconcile_total);
         register(&registry, &mut collectors, &reconcile_duration);
         for g in backlog.gauges() {
             register(&registry, &mut collectors, g);
         }
+        register(&registry, &mut collectors, &replays.total);
+        register(&registry, &mut collectors, &replays.ratio);
         Metrics {
             registry,
             reconcile_total,
             reconcile_duration,
             backlog,
+            replays,
             collectors: collectors.into(),
         }
     }
@@ -218,8 +284,9 @@ impl Metrics {
         }
     }
 
-    /// Removes every backlog series of `namespace/name` (resource deleted, or its data
-    /// unknown: the `absent` alert then covers it).
+    /// Removes every backlog series of `namespace/name` and its compensation ratio
+    /// (resource deleted, or its data unknown: the `absent` alert then covers it). The
+    /// ratio's window is kept: the next sample brings the ratio back.
     pub fn forget_backlog(&self, namespace: &str, name: &str) {
         let b = &self.backlog;
         let mut written = b.written.lock().unwrap_or_else(|p| p.into_inner());
@@ -237,8 +304,84 @@ impl Metrics {
             &b.ratio,
             &b.alert_state,
             &b.growth,
+            &self.replays.ratio,
         ] {
             let _ = g.remove_label_values(&labels);
+        }
+    }
+
+    /// Records what a replay of the DeadLetterQueue `namespace/name` did since its last
+    /// report, at `now_ms` (ms since the Unix epoch): `dlq_replayed_messages_total` by
+    /// outcome (every outcome's series is written, 0 included), and the replayed messages
+    /// in the DeadLetterQueue's compensation window.
+    pub fn record_replayed(&self, namespace: &str, name: &str, delta: ReplayDelta, now_ms: u64) {
+        let r = &self.replays;
+        for (outcome, n) in [
+            ("replayed", delta.replayed),
+            ("skipped", delta.skipped),
+            ("failed", delta.failed),
+        ] {
+            r.total
+                .with_label_values(&[namespace, name, outcome])
+                .inc_by(n);
+        }
+        let mut windows = r.windows.lock().unwrap_or_else(|p| p.into_inner());
+        windows
+            .entry((namespace.to_string(), name.to_string()))
+            .or_default()
+            .replayed(now_ms, delta.replayed);
+    }
+
+    /// Value of `dlq_replayed_messages_total{namespace, name, outcome}` (0 when never
+    /// recorded).
+    pub fn replayed_count(&self, namespace: &str, name: &str, outcome: &str) -> u64 {
+        self.replays
+            .total
+            .get_metric_with_label_values(&[namespace, name, outcome])
+            .map(|c| c.get())
+            .unwrap_or(0)
+    }
+
+    /// Records the summed depth of the dead-letter queues of `namespace/name` (messages)
+    /// sampled at `now_ms` and updates `dlq_compensation_success_ratio` (set, or removed
+    /// while nothing was dead-lettered in the window).
+    pub fn record_dead_letter_depth(&self, namespace: &str, name: &str, now_ms: u64, depth: u64) {
+        let r = &self.replays;
+        let key = (namespace.to_string(), name.to_string());
+        let mut windows = r.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let window = windows.entry(key.clone()).or_default();
+        window.depth(now_ms, depth);
+        r.publish_ratio(&key, Some(window));
+    }
+
+    /// Forgets the compensation window and ratio of every DeadLetterQueue for which `keep`
+    /// (given `namespace/name`) is false (no longer watched).
+    pub fn retain_compensation(&self, keep: impl Fn(&str) -> bool) {
+        let r = &self.replays;
+        let mut windows = r.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<(String, String)> = windows
+            .keys()
+            .filter(|(ns, name)| !keep(&format!("{ns}/{name}")))
+            .cloned()
+            .collect();
+        for key in gone {
+            windows.remove(&key);
+            r.publish_ratio(&key, None);
+        }
+    }
+
+    /// Forgets everything about the DeadLetterQueue `namespace/name` (deleted): its backlog
+    /// series, its compensation window and ratio, and its `dlq_replayed_messages_total`
+    /// series.
+    pub fn forget_resource(&self, namespace: &str, name: &str) {
+        self.forget_backlog(namespace, name);
+        let r = &self.replays;
+        r.windows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(namespace.to_string(), name.to_string()));
+        for outcome in ["replayed", "skipped", "failed"] {
+            let _ = r.total.remove_label_values(&[namespace, name, outcome]);
         }
     }
 
@@ -519,16 +662,72 @@ mod tests {
             depth: 3,
         };
         m.record_backlog("ns", "q", &[queue], &eval);
+        m.record_dead_letter_depth("ns", "q", 0, 0);
+        m.record_dead_letter_depth("ns", "q", 60_000, 3);
+        m.record_replayed("ns", "q", ReplayDelta::default(), 60_000);
         let text = m.render();
         let rendered: std::collections::BTreeSet<&str> = text
             .lines()
             .filter(|l| !l.starts_with('#'))
             .filter_map(|l| l.split(['{', ' ']).next())
             .collect();
-        assert!(rendered.len() >= 8, "{text}");
+        assert!(rendered.len() >= 10, "{text}");
         for n in &rendered {
             assert!(names.iter().any(|x| x == n), "{n} rendered but not listed");
         }
+    }
+
+    #[test]
+    fn replay_counters_and_the_compensation_ratio_follow_their_resource() {
+        let m = Metrics::new();
+        let names = m.exported_names();
+        for n in [
+            "dlq_replayed_messages_total",
+            "dlq_compensation_success_ratio",
+        ] {
+            assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
+        }
+        m.record_dead_letter_depth("ns", "q", 0, 10);
+        m.record_dead_letter_depth("ns", "q", 60_000, 10);
+        assert!(
+            !m.render().contains("dlq_compensation_success_ratio{"),
+            "absent while nothing was dead-lettered"
+        );
+        let delta = ReplayDelta {
+            replayed: 4,
+            skipped: 1,
+            failed: 0,
+        };
+        m.record_replayed("ns", "q", delta, 61_000);
+        m.record_replayed("ns", "q", delta, 62_000);
+        assert_eq!(m.replayed_count("ns", "q", "replayed"), 8);
+        assert_eq!(m.replayed_count("ns", "q", "skipped"), 2);
+        // 8 replayed out, depth 10 -> 6: 4 dead-lettered meanwhile.
+        m.record_dead_letter_depth("ns", "q", 120_000, 6);
+        let text = m.render();
+        assert!(
+            text.contains(
+                r#"dlq_replayed_messages_total{name="q",namespace="ns",outcome="failed"} 0"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"dlq_compensation_success_ratio{name="q",namespace="ns"} 2"#),
+            "{text}"
+        );
+        // Unknown depths remove the ratio, not the counters; the next sample restores it.
+        m.forget_backlog("ns", "q");
+        assert!(!m.render().contains("dlq_compensation_success_ratio{"));
+        m.record_dead_letter_depth("ns", "q", 180_000, 6);
+        assert!(m.render().contains("dlq_compensation_success_ratio{"));
+        // No longer watched: the window and the ratio go, the counters stay.
+        m.retain_compensation(|k| k != "ns/q");
+        let text = m.render();
+        assert!(!text.contains("dlq_compensation_success_ratio{"), "{text}");
+        assert_eq!(m.replayed_count("ns", "q", "replayed"), 8);
+        // Deleted: everything goes.
+        m.forget_resource("ns", "q");
+        assert!(!m.render().contains(r#"namespace="ns""#));
     }
 
     #[test]

@@ -21,13 +21,16 @@ use serde_json::{json, Value};
 use common::{cleanup, mgmt_get, unique, AMQP};
 use dlq_operator::controller::context::{BrokerClients, Context};
 use dlq_operator::controller::object::{api_resource, referencing};
-use dlq_operator::controller::{dead_letter_queue, error_policy, retry_policy, Error};
+use dlq_operator::controller::{
+    dead_letter_queue, dead_letter_replay, error_policy, retry_policy, Error,
+};
 use dlq_operator::crd::DeadLetterQueue;
 use dlq_operator::metrics::Metrics;
 
 const NS: &str = "team-a";
 const DLQ_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/deadletterqueues";
 const RP_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/retrypolicies";
+const REPLAY_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/deadletterreplays";
 const SECRET_PATH: &str = "/api/v1/namespaces/team-a/secrets";
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
 const RULE_PATH: &str = "/apis/monitoring.coreos.com/v1/namespaces/team-a/prometheusrules";
@@ -939,6 +942,36 @@ async fn missing_crd_is_waited_for_with_readyz_saying_why_then_shutdown_drains()
     };
     fake.put(DLQ_PATH, list("DeadLetterQueueList"));
     fake.put(RP_PATH, list("RetryPolicyList"));
+    // The DeadLetterReplay CRD is waited for too, with the same probe.
+    let mut waited = readyz().await;
+    for _ in 0..200 {
+        if waited.1.contains("deadletterreplays") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        waited = readyz().await;
+    }
+    assert_eq!(waited.0, 503);
+    assert!(
+        waited
+            .1
+            .contains("CRD deadletterreplays.dlqoperator.io is not installed"),
+        "{waited:?}"
+    );
+    let probes: Vec<(String, String)> = fake
+        .take()
+        .iter()
+        .map(|c| (c.path.clone(), c.query.clone()))
+        .collect();
+    for path in [DLQ_PATH, RP_PATH, REPLAY_PATH] {
+        assert!(
+            probes
+                .iter()
+                .any(|(p, q)| p == path && q.contains("limit=1")),
+            "a list probe of {path}: {probes:#?}"
+        );
+    }
+    fake.put(REPLAY_PATH, list("DeadLetterReplayList"));
     let mut status = readyz().await;
     for _ in 0..200 {
         if status.0 == 200 {
@@ -1097,4 +1130,138 @@ async fn delete_after_the_source_queue_was_edited_touches_nothing() {
     common::mgmt_delete(&format!("/api/queues/%2F/{q}.dlq/contents")).await;
     cleanup(&q).await;
     cleanup(&other).await;
+}
+
+/// A DeadLetterReplay as the API server would send it.
+fn replay_object(name: &str, spec: Value, status: Option<Value>) -> DynamicObject {
+    let mut obj = json!({
+        "apiVersion": "dlqoperator.io/v1alpha1", "kind": "DeadLetterReplay",
+        "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"),
+                     "generation": 1, "resourceVersion": "1"},
+        "spec": spec,
+    });
+    if let Some(s) = status {
+        obj["status"] = s;
+    }
+    serde_json::from_value(obj).expect("dynamic object")
+}
+
+#[tokio::test]
+async fn replay_waits_for_its_dead_letter_queue_and_fails_on_an_invalid_spec() {
+    let fake = FakeApi::default();
+    let ctx = context(fake.client(NS));
+    let spec = json!({"deadLetterQueueRef": {"name": "orders"}, "filter": ["class=Timeout"]});
+    let r = replay_object("again", spec.clone(), None);
+    fake.put(&format!("{REPLAY_PATH}/again"), json!(r));
+
+    // No DeadLetterQueue: Pending, one Warning, looked at again after PENDING_RECHECK.
+    let action = dead_letter_replay::reconcile(Arc::new(r), ctx.clone())
+        .await
+        .expect("waiting is not a failed reconcile");
+    assert_eq!(action, Action::requeue(dead_letter_replay::PENDING_RECHECK));
+    let calls = fake.take();
+    assert_eq!(
+        methods_and_paths(&calls),
+        [
+            ("GET".to_string(), format!("{DLQ_PATH}/orders")),
+            ("PATCH".to_string(), format!("{REPLAY_PATH}/again/status")),
+            ("POST".to_string(), EVENTS_PATH.to_string()),
+        ]
+    );
+    let status = status_patch(&calls);
+    assert_eq!(status["phase"], "Pending");
+    let complete = condition(&status, "Complete");
+    assert_eq!(complete["status"], "False");
+    assert_eq!(complete["reason"], "DeadLetterQueueNotFound");
+    assert_eq!(
+        complete["message"],
+        "spec.deadLetterQueueRef.name: DeadLetterQueue team-a/orders not found"
+    );
+    assert_eq!(
+        events(&calls),
+        [(
+            "Warning".to_string(),
+            "DeadLetterQueueNotFound".to_string(),
+            "spec.deadLetterQueueRef.name: DeadLetterQueue team-a/orders not found".to_string()
+        )]
+    );
+
+    // The same state again: the read only, no write, no Event.
+    let pending = replay_object("again", spec.clone(), Some(status));
+    dead_letter_replay::reconcile(Arc::new(pending.clone()), ctx.clone())
+        .await
+        .expect("pending");
+    assert_eq!(
+        methods_and_paths(&fake.take()),
+        [("GET".to_string(), format!("{DLQ_PATH}/orders"))]
+    );
+
+    // The DeadLetterQueue appears, but not its RetryPolicy (nor its Secret).
+    fake.put(
+        &format!("{DLQ_PATH}/orders"),
+        json!(DlqBuilder::new("orders", "never-declared").build()),
+    );
+    dead_letter_replay::reconcile(Arc::new(pending), ctx.clone())
+        .await
+        .expect("pending");
+    let calls = fake.take();
+    assert_eq!(
+        methods_and_paths(&calls),
+        [
+            ("GET".to_string(), format!("{DLQ_PATH}/orders")),
+            ("GET".to_string(), format!("{RP_PATH}/policy")),
+            ("GET".to_string(), format!("{SECRET_PATH}/rabbit")),
+            ("PATCH".to_string(), format!("{REPLAY_PATH}/again/status")),
+            ("POST".to_string(), EVENTS_PATH.to_string()),
+        ]
+    );
+    let complete = condition(&status_patch(&calls), "Complete").clone();
+    assert_eq!(complete["reason"], "RetryPolicyNotFound");
+    assert_eq!(
+        complete["message"],
+        "DeadLetterQueue team-a/orders: spec.retryPolicyRef.name: RetryPolicy team-a/policy not found"
+    );
+    assert_eq!(ctx.replays.len(), 0, "nothing started");
+
+    // An invalid filter: Failed at once, naming the term; nothing else is read.
+    let bad_spec = json!({"deadLetterQueueRef": {"name": "orders"},
+                          "filter": ["class=Timeout", "age>=1h"]});
+    let bad = replay_object("bad", bad_spec.clone(), None);
+    fake.put(&format!("{REPLAY_PATH}/bad"), json!(bad));
+    let action = dead_letter_replay::reconcile(Arc::new(bad), ctx.clone())
+        .await
+        .expect("invalid spec is reported, not retried");
+    assert_eq!(action, Action::await_change());
+    let calls = fake.take();
+    assert_eq!(
+        methods_and_paths(&calls),
+        [
+            ("PATCH".to_string(), format!("{REPLAY_PATH}/bad/status")),
+            ("POST".to_string(), EVENTS_PATH.to_string()),
+        ]
+    );
+    let status = status_patch(&calls);
+    assert_eq!(status["phase"], "Failed");
+    assert!(status["completionTime"].is_string(), "{status}");
+    let complete = condition(&status, "Complete");
+    assert_eq!(
+        (&complete["status"], &complete["reason"]),
+        (&json!("True"), &json!("InvalidSpec"))
+    );
+    assert!(
+        complete["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("spec.filter[1]: "),
+        "{complete}"
+    );
+    assert_eq!(events(&calls)[0].1, "InvalidSpec");
+
+    // Finished: never looked at again.
+    let failed = replay_object("bad", bad_spec, Some(status));
+    let action = dead_letter_replay::reconcile(Arc::new(failed), ctx.clone())
+        .await
+        .expect("finished");
+    assert_eq!(action, Action::await_change());
+    assert!(fake.take().is_empty(), "a finished replay makes no call");
 }

@@ -414,6 +414,8 @@ impl Monitor {
         };
         for k in &gone {
             self.ctx.backlog.remove(k);
+            // Deleted: its replay counters go with its other series.
+            self.collector.forget(k);
         }
         let targets: BTreeMap<String, Target> = targets
             .into_iter()

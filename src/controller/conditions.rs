@@ -18,6 +18,9 @@ pub const TOPOLOGY_READY: &str = "TopologyReady";
 /// backlog alert fires, `False` otherwise (reason `BacklogPending` while it is pending),
 /// `Unknown` when the depths cannot be read.
 pub const BACKLOG_HIGH: &str = "BacklogHigh";
+/// Condition type of a DeadLetterReplay: `True` once it is over (the reason is its final
+/// phase, or `InvalidSpec`), `False` while pending or running (the reason says why).
+pub const COMPLETE: &str = "Complete";
 /// Condition type: the generated `PrometheusRule` is in place.
 pub const ALERT_RULES_READY: &str = "AlertRulesReady";
 

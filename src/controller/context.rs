@@ -1,8 +1,10 @@
 //! What every reconcile shares: the Kubernetes client, one event [`Recorder`] per
-//! controller, the metrics, the broker clients (one per Secret version), the clock and
-//! the per-object error backoff.
+//! controller, the metrics, the broker clients (one per Secret version), the clock, the
+//! per-object error backoff, and the replays running in this process ([`Replays`]).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -177,6 +179,125 @@ impl ErrorBackoff {
     }
 }
 
+/// One replay running in this process: its stop flag and its task.
+#[derive(Debug)]
+struct RunningReplay {
+    stop: Arc<AtomicBool>,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+/// The DeadLetterReplays running in this process (background tasks of the
+/// DeadLetterReplay controller), by object UID: a second reconcile of a running replay
+/// does not start it twice, and a graceful shutdown stops and awaits them
+/// ([`Replays::shutdown`]).
+#[derive(Debug, Default)]
+pub struct Replays {
+    inner: Mutex<ReplaysInner>,
+}
+
+#[derive(Debug, Default)]
+struct ReplaysInner {
+    running: HashMap<String, RunningReplay>,
+    /// Replays whose task ended them for good (final status written, or object gone):
+    /// a reconcile working on a cached copy that still says `Running` must not start
+    /// them again.
+    over: std::collections::HashSet<String>,
+    /// Set by [`Replays::shutdown`]: nothing starts any more.
+    closed: bool,
+}
+
+impl Replays {
+    /// `true` while the replay `uid` has a task in this process that has not ended.
+    pub fn is_running(&self, uid: &str) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner
+            .running
+            .get(uid)
+            .is_some_and(|r| !r.handle.is_finished())
+    }
+
+    /// `true` when a task of this process ended the replay `uid` for good.
+    pub fn is_over(&self, uid: &str) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.over.contains(uid)
+    }
+
+    /// Spawns `task` for the replay `uid` with its `stop` flag, unless one is running, it
+    /// is over, or shutdown began; returns whether it was started. The entry is removed
+    /// when the task ends; a task that returns `true` (the replay is over) marks it
+    /// [over](Replays::is_over), `false` lets a later reconcile resume it.
+    pub fn start<F>(self: &Arc<Self>, uid: &str, stop: Arc<AtomicBool>, task: F) -> bool
+    where
+        F: Future<Output = bool> + Send + 'static,
+    {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.closed
+            || inner.over.contains(uid)
+            || inner
+                .running
+                .get(uid)
+                .is_some_and(|r| !r.handle.is_finished())
+        {
+            return false;
+        }
+        let registry = Arc::clone(self);
+        let key = uid.to_string();
+        // The task removes its own entry; it cannot do so before the insert below, which
+        // happens under the same lock.
+        let handle = tokio::spawn(async move {
+            let over = task.await;
+            let mut inner = registry.inner.lock().unwrap_or_else(|p| p.into_inner());
+            inner.running.remove(&key);
+            if over {
+                inner.over.insert(key);
+            }
+        });
+        inner
+            .running
+            .insert(uid.to_string(), RunningReplay { stop, handle });
+        true
+    }
+
+    /// Replays running now.
+    pub fn len(&self) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner
+            .running
+            .values()
+            .filter(|r| !r.handle.is_finished())
+            .count()
+    }
+
+    /// `true` when no replay runs.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Graceful shutdown: refuses new starts, sets every running replay's stop flag (the
+    /// engine settles the copies in flight and gives the rest back; the task writes its
+    /// counts with phase `Running`, to be resumed) and waits for the tasks to end. The
+    /// caller bounds the wait (`SHUTDOWN_GRACE`).
+    pub async fn shutdown(&self) {
+        let handles: Vec<tokio::task::JoinHandle<()>> = {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            inner.closed = true;
+            inner
+                .running
+                .drain()
+                .map(|(_, r)| {
+                    r.stop.store(true, Ordering::SeqCst);
+                    r.handle
+                })
+                .collect()
+        };
+        for handle in handles {
+            if let Err(e) = handle.await {
+                tracing::warn!(error = %e, "replay task failed");
+            }
+        }
+    }
+}
+
 /// Shared state of one controller's reconciles.
 #[derive(Clone)]
 pub struct Context {
@@ -200,6 +321,8 @@ pub struct Context {
         Arc<std::sync::OnceLock<kube::runtime::reflector::Store<kube::api::DynamicObject>>>,
     /// What the backlog monitor watches, set by the DeadLetterQueue reconcile.
     pub backlog: Arc<crate::controller::backlog::Targets>,
+    /// The DeadLetterReplays running in this process.
+    pub replays: Arc<Replays>,
 }
 
 impl std::fmt::Debug for Context {
@@ -232,6 +355,7 @@ impl Context {
             resync: Duration::from_secs(300),
             dead_letter_queues: Arc::default(),
             backlog: Arc::default(),
+            replays: Arc::default(),
         }
     }
 
@@ -244,6 +368,82 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_replay_starts_once_and_shutdown_stops_and_awaits_it() {
+        let replays = Arc::new(Replays::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = stop.clone();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let task = async move {
+            while !seen.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let _ = done_tx.send(());
+            false
+        };
+        assert!(replays.start("uid-1", stop.clone(), task));
+        assert!(replays.is_running("uid-1"));
+        assert!(
+            !replays.start("uid-1", Arc::new(AtomicBool::new(false)), async { true }),
+            "a running replay is not started twice"
+        );
+        assert_eq!(replays.len(), 1);
+        replays.shutdown().await;
+        assert!(stop.load(Ordering::SeqCst));
+        assert!(
+            done_rx.await.is_ok(),
+            "the task ended before shutdown returned"
+        );
+        assert!(replays.is_empty());
+        assert!(
+            !replays.start("uid-2", Arc::new(AtomicBool::new(false)), async { true }),
+            "nothing starts after shutdown"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_ended_task_leaves_the_registry_and_one_that_is_over_stays_over() {
+        let replays = Arc::new(Replays::default());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        assert!(
+            replays.start("u", Arc::new(AtomicBool::new(false)), async move {
+                let _ = rx.await;
+                false
+            })
+        );
+        assert!(replays.is_running("u"));
+        let _ = tx.send(());
+        // Wait (up to 5 s) for the task to end and leave.
+        for _ in 0..1000 {
+            if !replays.is_running("u") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(!replays.is_running("u"));
+        assert!(!replays.is_over("u"));
+        // A new run of the same replay may start (its status could not be written).
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        assert!(
+            replays.start("u", Arc::new(AtomicBool::new(false)), async move {
+                let _ = tx.send(());
+                true
+            })
+        );
+        let _ = rx.await;
+        for _ in 0..1000 {
+            if replays.is_over("u") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(replays.is_over("u"), "ended for good");
+        assert!(
+            !replays.start("u", Arc::new(AtomicBool::new(false)), async { true }),
+            "an ended replay is never started again"
+        );
+    }
 
     #[test]
     fn error_backoff_grows_caps_and_resets() {

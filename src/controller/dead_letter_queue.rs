@@ -86,7 +86,7 @@ fn others(ctx: &Context) -> Vec<Arc<DynamicObject>> {
 
 /// Decodes and validates the DeadLetterQueue `obj` (before anything it references is
 /// read: an empty reference name is an invalid spec, not an API error).
-fn decode_valid(obj: &DynamicObject) -> Result<DeadLetterQueue, ReconcileError> {
+pub(crate) fn decode_valid(obj: &DynamicObject) -> Result<DeadLetterQueue, ReconcileError> {
     let invalid = |source| ReconcileError::InvalidSpec {
         kind: "DeadLetterQueue",
         name: object_key(&obj.metadata),
@@ -99,7 +99,7 @@ fn decode_valid(obj: &DynamicObject) -> Result<DeadLetterQueue, ReconcileError> 
 
 /// Reads what `dlq` references. The RetryPolicy is `None` when absent, `Some(Err)` when it
 /// does not decode.
-async fn read_references(
+pub(crate) async fn read_references(
     ctx: &Context,
     ns: &str,
     dlq: &DeadLetterQueue,
@@ -118,7 +118,7 @@ async fn read_references(
 
 /// [`reconcile::prepare`] with a RetryPolicy that may not have decoded (its decoding
 /// error is the RetryPolicy's `InvalidSpec`). `dlq` is already validated.
-fn prepare(
+pub(crate) fn prepare(
     dlq: &DeadLetterQueue,
     policy: Option<&Result<RetryPolicy, InvalidSpec>>,
     secret: Option<&Secret>,

@@ -1,21 +1,25 @@
-//! The Kubernetes operator (`dlq-operator run`): two kube-runtime controllers over the
+//! The Kubernetes operator (`dlq-operator run`): three kube-runtime controllers over the
 //! same reconcile core as the standalone runner (DESIGN.md §4b, §5).
 //!
 //! - [`dead_letter_queue`]: DeadLetterQueues — finalizer, broker topology, status, Events;
 //!   re-reconciled when a RetryPolicy or Secret they reference changes.
 //! - [`retry_policy`]: RetryPolicies — computed schedule, tiers and `Ready`.
+//! - [`dead_letter_replay`]: DeadLetterReplays — one replay of a DeadLetterQueue's
+//!   dead-lettered messages each, run in a background task, resumed after a restart.
 //! - [`conditions`]: status conditions (Kubernetes API conventions).
 //! - [`object`]: lenient decoding of watched objects (one bad object never stops a watch).
 //! - [`context`]: what reconciles share (client, recorder, broker clients, backoff).
 //! - [`rbac`]: every API call the operator makes, as RBAC rules.
-//! - [`run`]: waits for the CRDs, takes the leader Lease, runs both controllers until
-//!   SIGTERM (draining in-flight reconciles) or until the lease is lost.
+//! - [`run`]: waits for the CRDs, takes the leader Lease, runs the controllers until
+//!   SIGTERM (draining in-flight reconciles and running replays) or until the lease is
+//!   lost.
 
 pub mod alert_rules;
 pub mod backlog;
 pub mod conditions;
 pub mod context;
 pub mod dead_letter_queue;
+pub mod dead_letter_replay;
 pub mod object;
 pub mod ownership;
 pub mod rbac;
@@ -68,7 +72,7 @@ use tracing::{info, warn, Instrument};
 
 use crate::controller::context::{BrokerClients, Context};
 use crate::controller::object::{api_resource, referencing};
-use crate::crd::{DeadLetterQueue, RetryPolicy};
+use crate::crd::{DeadLetterQueue, DeadLetterReplay, RetryPolicy};
 use crate::metrics::{Metrics, Readiness};
 use crate::reconcile::ReconcileError;
 
@@ -92,6 +96,9 @@ pub enum Error {
     /// The object has no namespace (the resources are namespaced).
     #[error("object has no namespace")]
     NoNamespace,
+    /// The object has no `metadata.uid` (every object the API server sends has one).
+    #[error("object has no metadata.uid")]
+    NoUid,
 }
 
 impl Error {
@@ -116,6 +123,7 @@ impl Error {
             Error::Reconcile(e) => e.metric_label(),
             Error::DeletionBlocked(_) => "deletion_blocked",
             Error::NoNamespace => "no_namespace",
+            Error::NoUid => "no_uid",
             Error::Finalizer(inner) => match inner.as_ref() {
                 F::AddFinalizer(_) | F::RemoveFinalizer(_) => "finalizer_patch",
                 F::UnnamedObject => "unnamed_object",
@@ -257,24 +265,67 @@ pub async fn apply_status_as<S: serde::Serialize>(
     status: &S,
     manager: &str,
 ) -> Result<(), Error> {
+    apply_status_body(ctx, resource, obj, status, manager, None).await?;
+    Ok(())
+}
+
+/// [`apply_status`] as an optimistic write, for writers that outlive a reconcile (the
+/// DeadLetterReplay runs): the apply carries `resource_version`, so the API server refuses
+/// it with 409 Conflict when the object changed since — in particular when it was deleted
+/// and re-created under the same name, which must not receive this object's status.
+/// (A `metadata.uid` in the apply body would not do: v1.20 accepts a wrong one.) Returns
+/// the object's new `resourceVersion`.
+///
+/// # Errors
+/// Kubernetes API errors: 404 when the object is gone, 409 when it changed.
+pub async fn apply_status_at<S: serde::Serialize>(
+    ctx: &Context,
+    resource: &ApiResource,
+    obj: &DynamicObject,
+    status: &S,
+    resource_version: &str,
+) -> Result<String, Error> {
+    let written = apply_status_body(
+        ctx,
+        resource,
+        obj,
+        status,
+        context::FIELD_MANAGER,
+        Some(resource_version),
+    )
+    .await?;
+    Ok(written.metadata.resource_version.unwrap_or_default())
+}
+
+async fn apply_status_body<S: serde::Serialize>(
+    ctx: &Context,
+    resource: &ApiResource,
+    obj: &DynamicObject,
+    status: &S,
+    manager: &str,
+    resource_version: Option<&str>,
+) -> Result<DynamicObject, Error> {
     let ns = obj
         .metadata
         .namespace
         .as_deref()
         .ok_or(Error::NoNamespace)?;
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, resource);
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "apiVersion": resource.api_version,
         "kind": resource.kind,
         "status": status,
     });
-    api.patch_status(
-        obj.metadata.name.as_deref().unwrap_or_default(),
-        &kube::api::PatchParams::apply(manager).force(),
-        &kube::api::Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
+    if let Some(rv) = resource_version {
+        body["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
+    Ok(api
+        .patch_status(
+            obj.metadata.name.as_deref().unwrap_or_default(),
+            &kube::api::PatchParams::apply(manager).force(),
+            &kube::api::Patch::Apply(&body),
+        )
+        .await?)
 }
 
 /// Records `note` about `obj` and releases it (the finalizer's cleanup is done).
@@ -407,9 +458,9 @@ pub async fn until_shutdown(mut shutdown: Shutdown) {
     let _ = shutdown.wait_for(|s| *s).await;
 }
 
-/// Runs the operator until `shutdown` (SIGTERM drains in-flight reconciles and releases
-/// the Lease) or until the Lease is lost. Serves `/metrics`, `/healthz`, `/readyz`;
-/// `/readyz` fails until both CRDs are installed.
+/// Runs the operator until `shutdown` (SIGTERM drains in-flight reconciles and running
+/// replays, and releases the Lease) or until the Lease is lost. Serves `/metrics`,
+/// `/healthz`, `/readyz`; `/readyz` fails until the three CRDs are installed.
 ///
 /// # Errors
 /// [`RunError`]: the metrics address cannot be bound, the Lease cannot be used, or the
@@ -476,19 +527,23 @@ async fn run_inner(
         brokers.clone(),
     );
     dlq_ctx.resync = opts.resync;
-    let rp_ctx = Context::new(client.clone(), &opts.identity, metrics, brokers);
+    let rp_ctx = Context::new(
+        client.clone(),
+        &opts.identity,
+        metrics.clone(),
+        brokers.clone(),
+    );
+    let replay_ctx = Context::new(client.clone(), &opts.identity, metrics, brokers);
+    let contexts = Contexts {
+        dead_letter_queue: Arc::new(dlq_ctx),
+        retry_policy: Arc::new(rp_ctx),
+        dead_letter_replay: Arc::new(replay_ctx),
+    };
 
     if !opts.leader_election {
         readiness.set_ready();
         info!("leader election disabled: starting controllers");
-        controllers(
-            client,
-            opts,
-            Arc::new(dlq_ctx),
-            Arc::new(rp_ctx),
-            until_shutdown(shutdown),
-        )
-        .await;
+        controllers(client, opts, contexts, until_shutdown(shutdown)).await;
         return Ok(());
     }
 
@@ -554,13 +609,7 @@ async fn run_inner(
     };
     let (lost, ()) = tokio::join!(
         watch_lease,
-        controllers(
-            client,
-            opts,
-            Arc::new(dlq_ctx),
-            Arc::new(rp_ctx),
-            until_shutdown(stop_rx)
-        )
+        controllers(client, opts, contexts, until_shutdown(stop_rx))
     );
     drop(leader);
     release(handle, &lease).await;
@@ -587,7 +636,7 @@ async fn release(
     }
 }
 
-/// Waits until both CRDs are served, logging what to do while they are not; the probe
+/// Waits until the three CRDs are served, logging what to do while they are not; the probe
 /// lists with the label selector, so a selector the API server refuses stops the
 /// operator at once. Returns `false` when shutdown was requested first.
 ///
@@ -603,6 +652,7 @@ async fn wait_for_crds(
     for ar in [
         api_resource::<DeadLetterQueue>(),
         api_resource::<RetryPolicy>(),
+        api_resource::<DeadLetterReplay>(),
     ] {
         let crd = format!("{}.{}", ar.plural, ar.group);
         let api: Api<DynamicObject> = match namespace {
@@ -660,20 +710,38 @@ fn deletion_requested(obj: &DynamicObject) -> Option<u64> {
 /// Lease) before the controllers are dropped. Below Kubernetes' default 30 s grace period.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
-/// Runs both controllers until `stop` resolves, then lets in-flight reconciles finish
-/// (at most [`SHUTDOWN_GRACE`]).
+/// The context of each controller (one event recorder per controller).
+#[derive(Debug, Clone)]
+pub struct Contexts {
+    /// The DeadLetterQueue controller's (also the backlog monitor's).
+    pub dead_letter_queue: Arc<Context>,
+    /// The RetryPolicy controller's.
+    pub retry_policy: Arc<Context>,
+    /// The DeadLetterReplay controller's (it holds the running replays).
+    pub dead_letter_replay: Arc<Context>,
+}
+
+/// Runs the three controllers and the backlog monitor until `stop` resolves, then lets
+/// in-flight reconciles finish and running replays stop (settling their copies and
+/// writing their counts), at most [`SHUTDOWN_GRACE`] in all.
 pub async fn controllers(
     client: Client,
     opts: &Options,
-    dlq_ctx: Arc<Context>,
-    rp_ctx: Arc<Context>,
+    contexts: Contexts,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let Contexts {
+        dead_letter_queue: dlq_ctx,
+        retry_policy: rp_ctx,
+        dead_letter_replay: replay_ctx,
+    } = contexts;
     let stop = futures::FutureExt::shared(Box::pin(stop));
     let stop_after = stop.clone();
     let stop_monitor = stop.clone();
+    let stop_replays = stop.clone();
     let dlq_ar = api_resource::<DeadLetterQueue>();
     let rp_ar = api_resource::<RetryPolicy>();
+    let replay_ar = api_resource::<DeadLetterReplay>();
     let all_or_ns = |ar: &ApiResource| -> Api<DynamicObject> {
         match &opts.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
@@ -757,15 +825,46 @@ pub async fn controllers(
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     let rp_controller = Controller::for_stream_with(rp_stream, rp_reader, rp_ar)
-        .with_config(config)
-        .graceful_shutdown_on(stop)
+        .with_config(config.clone())
+        .graceful_shutdown_on(stop.clone())
         .run(retry_policy::reconcile, error_policy, rp_ctx)
         .for_each(|r| async move { log_result("RetryPolicy", r) });
 
+    // DeadLetterReplays: filtered by generation, so the runs' status writes do not
+    // trigger reconciles (a running replay is re-checked every RUNNING_RECHECK).
+    let replay_writer = Writer::<DynamicObject>::new(replay_ar.clone());
+    let replay_reader = replay_writer.as_reader();
+    let replay_stream = watcher(all_or_ns(&replay_ar), selected())
+        .default_backoff()
+        .reflect(replay_writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    let replay_controller = Controller::for_stream_with(replay_stream, replay_reader, replay_ar)
+        .with_config(config)
+        .graceful_shutdown_on(stop)
+        .run(
+            dead_letter_replay::reconcile,
+            error_policy,
+            replay_ctx.clone(),
+        )
+        .for_each(|r| async move { log_result("DeadLetterReplay", r) });
+    // On stop, running replays settle their copies and write their counts (phase
+    // Running: the next leader resumes them).
+    let replays = async move {
+        stop_replays.await;
+        let running = replay_ctx.replays.len();
+        if running > 0 {
+            info!(running, "stopping running replays");
+        }
+        replay_ctx.replays.shutdown().await;
+    };
+
     let monitor = backlog::run(dlq_ctx, stop_monitor);
-    let both = futures::future::join3(
+    let both = futures::future::join5(
         dlq_controller.instrument(tracing::info_span!("controller", kind = "DeadLetterQueue")),
         rp_controller.instrument(tracing::info_span!("controller", kind = "RetryPolicy")),
+        replay_controller.instrument(tracing::info_span!("controller", kind = "DeadLetterReplay")),
+        replays.instrument(tracing::info_span!("replays")),
         monitor.instrument(tracing::info_span!("monitor")),
     );
     // In-flight reconciles finish after the stop request; a reconcile stuck on an
