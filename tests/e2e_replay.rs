@@ -697,7 +697,6 @@ async fn a_replay_killed_mid_run_loses_nothing_and_is_resumed() {
 /// `dlq::replay::Observer::checkpoint`), the status after a SIGKILL bounds what was
 /// sent: `replayed ≤ arrived ≤ replayed + inDoubt`, before and after the resume.
 #[tokio::test]
-#[ignore = "needs dlq::replay to call Observer::checkpoint before each batch (engine rewrite in progress)"]
 async fn a_replay_killed_mid_run_bounds_what_it_sent_with_in_doubt() {
     const TEST: &str = "a_replay_killed_mid_run_bounds_what_it_sent_with_in_doubt";
     let Some((killed, arrived, done, arrived_in_the_end)) = killed_and_resumed(TEST).await else {
@@ -781,7 +780,6 @@ async fn a_broker_lost_mid_run_is_retried_and_the_replay_resumes() {
 /// finds it gone, the engine settles its copies and stops; nothing is lost, the rest stays
 /// in the dead-letter queue. Needs a replay engine that checkpoints before each batch.
 #[tokio::test]
-#[ignore = "needs dlq::replay to call Observer::checkpoint before each batch (engine rewrite in progress)"]
 async fn a_replay_deleted_mid_run_stops_and_loses_nothing() {
     const TEST: &str = "a_replay_deleted_mid_run_stops_and_loses_nothing";
     let n = 100;
