@@ -90,8 +90,8 @@ pub enum ReplayPhase {
     Running,
     /// Every matching message was replayed, or skipped for a reason in `status.reasons`.
     Succeeded,
-    /// Stopped before the end (deleted DeadLetterQueue, broker lost for good): what was
-    /// replayed is replayed, the rest is still in the dead-letter queue.
+    /// Stopped before the end (the broker lost for three retries): what was replayed is
+    /// replayed, the rest is still in the dead-letter queue.
     Partial,
     /// It could not run (invalid spec), or some message could not be replayed (it stays
     /// in the dead-letter queue; `status.reasons` says why).
@@ -108,17 +108,18 @@ impl ReplayPhase {
     }
 }
 
-/// Observed state of a DeadLetterReplay. Counts are messages, over every run of the
-/// replay (a replay resumed after an operator restart adds to them).
+/// Observed state of a DeadLetterReplay. Counts are messages; a replay resumed after an
+/// operator restart continues them (`replayed` and `inDoubt` add up over every run;
+/// `skipped`, `failed` and `reasons` are the latest run's).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterReplayStatus {
     /// `Pending`, `Running`, `Succeeded`, `Partial` or `Failed`.
     #[serde(default)]
     pub phase: ReplayPhase,
-    /// `Complete` (`True` once finished; the reason is the final phase, or `Pending` /
-    /// `Running` / `DeadLetterQueueNotFound` / `BrokerUnreachable` / `InvalidSpec` while
-    /// not). A map list keyed by `type`.
+    /// `Complete`: `True` once finished (reason: the final phase, or `InvalidSpec`),
+    /// `False` until then (`Running`, `Interrupted`, or why it is `Pending`, e.g.
+    /// `DeadLetterQueueNotFound`, `BrokerUnreachable`). A map list keyed by `type`.
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
