@@ -19,40 +19,11 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use common::e2e::{
-    client, create_examples, dlqs, ensure_crds, namespace, ready, rps, wait_for, Operator,
+    client, create_examples, dlqs, ensure_crds, namespace, ready, rps, table, wait_for, Operator,
 };
 use common::{cleanup, mgmt_get, unique, AMQP};
 use dlq_operator::controller::object::api_resource;
 use dlq_operator::crd::{DeadLetterQueue, RetryPolicy};
-
-/// What `kubectl get dlq` shows: the server-side Table (columns from the CRD's printer
-/// columns) as (column names, rows of cells).
-async fn table(client: &Client, ns: &str) -> (Vec<String>, Vec<Vec<Value>>) {
-    let request = http::Request::get(format!(
-        "/apis/dlqoperator.io/v1alpha1/namespaces/{ns}/deadletterqueues"
-    ))
-    .header(
-        "Accept",
-        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
-    )
-    .body(Vec::new())
-    .expect("request");
-    let text = client.request_text(request).await.expect("table");
-    let t: Value = serde_json::from_str(&text).expect("table json");
-    let columns = t["columnDefinitions"]
-        .as_array()
-        .expect("columns")
-        .iter()
-        .map(|c| c["name"].as_str().unwrap_or_default().to_string())
-        .collect();
-    let rows = t["rows"]
-        .as_array()
-        .expect("rows")
-        .iter()
-        .map(|r| r["cells"].as_array().cloned().unwrap_or_default())
-        .collect();
-    (columns, rows)
-}
 
 #[tokio::test]
 async fn operator_applies_examples_reports_status_and_replans_on_policy_edit() {
@@ -93,7 +64,7 @@ async fn operator_applies_examples_reports_status_and_replans_on_policy_edit() {
         );
     }
     // `kubectl get dlq` columns and values.
-    let (columns, rows) = table(&client, &ns).await;
+    let (columns, rows) = table(&client, &ns, "deadletterqueues").await;
     assert_eq!(
         columns,
         [
@@ -608,7 +579,7 @@ async fn backlog_goes_pending_then_high_resolves_and_survives_a_broker_outage() 
     assert!(metric(&m, &ratio_series).is_some_and(|r| r >= 1.0), "{m}");
     assert_eq!(metric(&m, &state_series), Some(2.0), "{m}");
     // `kubectl get dlq` shows it.
-    let (_, rows) = table(&client, &ns).await;
+    let (_, rows) = table(&client, &ns, "deadletterqueues").await;
     assert_eq!(rows[0][2], depth, "DLQ depth column: {rows:?}");
     assert_eq!(rows[0][5], "Firing", "Alert column: {rows:?}");
 

@@ -12,10 +12,9 @@
 mod common;
 
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::Client;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use common::e2e::client;
+use common::e2e::{client, table};
 use dlq_operator::crd::{DeadLetterQueue, DeadLetterReplay, ReplayPhase, RetryPolicy};
 
 fn unique(prefix: &str) -> String {
@@ -102,35 +101,6 @@ async fn crds_are_accepted_defaulted_and_enforced_by_a_real_api_server() {
 
     let _ = dlqs.delete(&dlq_name, &DeleteParams::default()).await;
     let _ = rps.delete(&rp_name, &DeleteParams::default()).await;
-}
-
-/// What `kubectl get PLURAL` shows: the server-side Table (columns from the CRD's printer
-/// columns) as (column names, rows of cells).
-async fn table(client: &Client, ns: &str, plural: &str) -> (Vec<String>, Vec<Vec<Value>>) {
-    let request = http::Request::get(format!(
-        "/apis/dlqoperator.io/v1alpha1/namespaces/{ns}/{plural}"
-    ))
-    .header(
-        "Accept",
-        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
-    )
-    .body(Vec::new())
-    .expect("request");
-    let text = client.request_text(request).await.expect("table");
-    let t: Value = serde_json::from_str(&text).expect("table json");
-    let columns = t["columnDefinitions"]
-        .as_array()
-        .expect("columns")
-        .iter()
-        .map(|c| c["name"].as_str().unwrap_or_default().to_string())
-        .collect();
-    let rows = t["rows"]
-        .as_array()
-        .expect("rows")
-        .iter()
-        .map(|r| r["cells"].as_array().cloned().unwrap_or_default())
-        .collect();
-    (columns, rows)
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use common::dlq::{confirm_channel, drain_ids, header, publish, ready, ready_now, text};
 use common::e2e::{
-    client, dlqs, ensure_crds, namespace, ready as dlq_ready, rps, wait_for, Operator,
+    client, dlqs, ensure_crds, namespace, ready as dlq_ready, rps, table, wait_for, Operator,
 };
 use common::{cleanup, unique, AMQP, MGMT};
 use dlq_operator::controller::object::api_resource;
@@ -139,35 +139,6 @@ async fn event_reasons(client: &Client, ns: &str, name: &str) -> Vec<String> {
         .collect();
     events.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
     events.into_iter().filter_map(|e| e.reason).collect()
-}
-
-/// What `kubectl get dlqr` shows: the server-side Table (columns from the CRD's printer
-/// columns) as (column names, rows of cells).
-async fn table(client: &Client, ns: &str) -> (Vec<String>, Vec<Vec<Value>>) {
-    let request = http::Request::get(format!(
-        "/apis/dlqoperator.io/v1alpha1/namespaces/{ns}/deadletterreplays"
-    ))
-    .header(
-        "Accept",
-        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
-    )
-    .body(Vec::new())
-    .expect("request");
-    let text = client.request_text(request).await.expect("table");
-    let t: Value = serde_json::from_str(&text).expect("table json");
-    let columns = t["columnDefinitions"]
-        .as_array()
-        .expect("columns")
-        .iter()
-        .map(|c| c["name"].as_str().unwrap_or_default().to_string())
-        .collect();
-    let rows = t["rows"]
-        .as_array()
-        .expect("rows")
-        .iter()
-        .map(|r| r["cells"].as_array().cloned().unwrap_or_default())
-        .collect();
-    (columns, rows)
 }
 
 /// The value of the sample `line_start` (metric name and labels, as rendered) on the
@@ -329,7 +300,7 @@ async fn a_filtered_replay_succeeds_with_exact_counts_events_columns_and_metrics
     assert_eq!(reasons, ["Started", "Succeeded"], "{reasons:?}");
 
     // `kubectl get dlqr`.
-    let (columns, rows) = table(&client, &ns).await;
+    let (columns, rows) = table(&client, &ns, "deadletterreplays").await;
     assert_eq!(
         columns,
         ["Name", "DLQ", "Phase", "Matched", "Replayed", "Skipped", "Failed", "Age"]

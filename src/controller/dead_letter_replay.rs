@@ -564,28 +564,14 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     let ar = api_resource::<DeadLetterReplay>();
     let generation = obj.metadata.generation;
     let key = object_key(&obj.metadata);
-    let spec = match decode::<DeadLetterReplay>(&obj).and_then(|r| {
+    let checked = decode::<DeadLetterReplay>(&obj).and_then(|r| {
         r.spec.validate()?;
-        Ok(r.spec)
-    }) {
-        Ok(spec) => spec,
-        Err(invalid) => {
-            let status = invalid_status(&current, generation, &invalid, &ctx.now());
-            crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
-            let note = format!("DeadLetterReplay {key}: invalid spec: {invalid}");
-            publish(
-                &ctx,
-                &obj,
-                &ar,
-                Note::warning("InvalidSpec", "Validate", note),
-            )
-            .await;
-            return Ok(Action::await_change());
-        }
-    };
-    let plan = plan_run(&current, &spec);
-    let options = match options_for(&spec, &uid, plan.limit) {
-        Ok(o) => o,
+        let plan = plan_run(&current, &r.spec);
+        let options = options_for(&r.spec, &uid, plan.limit)?;
+        Ok((r.spec, plan, options))
+    });
+    let (spec, plan, options) = match checked {
+        Ok(checked) => checked,
         Err(invalid) => {
             let status = invalid_status(&current, generation, &invalid, &ctx.now());
             crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;

@@ -407,3 +407,32 @@ pub async fn create_examples(
     }
     names
 }
+
+/// What `kubectl get PLURAL` shows: the server-side Table (columns from the CRD's printer
+/// columns) as (column names, rows of cells).
+pub async fn table(client: &Client, ns: &str, plural: &str) -> (Vec<String>, Vec<Vec<Value>>) {
+    let request = http::Request::get(format!(
+        "/apis/dlqoperator.io/v1alpha1/namespaces/{ns}/{plural}"
+    ))
+    .header(
+        "Accept",
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    )
+    .body(Vec::new())
+    .expect("request");
+    let text = client.request_text(request).await.expect("table");
+    let t: Value = serde_json::from_str(&text).expect("table json");
+    let columns = t["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let rows = t["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["cells"].as_array().cloned().unwrap_or_default())
+        .collect();
+    (columns, rows)
+}
