@@ -11,8 +11,8 @@ use lapin::types::{AMQPValue, FieldTable};
 use serde_json::json;
 
 use common::dlq::{
-    applied, confirm_channel, connection, drain_ids, header, ids_in_order, now_ms, publish, ready,
-    text, topology,
+    applied, confirm_channel, connection, drain_ids, header, ids_in_order, now_ms, policy, publish,
+    ready, text, topology,
 };
 use common::{cleanup, MGMT};
 use dlq_operator::dlq::browse::{inspect, InspectOptions};
@@ -311,22 +311,6 @@ async fn cli_inspect_reads_the_dead_letter_queue_from_the_cluster() {
     let _ = conn.close(200, "bye".into()).await;
     drop(op);
     cleanup(&prefix).await;
-}
-
-/// PUT a policy `name` for exactly `queue` (guest/guest): `definition`, priority 1000.
-async fn policy(name: &str, queue: &str, definition: serde_json::Value) {
-    let status = reqwest::Client::new()
-        .put(format!("{MGMT}/api/policies/%2F/{name}"))
-        .basic_auth("guest", Some("guest"))
-        .json(
-            &json!({"pattern": format!("^{queue}$"), "apply-to": "queues",
-                      "priority": 1000, "definition": definition}),
-        )
-        .send()
-        .await
-        .expect("policy")
-        .status();
-    assert!(status.is_success(), "policy refused: {status}");
 }
 
 /// The smaller of an `x-delivery-limit` argument and a policy's `delivery-limit` is the

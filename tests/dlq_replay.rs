@@ -794,3 +794,154 @@ async fn replays_under_a_delivery_limit_never_dead_letter_a_kept_message() {
     drop(conn);
     cleanup(&q).await;
 }
+
+/// Two SIGKILLs in a row of a rate-limited replay of a quorum dead-letter queue under
+/// `delivery-limit: 2` (a policy): every message delivered to the killed process returns
+/// with a delivery counted; a prefetch window would expose many, twice — none may be lost.
+#[tokio::test]
+async fn two_sigkills_in_a_row_under_a_delivery_limit_lose_nothing() {
+    let q = common::unique("t-replay-kill2");
+    let (_dir, path) = common::dlq::applied_manifests(&q);
+    let dlq = format!("{q}.dlq");
+    common::dlq::policy(
+        &format!("{q}-limit"),
+        &dlq,
+        serde_json::json!({"delivery-limit": 2}),
+    )
+    .await;
+    let (conn, ch) = confirm_channel().await;
+    let mut all = BTreeSet::new();
+    for i in 0..50 {
+        let id = format!("d{i:02}");
+        let class = if i % 2 == 0 { "timeout" } else { "validation" };
+        publish(
+            &ch,
+            &dlq,
+            &id,
+            header(&[
+                ("dlq-error-class", text(class)),
+                ("dlq-original-queue", text(&q)),
+            ]),
+        )
+        .await;
+        all.insert(id);
+    }
+    // One complete run that takes nothing: every message is read and given back once.
+    let out = common::cli(&[
+        "dlq",
+        "replay",
+        "--standalone",
+        "-f",
+        &path,
+        "--name",
+        "d",
+        "--filter",
+        "class=nope",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::text(&out));
+    for round in 1..=2 {
+        let before = ready_now(&ch, &q).await;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .args([
+                "dlq",
+                "replay",
+                "--standalone",
+                "-f",
+                &path,
+                "--name",
+                "d",
+                "--filter",
+                "class=timeout",
+                "--rate",
+                "2",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start replay");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while ready_now(&ch, &q).await <= before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: no progress"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+    }
+    let source = drain_ids(&ch, &q).await;
+    let rest = drain_ids(&ch, &dlq).await;
+    let mut seen: BTreeSet<String> = source.iter().cloned().collect();
+    seen.extend(rest.iter().cloned());
+    assert_eq!(
+        seen, all,
+        "every message is somewhere: source {source:?}, DLQ {rest:?}"
+    );
+    assert_eq!(
+        rest.iter()
+            .filter(|id| id[1..].parse::<u32>().is_ok_and(|n| n % 2 == 1))
+            .count(),
+        25,
+        "every non-matching message is still in the DLQ"
+    );
+    common::mgmt_delete(&format!("/api/policies/%2F/{q}-limit")).await;
+    drop(conn);
+    cleanup(&q).await;
+}
+
+/// A copy the broker refuses by closing the channel (publishing to an internal exchange)
+/// fails alone: the held messages are on another channel, nothing is dead-lettered or
+/// lost under `delivery-limit: 2`, and the broker's reason is reported, run after run.
+#[tokio::test]
+async fn a_copy_refused_by_the_broker_fails_alone_and_loses_nothing() {
+    let q = common::unique("t-replay-refused");
+    let t = applied(&q, Some(2)).await;
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    let mut all = Vec::new();
+    for i in 0..51 {
+        let id = format!("r{i:02}");
+        let mut h = vec![
+            (
+                "dlq-error-class",
+                text(if i == 30 { "timeout" } else { "validation" }),
+            ),
+            ("dlq-original-queue", text(&q)),
+        ];
+        if i == 30 {
+            h.push(("dlq-original-exchange", text("amq.rabbitmq.trace")));
+            h.push(("dlq-original-routing-key", text("x")));
+        }
+        publish(&ch, &dlq, &id, header(&h)).await;
+        all.push(id);
+    }
+    let stop = AtomicBool::new(false);
+    let mut opts = options(&["class=timeout"]);
+    opts.target = Target::OriginalExchange;
+    for run in 0..4 {
+        let report = replay(
+            &connection(),
+            &t,
+            &opts,
+            now_ms(),
+            &stop,
+            &mut |_: &ReplayReport| {},
+        )
+        .await
+        .expect("the replay itself does not fail");
+        assert_eq!(report.outcome, Outcome::Failed, "run {run}: {report:?}");
+        assert_eq!((report.matched, report.replayed), (1, 0), "run {run}");
+        let reasons: Vec<&String> = report.failed.keys().collect();
+        assert!(
+            reasons.len() == 1 && reasons[0].contains("internal exchange"),
+            "run {run}: the broker's reason: {reasons:?}"
+        );
+        assert_eq!(ready(&ch, &dlq).await, 51, "run {run}: nothing lost");
+    }
+    all.sort();
+    assert_eq!(drain_ids(&ch, &dlq).await, all);
+    drop(conn);
+    cleanup(&q).await;
+}

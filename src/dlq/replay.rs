@@ -30,8 +30,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    QueueDeclareOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions,
+    BasicQosOptions, QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation};
@@ -352,11 +352,23 @@ impl Run<'_> {
             let window = (r.ceil() as u64).saturating_mul(2);
             u16::try_from(window.clamp(100, u64::from(PREFETCH))).unwrap_or(PREFETCH)
         });
-        ch.basic_qos(prefetch, BasicQosOptions { global: false })
-            .await
-            .map_err(amqp)?;
+        // A quorum queue with a delivery limit is read one `basic.get` at a time: every
+        // message delivered and not yet decided would return to it with a delivery counted
+        // if the process died, and a prefetch window holds many; one read at a time keeps
+        // that to the single message in hand (ARCHITECTURE "Replay").
+        let one_at_a_time = self.limits.quorum && self.limits.delivery_limit.is_some();
+        let consumer = if one_at_a_time {
+            None
+        } else {
+            ch.basic_qos(prefetch, BasicQosOptions { global: false })
+                .await
+                .map_err(amqp)?;
+            Some(self.consume().await?)
+        };
         let mut state = Scan {
-            consumer: Some(self.consume().await?),
+            consumer,
+            one_at_a_time,
+            publisher: None,
             pending: VecDeque::new(),
             held_here: 0,
             in_flight: VecDeque::new(),
@@ -394,6 +406,9 @@ impl Run<'_> {
                 .await?;
             }
             self.flush_acks(&mut state).await?;
+            if let Some(p) = state.publisher.take() {
+                let _ = p.close(200, "replayed".into()).await;
+            }
             observer.progress(report);
             state.requeue.sort_unstable();
             requeue_all(ch, std::mem::take(&mut state.requeue))
@@ -426,7 +441,7 @@ impl Run<'_> {
             // Kept messages fill the consumer's prefetch window: a fresh consumer gets a
             // fresh window while the old one's messages stay held (RabbitMQ keeps a
             // cancelled consumer's unacknowledged messages with the channel).
-            if state.held_here >= usize::from(prefetch) / 2 {
+            if !state.one_at_a_time && state.held_here >= usize::from(prefetch) / 2 {
                 self.stop_consuming(state).await?;
                 state.consumer = Some(self.consume().await?);
                 state.held_here = 0;
@@ -435,6 +450,12 @@ impl Run<'_> {
                 Some(d) => d,
                 None => match self.next_delivery(state).await? {
                     Next::Delivery(d) => d,
+                    Next::Empty => {
+                        while !state.in_flight.is_empty() {
+                            self.settle_oldest(state, report).await?;
+                        }
+                        return Ok(());
+                    }
                     Next::Idle => {
                         // Nothing came: settle what is in flight; the scan is over when
                         // the queue has no ready message left (others may have taken
@@ -463,6 +484,11 @@ impl Run<'_> {
                         .skipped
                         .entry(format!("exchange {exchange:?} does not exist"))
                         .or_default() += 1;
+                    None
+                }
+                Some(_) if self.opts.dry_run => {
+                    // Would be replayed: counted, and it stays.
+                    report.replayed += 1;
                     None
                 }
                 route => route,
@@ -502,7 +528,7 @@ impl Run<'_> {
                     // The copy's frames are queued on the first poll; its write and
                     // its confirm are awaited later, in order, by `settle_oldest` (one
                     // wait per message would cap the rate at one round trip each).
-                    let channel = self.channel.clone();
+                    let channel = self.publisher(state).await?;
                     let body = delivery.data.clone();
                     let mut confirm: Pending<Confirmation> = Box::pin(async move {
                         channel
@@ -580,11 +606,20 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// The next delivery, or [`Next::Idle`] after [`IDLE`] without one.
+    /// The next delivery: from the consumer, or [`Next::Idle`] after [`IDLE`] without
+    /// one; one at a time, by `basic.get`, or [`Next::Empty`].
     ///
     /// # Errors
     /// The channel's error, or the broker cancelling the consumer (the queue deleted).
     async fn next_delivery(&self, state: &mut Scan) -> Result<Next, BrokerError> {
+        if state.one_at_a_time {
+            let got = self
+                .channel
+                .basic_get(self.queue.into(), BasicGetOptions { no_ack: false })
+                .await
+                .map_err(|e| map_error(self.conn, &e))?;
+            return Ok(got.map_or(Next::Empty, |m| Next::Delivery(m.delivery)));
+        }
         let Some(consumer) = state.consumer.as_mut() else {
             return Ok(Next::Idle);
         };
@@ -695,7 +730,7 @@ impl Run<'_> {
             .is_some_and(|l| report.replayed + in_flight as u64 >= l)
     }
 
-    /// Where `m` goes, or `None` when it stays (not matched, skipped, or a dry run).
+    /// Where `m` goes, or `None` when it stays (not matched, or skipped: counted).
     fn decide(&self, m: &DeadLetter, report: &mut ReplayReport) -> Option<(String, String)> {
         if !self.opts.filter.matches(m, self.now_ms) {
             return None;
@@ -721,10 +756,6 @@ impl Run<'_> {
         }
         match route_for(m, self.opts.target, self.source) {
             Err(why) => skip(report, why),
-            Ok(_) if self.opts.dry_run => {
-                report.replayed += 1;
-                None
-            }
             Ok(route) => Some(route),
         }
     }
@@ -739,16 +770,28 @@ impl Run<'_> {
         let Some(f) = state.in_flight.pop_front() else {
             return Ok(());
         };
-        let failure = match f
-            .confirm
-            .wait()
-            .await
-            .map_err(|e| map_error(self.conn, &e))?
-        {
-            Confirmation::Ack(None) => None,
-            Confirmation::Ack(Some(_)) => Some("unroutable: no queue is bound for the route"),
-            Confirmation::Nack(_) => Some("the broker refused the copy (nack)"),
-            Confirmation::NotRequested => Some("publisher confirms are off"),
+        let failure = match f.confirm.wait().await {
+            Ok(Confirmation::Ack(None)) => None,
+            Ok(Confirmation::Ack(Some(_))) => {
+                Some("unroutable: no queue is bound for the route".to_string())
+            }
+            Ok(Confirmation::Nack(_)) => Some("the broker refused the copy (nack)".to_string()),
+            Ok(Confirmation::NotRequested) => Some("publisher confirms are off".to_string()),
+            Err(e) => {
+                // The publishing channel failed. If the channel holding the messages is
+                // fine, the broker refused this publish (it closes the channel: an
+                // internal exchange, no write permission): the copy failed, its original
+                // stays, and the next copy gets a new publishing channel. Otherwise the
+                // connection is gone: an error.
+                if !self.channel.status().connected() {
+                    return Err(map_error(self.conn, &e));
+                }
+                state.publisher = None;
+                Some(format!(
+                    "the broker refused the copy: {}",
+                    map_error(self.conn, &e)
+                ))
+            }
         };
         match failure {
             None => {
@@ -762,6 +805,23 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The channel copies are published on (confirm mode), opened on first use and again
+    /// after the broker closed it. Copies never go out on the channel holding the
+    /// messages: a publish the broker refuses closes its channel, and would return every
+    /// held message with a delivery counted.
+    async fn publisher(&self, state: &mut Scan) -> Result<Channel, BrokerError> {
+        if let Some(p) = state.publisher.as_ref().filter(|p| p.status().connected()) {
+            return Ok(p.clone());
+        }
+        let amqp = |e: lapin::Error| map_error(self.conn, &e);
+        let p = self.connection.create_channel().await.map_err(amqp)?;
+        p.confirm_select(lapin::options::ConfirmSelectOptions::default())
+            .await
+            .map_err(amqp)?;
+        state.publisher = Some(p.clone());
+        Ok(p)
     }
 
     /// A message that stays ([`Run::stays`]), with the scan's bookkeeping: a rotated
@@ -853,12 +913,19 @@ enum Next {
     Delivery(Delivery),
     /// Nothing for [`IDLE`].
     Idle,
+    /// `basic.get` found the queue empty.
+    Empty,
 }
 
 /// The state of one dead-letter queue's scan.
 struct Scan {
-    /// The current consumer (`None` once cancelled).
+    /// The current consumer (`None` once cancelled, and when reading one at a time).
     consumer: Option<lapin::Consumer>,
+    /// Reading by `basic.get`, one message at a time (a quorum queue with a delivery
+    /// limit).
+    one_at_a_time: bool,
+    /// The channel copies are published on ([`Run::publisher`]).
+    publisher: Option<Channel>,
     /// Deliveries a cancelled consumer still had: read first, or given back.
     pending: VecDeque<Delivery>,
     /// Messages kept (held for the final requeue) since the current consumer started:

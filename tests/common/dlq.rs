@@ -188,3 +188,19 @@ pub async fn confirm_channel() -> (lapin::Connection, lapin::Channel) {
         .expect("confirms");
     (conn, ch)
 }
+
+/// PUT a policy `name` for exactly `queue` (guest/guest): `definition`, priority 1000.
+pub async fn policy(name: &str, queue: &str, definition: serde_json::Value) {
+    let status = reqwest::Client::new()
+        .put(format!("{}/api/policies/%2F/{name}", super::MGMT))
+        .basic_auth("guest", Some("guest"))
+        .json(
+            &json!({"pattern": format!("^{queue}$"), "apply-to": "queues",
+                      "priority": 1000, "definition": definition}),
+        )
+        .send()
+        .await
+        .expect("policy")
+        .status();
+    assert!(status.is_success(), "policy refused: {status}");
+}

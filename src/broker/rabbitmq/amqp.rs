@@ -133,10 +133,17 @@ pub fn map_error(conn: &BrokerConnection, e: &lapin::Error) -> BrokerError {
     let reason = conn.scrub(&super::management::error_chain(e));
     let lower = reason.to_ascii_lowercase();
     let endpoint = conn.redacted_amqp_uri();
-    if lower.contains("access_refused")
-        || lower.contains("access-refused")
-        || lower.contains("authentication")
+    // ACCESS_REFUSED is also the broker's answer on a channel to a publish it does not
+    // allow (an internal exchange, no write permission): only a refused login or vhost
+    // access is an authentication failure; anything else keeps the broker's reason.
+    let refused = lower.contains("access_refused") || lower.contains("access-refused");
+    if lower.contains("authentication")
         || lower.contains("login was refused")
+        || (refused
+            && (lower.contains("login")
+                || lower.contains("vhost")
+                    && !lower.contains("exchange")
+                    && !lower.contains("queue")))
     {
         BrokerError::AuthFailed {
             endpoint,
