@@ -331,6 +331,42 @@ pub fn invalid_status(
     status
 }
 
+/// `Partial` for a `Running` replay whose spec changed since it started (an API server
+/// before 1.25 does not enforce the spec's immutability): it is not resumed with a
+/// different spec. `Complete=True, reason=SpecChanged`, `completionTime`; the counts stay.
+pub fn spec_changed_status(
+    current: &DeadLetterReplayStatus,
+    generation: Option<i64>,
+    now: &Time,
+) -> DeadLetterReplayStatus {
+    let mut status = current.clone();
+    status.phase = ReplayPhase::Partial;
+    status.completion_time = Some(rfc3339(now));
+    let message = format!(
+        "the spec changed (generation {} to {}) while the replay ran; it is not resumed with \
+         another spec: {} replayed ({} in doubt). Create a new DeadLetterReplay",
+        current.observed_generation.unwrap_or_default(),
+        generation.unwrap_or_default(),
+        current.replayed,
+        current.in_doubt
+    );
+    let desired = complete(ConditionStatus::True, "SpecChanged", message);
+    conditions::set(&mut status.conditions, &desired, generation, now);
+    status.observed_generation = generation;
+    status
+}
+
+/// Whether a replay with `current` status, now at `generation`, must be ended by
+/// [`spec_changed_status`] instead of resumed.
+pub fn spec_changed_while_running(
+    current: &DeadLetterReplayStatus,
+    generation: Option<i64>,
+) -> bool {
+    current.phase == ReplayPhase::Running
+        && current.observed_generation.is_some()
+        && current.observed_generation != generation
+}
+
 /// `Running` at the start of a run: `startTime` kept from an earlier run (else `now`),
 /// `replayId`, `Complete=False, reason=Running`; counts as earlier runs left them.
 pub fn running_status(
@@ -564,6 +600,22 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     let ar = api_resource::<DeadLetterReplay>();
     let generation = obj.metadata.generation;
     let key = object_key(&obj.metadata);
+    if spec_changed_while_running(&current, generation) {
+        let status = spec_changed_status(&current, generation, &ctx.now());
+        crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
+        let note = format!(
+            "DeadLetterReplay {key}: the spec changed while it ran; not resumed ({} replayed)",
+            current.replayed
+        );
+        publish(
+            &ctx,
+            &obj,
+            &ar,
+            Note::warning("SpecChanged", "Resume", note),
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
     let checked = decode::<DeadLetterReplay>(&obj).and_then(|r| {
         r.spec.validate()?;
         let plan = plan_run(&current, &r.spec);
@@ -1125,6 +1177,34 @@ impl Observer for Checkpoints<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_running_replay_whose_spec_changed_ends_partial_instead_of_resuming() {
+        let now = crate::controller::test_support::at(100);
+        let mut running = DeadLetterReplayStatus {
+            phase: ReplayPhase::Running,
+            observed_generation: Some(1),
+            replayed: 232,
+            ..Default::default()
+        };
+        assert!(!spec_changed_while_running(&running, Some(1)));
+        assert!(spec_changed_while_running(&running, Some(2)));
+        let ended = spec_changed_status(&running, Some(2), &now);
+        assert_eq!(ended.phase, ReplayPhase::Partial);
+        assert_eq!(ended.replayed, 232);
+        assert!(ended.completion_time.is_some());
+        let c = &ended.conditions[0];
+        assert_eq!(
+            (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+            ("Complete", "True", "SpecChanged")
+        );
+        assert!(c.message.contains("generation 1 to 2"), "{}", c.message);
+        running.phase = ReplayPhase::Pending;
+        assert!(
+            !spec_changed_while_running(&running, Some(2)),
+            "a replay not started yet takes edits"
+        );
+    }
     use crate::controller::test_support::at;
     use std::collections::BTreeMap;
 

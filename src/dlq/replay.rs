@@ -382,6 +382,7 @@ impl Run<'_> {
             // way (they are read again).
             to_read: count,
             read: 0,
+            next_slot: None,
             batch_left: 0,
         };
         let result = self
@@ -566,7 +567,13 @@ impl Run<'_> {
                             self.settle_oldest(state, report).await?;
                         }
                         self.flush_acks(state).await?;
-                        self.pause(p).await;
+                        // Paced from the last slot, not from now: the settling above
+                        // counts as part of the pause (else `--rate 1000` gave ~270/s).
+                        let now = tokio::time::Instant::now();
+                        let floor = now.checked_sub(p).unwrap_or(now);
+                        let slot = state.next_slot.map_or(now + p, |t| t.max(floor) + p);
+                        state.next_slot = Some(slot);
+                        self.pause_until(slot).await;
                     }
                 }
             }
@@ -673,9 +680,8 @@ impl Run<'_> {
         keep(self.conn, self.channel, self.queue, facts, held, requeue).await
     }
 
-    /// Sleeps `p`, or less when `stop` is set meanwhile (checked every 100 ms).
-    async fn pause(&self, p: Duration) {
-        let until = tokio::time::Instant::now() + p;
+    /// Sleeps until `until`, or less when `stop` is set meanwhile (checked every 100 ms).
+    async fn pause_until(&self, until: tokio::time::Instant) {
         while !self.stop.load(Ordering::SeqCst) {
             let now = tokio::time::Instant::now();
             if now >= until {
@@ -950,6 +956,8 @@ struct Scan {
     to_read: u64,
     /// Messages read so far.
     read: u64,
+    /// When the next copy may go, at a limited rate.
+    next_slot: Option<tokio::time::Instant>,
     /// Copies this batch may still publish before the next checkpoint.
     batch_left: u64,
 }
