@@ -117,7 +117,7 @@ pub struct DeadLetterReplayStatus {
     /// `Pending`, `Running`, `Succeeded`, `Partial` or `Failed`.
     #[serde(default)]
     pub phase: ReplayPhase,
-    /// `Complete`: `True` once finished (reason: the final phase, or `InvalidSpec`),
+    /// `Complete`: `True` once finished (reason: the final phase, `InvalidSpec` or `SpecChanged`),
     /// `False` until then (`Running`, `Interrupted`, or why it is `Pending`, e.g.
     /// `DeadLetterQueueNotFound`, `BrokerUnreachable`). A map list keyed by `type`.
     #[serde(default)]
