@@ -288,10 +288,12 @@ enum SimulateCommand {
 }
 
 fn init_tracing(format: LogFormat) {
-    // lapin logs a returned (unroutable) publish at WARN with the message body: the
-    // commands report every such publish themselves, without the payload.
+    // lapin logs a returned (unroutable) publish at WARN with the message body, and a
+    // channel the broker closes at ERROR, also the expected ones (the passive declare that
+    // finds an exchange missing): the commands and the operator report every failure
+    // themselves, from lapin's results, without the payload.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=error"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=off"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -536,7 +536,7 @@ pub fn options_for(
     let filter = Filter::parse(&spec.filter).map_err(|e| {
         InvalidSpec(vec![FieldError {
             field: "spec.filter".into(),
-            message: e.to_string(),
+            message: format!("{:?}: {}", e.term, e.reason),
         }])
     })?;
     Ok(ReplayOptions {

@@ -172,7 +172,11 @@ impl DeadLetterReplaySpec {
         let mut errors = Errors::default();
         for (i, term) in self.filter.iter().enumerate() {
             if let Err(e) = crate::dlq::filter::Filter::parse(std::slice::from_ref(term)) {
-                errors.push(format!("spec.filter[{i}]"), e.to_string());
+                // The term and the reason, without the CLI's `--filter` prefix.
+                errors.push(
+                    format!("spec.filter[{i}]"),
+                    format!("{:?}: {}", e.term, e.reason),
+                );
             }
         }
         if self.limit == Some(0) {
