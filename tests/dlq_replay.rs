@@ -945,3 +945,41 @@ async fn a_copy_refused_by_the_broker_fails_alone_and_loses_nothing() {
     drop(conn);
     cleanup(&q).await;
 }
+
+/// The batch a checkpoint announces (what a crash may leave in doubt, and a resume takes
+/// off the limit) never exceeds what `--limit` still allows.
+#[tokio::test]
+async fn a_checkpoint_never_announces_more_than_the_limit_allows() {
+    let q = common::unique("t-replay-ckpt-limit");
+    let t = applied(&q, None).await;
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    for i in 0..50 {
+        publish(
+            &ch,
+            &dlq,
+            &format!("l{i:02}"),
+            header(&[("dlq-original-queue", text(&q))]),
+        )
+        .await;
+    }
+    let stop = AtomicBool::new(false);
+    let mut opts = options(&[]);
+    opts.limit = Some(20);
+    let mut rec = Recorder {
+        calls: Vec::new(),
+        fail_at: None,
+    };
+    let report = replay(&connection(), &t, &opts, now_ms(), &stop, &mut rec)
+        .await
+        .expect("replay");
+    assert_eq!(report.replayed, 20);
+    assert_eq!(
+        rec.calls,
+        vec![(0, 0, 20)],
+        "one checkpoint, for the 20 the limit allows"
+    );
+    assert_eq!(ready(&ch, &dlq).await, 30);
+    drop(conn);
+    cleanup(&q).await;
+}

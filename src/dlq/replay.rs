@@ -39,7 +39,7 @@ use serde::Serialize;
 
 use super::browse::{guard, keep, prepare_channel, requeue_all, Held};
 use super::filter::Filter;
-use super::{replay_properties, DeadLetter};
+use super::{release_for, replay_properties, DeadLetter, Release};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
 use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
@@ -61,6 +61,11 @@ pub const PREFETCH: u16 = 3000;
 /// Copies per checkpoint ([`Observer::checkpoint`]) at full speed; at a limited rate,
 /// one second's worth.
 pub const CHECKPOINT_BATCH: u64 = 1000;
+
+/// Copies in flight at most when a queue is read one message at a time (a quorum queue
+/// with a delivery limit): their originals are exposed to a crash like the message in
+/// hand.
+pub const CONFIRM_WINDOW_ONE_AT_A_TIME: usize = 16;
 
 /// Replayed originals acknowledged at once by one `basic.ack` with `multiple`, where no
 /// held message lies below them.
@@ -378,8 +383,8 @@ impl Run<'_> {
             deferred: 0,
             requeue: Vec::new(),
             exchanges: BTreeMap::new(),
-            // The messages there at the start, plus the copies rotated to the tail on the
-            // way (they are read again).
+            // The messages there at the start: copies rotated on the way go behind them
+            // and are not read again (nor is a failed one retried in the same run).
             to_read: count,
             read: 0,
             next_slot: None,
@@ -512,7 +517,14 @@ impl Run<'_> {
                             self.settle_oldest(state, report).await?;
                         }
                         self.flush_acks(state).await?;
-                        if let Err(why) = observer.checkpoint(report, batch).await {
+                        // Never more than `--limit` still allows: the batch is what a crash
+                        // may leave in doubt, and a resume subtracts it from the limit.
+                        let this_batch = self
+                            .opts
+                            .limit
+                            .map_or(batch, |l| batch.min(l.saturating_sub(report.replayed)))
+                            .max(1);
+                        if let Err(why) = observer.checkpoint(report, this_batch).await {
                             tracing::warn!(queue = self.queue, reason = %why, "checkpoint failed: stopping the replay");
                             self.interrupted.store(true, Ordering::SeqCst);
                             state.pending.push_front(delivery);
@@ -521,7 +533,7 @@ impl Run<'_> {
                             report.matched -= 1;
                             return Ok(());
                         }
-                        state.batch_left = batch;
+                        state.batch_left = this_batch;
                     }
                     state.batch_left -= 1;
                     let copy =
@@ -557,7 +569,29 @@ impl Run<'_> {
                         properties: delivery.properties,
                         body: delivery.data,
                     });
-                    if state.in_flight.len() >= CONFIRM_WINDOW {
+                    // Read one at a time (a quorum queue with a delivery limit), an original
+                    // whose copy is in flight is as exposed as the message in hand: a
+                    // crash returns it with a delivery counted. One that a single return
+                    // could push past the limit is settled at once; the others (like the
+                    // held ones, [`release_for`]) keep a spare return, and at most
+                    // [`CONFIRM_WINDOW_ONE_AT_A_TIME`] are in flight.
+                    let window = if state.one_at_a_time {
+                        CONFIRM_WINDOW_ONE_AT_A_TIME
+                    } else {
+                        CONFIRM_WINDOW
+                    };
+                    let at_risk = state.one_at_a_time
+                        && release_for(
+                            self.limits.quorum,
+                            self.limits.delivery_limit,
+                            letter.delivery_count,
+                        ) == Release::Rotate;
+                    if at_risk {
+                        while !state.in_flight.is_empty() {
+                            self.settle_oldest(state, report).await?;
+                        }
+                        self.flush_acks(state).await?;
+                    } else if state.in_flight.len() >= window {
                         self.settle_oldest(state, report).await?;
                     }
                     if let Some(p) = pause {
@@ -830,8 +864,8 @@ impl Run<'_> {
         Ok(p)
     }
 
-    /// A message that stays ([`Run::stays`]), with the scan's bookkeeping: a rotated
-    /// copy is read again; a held one fills the consumer's window.
+    /// A message that stays ([`Run::stays`]), with the scan's bookkeeping: a held one
+    /// fills the consumer's window.
     async fn keep_in(
         &self,
         state: &mut Scan,
@@ -843,10 +877,8 @@ impl Run<'_> {
         let before = state.requeue.len();
         self.stays(tag, count, properties, body, &mut state.requeue)
             .await?;
-        if state.requeue.len() == before {
-            // Rotated: its copy is at the tail, to be read again.
-            state.to_read += 1;
-        } else {
+        // Rotated (acked, its copy behind the messages still to read), or held.
+        if state.requeue.len() > before {
             state.held_here += 1;
             state.min_held = Some(state.min_held.map_or(tag, |m| m.min(tag)));
         }
@@ -859,7 +891,9 @@ impl Run<'_> {
     /// is then a replayed original: the copies settle in delivery order); otherwise one by
     /// one. Each ack's write is checked later ([`Scan::acks`]).
     async fn ack_replayed(&self, state: &mut Scan, tag: u64) -> Result<(), BrokerError> {
-        if state.min_held.is_none_or(|m| m > tag) {
+        // Read one at a time, every original is acked at once: a crash must not return
+        // (with a delivery counted) originals whose copies were confirmed long ago.
+        if !state.one_at_a_time && state.min_held.is_none_or(|m| m > tag) {
             state.ack_upto = Some(tag);
             state.deferred += 1;
             if state.deferred >= ACK_EVERY {
@@ -952,7 +986,7 @@ struct Scan {
     requeue: Vec<u64>,
     /// Exchanges already checked (name → exists).
     exchanges: BTreeMap<String, bool>,
-    /// Messages to read: those there at the start plus the copies rotated to the tail.
+    /// Messages to read: those there at the start.
     to_read: u64,
     /// Messages read so far.
     read: u64,
