@@ -983,3 +983,66 @@ async fn a_checkpoint_never_announces_more_than_the_limit_allows() {
     drop(conn);
     cleanup(&q).await;
 }
+
+/// One copy the broker refuses by closing the publishing channel, among many in flight
+/// (the consumer path: no delivery limit): the copies lost with the channel are sent
+/// again one by one, so only the refused one fails and every other one is replayed.
+#[tokio::test]
+async fn one_refused_copy_among_many_fails_alone() {
+    let q = common::unique("t-replay-refused-many");
+    let t = applied(&q, None).await;
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    for i in 0..601 {
+        let exchange = if i == 300 { "amq.rabbitmq.trace" } else { "" };
+        publish(
+            &ch,
+            &dlq,
+            &format!("g{i:03}"),
+            header(&[
+                ("dlq-original-queue", text(&q)),
+                ("dlq-original-exchange", text(exchange)),
+                ("dlq-original-routing-key", text(&q)),
+            ]),
+        )
+        .await;
+    }
+    let stop = AtomicBool::new(false);
+    let mut opts = options(&[]);
+    opts.target = Target::OriginalExchange;
+    let report = replay(
+        &connection(),
+        &t,
+        &opts,
+        now_ms(),
+        &stop,
+        &mut |_: &ReplayReport| {},
+    )
+    .await
+    .expect("replay");
+    assert_eq!(report.outcome, Outcome::Failed, "{report:?}");
+    assert_eq!(
+        (report.replayed, report.failed_total()),
+        (600, 1),
+        "{report:?}"
+    );
+    assert!(
+        report
+            .failed
+            .keys()
+            .all(|k| k.contains("internal exchange")),
+        "{report:?}"
+    );
+    assert_eq!(drain_ids(&ch, &dlq).await, vec!["g300".to_string()]);
+    // Copies routed just before the refused one lose their confirms with the closed
+    // channel and are sent again: duplicates (at-least-once), never a loss.
+    let mut arrived = drain_ids(&ch, &q).await;
+    arrived.dedup();
+    let expected: Vec<String> = (0..601)
+        .filter(|i| *i != 300)
+        .map(|i| format!("g{i:03}"))
+        .collect();
+    assert_eq!(arrived, expected, "every other message arrived");
+    drop(conn);
+    cleanup(&q).await;
+}

@@ -318,7 +318,7 @@ impl<T> Sent<T> {
     }
 }
 
-/// A copy awaiting its confirm, and the original's delivery tag, delivery count,
+/// A copy awaiting its confirm, its route, and the original's delivery tag, delivery count,
 /// properties and body (to give it back if the copy fails).
 struct InFlight {
     confirm: Sent<Confirmation>,
@@ -326,6 +326,18 @@ struct InFlight {
     count: u64,
     properties: lapin::BasicProperties,
     body: Vec<u8>,
+    /// `(exchange, routing key)` of the copy.
+    route: (String, String),
+}
+
+impl InFlight {
+    /// Its confirm (awaited once), leaving a placeholder.
+    fn take_confirm(&mut self) -> Sent<Confirmation> {
+        std::mem::replace(
+            &mut self.confirm,
+            Sent::Done(Ok(Confirmation::NotRequested)),
+        )
+    }
 }
 
 impl Run<'_> {
@@ -536,38 +548,17 @@ impl Run<'_> {
                         state.batch_left = this_batch;
                     }
                     state.batch_left -= 1;
-                    let copy =
-                        replay_properties(&delivery.properties, &self.opts.replay_id, self.now_ms);
-                    // The copy's frames are queued on the first poll; its write and
-                    // its confirm are awaited later, in order, by `settle_oldest` (one
-                    // wait per message would cap the rate at one round trip each).
-                    let channel = self.publisher(state).await?;
-                    let body = delivery.data.clone();
-                    let mut confirm: Pending<Confirmation> = Box::pin(async move {
-                        channel
-                            .basic_publish(
-                                exchange.as_str().into(),
-                                routing_key.as_str().into(),
-                                BasicPublishOptions {
-                                    mandatory: true,
-                                    immediate: false,
-                                },
-                                &body,
-                                copy,
-                            )
-                            .await?
-                            .await
-                    });
-                    let confirm = match futures::poll!(confirm.as_mut()) {
-                        std::task::Poll::Ready(done) => Sent::Done(done),
-                        std::task::Poll::Pending => Sent::Waiting(confirm),
-                    };
+                    let route = (exchange, routing_key);
+                    let confirm = self
+                        .publish_copy(state, &route, &delivery.properties, &delivery.data)
+                        .await?;
                     state.in_flight.push_back(InFlight {
                         confirm,
                         tag: delivery.delivery_tag,
                         count: letter.delivery_count,
                         properties: delivery.properties,
                         body: delivery.data,
+                        route,
                     });
                     // Read one at a time (a quorum queue with a delivery limit), an original
                     // whose copy is in flight is as exposed as the message in hand: a
@@ -807,10 +798,10 @@ impl Run<'_> {
         state: &mut Scan,
         report: &mut ReplayReport,
     ) -> Result<(), BrokerError> {
-        let Some(f) = state.in_flight.pop_front() else {
+        let Some(mut f) = state.in_flight.pop_front() else {
             return Ok(());
         };
-        let failure = match f.confirm.wait().await {
+        let failure = match f.take_confirm().wait().await {
             Ok(Confirmation::Ack(None)) => None,
             Ok(Confirmation::Ack(Some(_))) => {
                 Some("unroutable: no queue is bound for the route".to_string())
@@ -819,18 +810,13 @@ impl Run<'_> {
             Ok(Confirmation::NotRequested) => Some("publisher confirms are off".to_string()),
             Err(e) => {
                 // The publishing channel failed. If the channel holding the messages is
-                // fine, the broker refused this publish (it closes the channel: an
-                // internal exchange, no write permission): the copy failed, its original
-                // stays, and the next copy gets a new publishing channel. Otherwise the
-                // connection is gone: an error.
+                // fine, the broker refused one publish by closing the publishing channel
+                // (an internal exchange, no write permission), which lost every copy in
+                // flight with it; otherwise the connection is gone: an error.
                 if !self.channel.status().connected() {
                     return Err(map_error(self.conn, &e));
                 }
-                state.publisher = None;
-                Some(format!(
-                    "the broker refused the copy: {}",
-                    map_error(self.conn, &e)
-                ))
+                return self.isolate_refused(state, report, f).await;
             }
         };
         match failure {
@@ -842,6 +828,106 @@ impl Run<'_> {
                 *report.failed.entry(why.to_string()).or_default() += 1;
                 self.keep_in(state, f.tag, f.count, &f.properties, &f.body)
                     .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes the copy of a message (`properties`, `body`) along `route` on the
+    /// publishing channel. Its frames are queued on the first poll; its write and its
+    /// confirm are awaited later, in order, by `settle_oldest` (one wait per message would
+    /// cap the rate at one round trip each).
+    ///
+    /// # Errors
+    /// The publishing channel cannot be opened.
+    async fn publish_copy(
+        &self,
+        state: &mut Scan,
+        route: &(String, String),
+        properties: &lapin::BasicProperties,
+        body: &[u8],
+    ) -> Result<Sent<Confirmation>, BrokerError> {
+        let copy = replay_properties(properties, &self.opts.replay_id, self.now_ms);
+        let channel = self.publisher(state).await?;
+        let body = body.to_vec();
+        let (exchange, routing_key) = route.clone();
+        let mut confirm: Pending<Confirmation> = Box::pin(async move {
+            channel
+                .basic_publish(
+                    exchange.as_str().into(),
+                    routing_key.as_str().into(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        immediate: false,
+                    },
+                    &body,
+                    copy,
+                )
+                .await?
+                .await
+        });
+        Ok(match futures::poll!(confirm.as_mut()) {
+            std::task::Poll::Ready(done) => Sent::Done(done),
+            std::task::Poll::Pending => Sent::Waiting(confirm),
+        })
+    }
+
+    /// After the broker closed the publishing channel on `first` (the oldest copy in
+    /// flight): settles the rest of the window — confirmed copies are replayed, the
+    /// others were lost with the channel — then publishes each copy lost with it again,
+    /// alone, on a new channel: the one the broker refuses again fails with its reason,
+    /// the others are replayed. No deferred multiple ack may cover an unsettled original
+    /// meanwhile: every ack here is single.
+    async fn isolate_refused(
+        &self,
+        state: &mut Scan,
+        report: &mut ReplayReport,
+        first: InFlight,
+    ) -> Result<(), BrokerError> {
+        state.publisher = None;
+        self.send_deferred(state).await?;
+        let mut lost = vec![first];
+        while let Some(mut f) = state.in_flight.pop_front() {
+            match f.take_confirm().wait().await {
+                Ok(Confirmation::Ack(None)) => {
+                    self.send_ack(state, f.tag, false).await?;
+                    report.replayed += 1;
+                }
+                Ok(_) | Err(_) => lost.push(f),
+            }
+        }
+        for mut f in lost {
+            f.confirm = self
+                .publish_copy(state, &f.route, &f.properties, &f.body)
+                .await?;
+            let why = match f.take_confirm().wait().await {
+                Ok(Confirmation::Ack(None)) => None,
+                Ok(Confirmation::Ack(Some(_))) => {
+                    Some("unroutable: no queue is bound for the route".to_string())
+                }
+                Ok(Confirmation::Nack(_)) => Some("the broker refused the copy (nack)".to_string()),
+                Ok(Confirmation::NotRequested) => Some("publisher confirms are off".to_string()),
+                Err(e) => {
+                    if !self.channel.status().connected() {
+                        return Err(map_error(self.conn, &e));
+                    }
+                    state.publisher = None;
+                    Some(format!(
+                        "the broker refused the copy: {}",
+                        map_error(self.conn, &e)
+                    ))
+                }
+            };
+            match why {
+                None => {
+                    self.send_ack(state, f.tag, false).await?;
+                    report.replayed += 1;
+                }
+                Some(why) => {
+                    *report.failed.entry(why).or_default() += 1;
+                    self.keep_in(state, f.tag, f.count, &f.properties, &f.body)
+                        .await?;
+                }
             }
         }
         Ok(())
