@@ -71,6 +71,9 @@ pub const CONFIRM_WINDOW_ONE_AT_A_TIME: usize = 16;
 /// held message lies below them.
 const ACK_EVERY: usize = 250;
 
+/// The shortest pause between copies (`1 / --rate`) before which every copy is settled.
+const SETTLE_EACH_PAUSE: Duration = Duration::from_millis(10);
+
 /// How long without a delivery before the scan checks whether the queue is empty.
 const IDLE: Duration = Duration::from_millis(250);
 
@@ -586,12 +589,21 @@ impl Run<'_> {
                         self.settle_oldest(state, report).await?;
                     }
                     if let Some(p) = pause {
-                        // At a limited rate the confirms are settled before each pause, so
-                        // an interruption or a crash finds few copies unsettled.
-                        while !state.in_flight.is_empty() {
+                        // At a limited rate the copies are settled before each pause of
+                        // 10 ms or more, so an interruption or a crash finds few unsettled;
+                        // above 100/s, once a tenth of a second's worth is in flight (a
+                        // settle per copy would cap the rate at one round trip each).
+                        let in_flight_max = if p >= SETTLE_EACH_PAUSE {
+                            0
+                        } else {
+                            (0.1 / p.as_secs_f64()) as usize
+                        };
+                        while state.in_flight.len() > in_flight_max {
                             self.settle_oldest(state, report).await?;
                         }
-                        self.flush_acks(state).await?;
+                        if state.in_flight.is_empty() {
+                            self.flush_acks(state).await?;
+                        }
                         // Paced from the last slot, not from now: the settling above
                         // counts as part of the pause (else `--rate 1000` gave ~270/s).
                         let now = tokio::time::Instant::now();
