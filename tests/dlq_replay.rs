@@ -607,6 +607,35 @@ async fn cli_purge_removes_only_matching_messages_and_needs_yes() {
     cleanup(&q).await;
 }
 
+/// Publishes `n` dead letters `{prefix}{i:04}` of source queue `q` to `dlq`: class
+/// `timeout` where `timeout(i)`, else `validation`. Returns their ids.
+async fn fill_classes(
+    ch: &lapin::Channel,
+    dlq: &str,
+    q: &str,
+    prefix: &str,
+    n: usize,
+    timeout: impl Fn(usize) -> bool,
+) -> BTreeSet<String> {
+    let mut all = BTreeSet::new();
+    for i in 0..n {
+        let id = format!("{prefix}{i:04}");
+        let class = if timeout(i) { "timeout" } else { "validation" };
+        publish(
+            ch,
+            dlq,
+            &id,
+            header(&[
+                ("dlq-error-class", text(class)),
+                ("dlq-original-queue", text(q)),
+            ]),
+        )
+        .await;
+        all.insert(id);
+    }
+    all
+}
+
 /// Records every checkpoint (replayed and failed so far, batch) and fails the one at
 /// index `fail_at`.
 struct Recorder {
@@ -642,24 +671,9 @@ async fn checkpoints_precede_each_batch_a_failed_one_stops_exactly_and_a_resume_
     let t = applied(&q, None).await;
     let dlq = format!("{q}.dlq");
     let (conn, ch) = confirm_channel().await;
-    // 2,500 messages, every other one matching: the 1,250 kept ones fill more than half
-    // of the prefetch window, so the scan changes consumers on the way.
-    let mut all = BTreeSet::new();
-    for i in 0..2500 {
-        let id = format!("c{i:04}");
-        let class = if i % 2 == 0 { "timeout" } else { "validation" };
-        publish(
-            &ch,
-            &dlq,
-            &id,
-            header(&[
-                ("dlq-error-class", text(class)),
-                ("dlq-original-queue", text(&q)),
-            ]),
-        )
-        .await;
-        all.insert(id);
-    }
+    // 3,750 messages, every third one matching: the 2,500 kept ones fill more than half
+    // of the prefetch window (3,000), so the scan changes consumers on the way.
+    let all = fill_classes(&ch, &dlq, &q, "c", 3750, |i| i % 3 == 0).await;
     let stop = AtomicBool::new(false);
     let opts = options(&["class=timeout"]);
     let mut failing = Recorder {
@@ -677,7 +691,7 @@ async fn checkpoints_precede_each_batch_a_failed_one_stops_exactly_and_a_resume_
     assert_eq!(report.outcome, Outcome::Partial, "{report:?}");
     assert_eq!(report.replayed, 1000, "exactly the first batch");
     assert_eq!(ready(&ch, &q).await, 1000);
-    assert_eq!(ready(&ch, &dlq).await, 1500, "the rest stays");
+    assert_eq!(ready(&ch, &dlq).await, 2750, "the rest stays");
 
     // Resumed with the same replay id: the other 250 matching ones go, nothing else.
     let mut ok = Recorder {
@@ -697,13 +711,13 @@ async fn checkpoints_precede_each_batch_a_failed_one_stops_exactly_and_a_resume_
         .collect();
     assert_eq!(source.len(), 1250, "none duplicated");
     let rest = drain_ids(&ch, &dlq).await;
-    assert_eq!(rest.len(), 1250);
+    assert_eq!(rest.len(), 2500);
     let mut union: BTreeSet<String> = source.iter().cloned().collect();
     union.extend(rest.iter().cloned());
     assert_eq!(union, all, "every message is somewhere, once");
 
     // The replayed copies fail again and come back: the same replay skips them.
-    for i in (0..2500).step_by(2).take(40) {
+    for i in (0..3750).step_by(3).take(40) {
         let id = format!("c{i:04}");
         publish(
             &ch,
@@ -810,22 +824,7 @@ async fn two_sigkills_in_a_row_under_a_delivery_limit_lose_nothing() {
     )
     .await;
     let (conn, ch) = confirm_channel().await;
-    let mut all = BTreeSet::new();
-    for i in 0..50 {
-        let id = format!("d{i:02}");
-        let class = if i % 2 == 0 { "timeout" } else { "validation" };
-        publish(
-            &ch,
-            &dlq,
-            &id,
-            header(&[
-                ("dlq-error-class", text(class)),
-                ("dlq-original-queue", text(&q)),
-            ]),
-        )
-        .await;
-        all.insert(id);
-    }
+    let all = fill_classes(&ch, &dlq, &q, "d", 50, |i| i % 2 == 0).await;
     // One complete run that takes nothing: every message is read and given back once.
     let out = common::cli(&[
         "dlq",

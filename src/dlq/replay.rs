@@ -303,6 +303,16 @@ struct Run<'a> {
 type Pending<T> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, lapin::Error>> + Send>>;
 
+/// Why the broker did not take a copy, from its publisher confirm (`None`: taken).
+fn copy_failure(c: &Confirmation) -> Option<String> {
+    match c {
+        Confirmation::Ack(None) => None,
+        Confirmation::Ack(Some(_)) => Some("unroutable: no queue is bound for the route".into()),
+        Confirmation::Nack(_) => Some("the broker refused the copy (nack)".into()),
+        Confirmation::NotRequested => Some("publisher confirms are off".into()),
+    }
+}
+
 /// An operation polled once: finished already, or still to await.
 enum Sent<T> {
     /// Finished on its first poll.
@@ -814,12 +824,7 @@ impl Run<'_> {
             return Ok(());
         };
         let failure = match f.take_confirm().wait().await {
-            Ok(Confirmation::Ack(None)) => None,
-            Ok(Confirmation::Ack(Some(_))) => {
-                Some("unroutable: no queue is bound for the route".to_string())
-            }
-            Ok(Confirmation::Nack(_)) => Some("the broker refused the copy (nack)".to_string()),
-            Ok(Confirmation::NotRequested) => Some("publisher confirms are off".to_string()),
+            Ok(c) => copy_failure(&c),
             Err(e) => {
                 // The publishing channel failed. If the channel holding the messages is
                 // fine, the broker refused one publish by closing the publishing channel
@@ -913,12 +918,7 @@ impl Run<'_> {
                 .publish_copy(state, &f.route, &f.properties, &f.body)
                 .await?;
             let why = match f.take_confirm().wait().await {
-                Ok(Confirmation::Ack(None)) => None,
-                Ok(Confirmation::Ack(Some(_))) => {
-                    Some("unroutable: no queue is bound for the route".to_string())
-                }
-                Ok(Confirmation::Nack(_)) => Some("the broker refused the copy (nack)".to_string()),
-                Ok(Confirmation::NotRequested) => Some("publisher confirms are off".to_string()),
+                Ok(c) => copy_failure(&c),
                 Err(e) => {
                     if !self.channel.status().connected() {
                         return Err(map_error(self.conn, &e));
