@@ -258,6 +258,7 @@ pub async fn replay(
             let run = Run {
                 conn,
                 connection: &connection,
+                vhost: &topology.vhost,
                 channel: &channel,
                 queue,
                 source: &source,
@@ -288,6 +289,8 @@ pub async fn replay(
 struct Run<'a> {
     conn: &'a BrokerConnection,
     connection: &'a lapin::Connection,
+    /// The vhost (for the publishing connection).
+    vhost: &'a str,
     channel: &'a Channel,
     queue: &'a str,
     source: &'a str,
@@ -399,6 +402,7 @@ impl Run<'_> {
             consumer,
             one_at_a_time,
             publisher: None,
+            publishing: None,
             pending: VecDeque::new(),
             held_here: 0,
             in_flight: VecDeque::new(),
@@ -420,33 +424,48 @@ impl Run<'_> {
             .await;
         // Whatever happened: stop consuming, then give back what was delivered and not
         // taken (nothing is left to the channel's close but after an error).
-        if result.is_ok() {
-            self.stop_consuming(&mut state).await?;
-            while !state.in_flight.is_empty() {
-                self.settle_oldest(&mut state, report).await?;
-            }
-            while let Some(d) = state.pending.pop_front() {
-                let letter = DeadLetter::read(self.queue, &d.properties, &d.data, 0);
-                self.keep_in(
-                    &mut state,
-                    d.delivery_tag,
-                    letter.delivery_count,
-                    &d.properties,
-                    &d.data,
-                )
-                .await?;
-            }
-            self.flush_acks(&mut state).await?;
-            if let Some(p) = state.publisher.take() {
-                let _ = p.close(200, "replayed".into()).await;
-            }
-            observer.progress(report);
-            state.requeue.sort_unstable();
-            requeue_all(ch, std::mem::take(&mut state.requeue))
-                .await
-                .map_err(amqp)?;
+        let result = match result {
+            Ok(()) => self.finish(&mut state, report, observer).await,
+            Err(e) => Err(e),
+        };
+        if let Some(p) = state.publisher.take() {
+            let _ = p.close(200, "replayed".into()).await;
+        }
+        if let Some(c) = state.publishing.take() {
+            let _ = c.close(200, "replayed".into()).await;
         }
         result
+    }
+
+    /// The end of a scan: the consumer cancelled, the copies in flight settled, the
+    /// deliveries not taken kept, the acks written, every held message given back.
+    async fn finish(
+        &self,
+        state: &mut Scan,
+        report: &mut ReplayReport,
+        observer: &mut dyn Observer,
+    ) -> Result<(), BrokerError> {
+        self.stop_consuming(state).await?;
+        while !state.in_flight.is_empty() {
+            self.settle_oldest(state, report).await?;
+        }
+        while let Some(d) = state.pending.pop_front() {
+            let letter = DeadLetter::read(self.queue, &d.properties, &d.data, 0);
+            self.keep_in(
+                state,
+                d.delivery_tag,
+                letter.delivery_count,
+                &d.properties,
+                &d.data,
+            )
+            .await?;
+        }
+        self.flush_acks(state).await?;
+        observer.progress(report);
+        state.requeue.sort_unstable();
+        requeue_all(self.channel, std::mem::take(&mut state.requeue))
+            .await
+            .map_err(|e| map_error(self.conn, &e))
     }
 
     /// The scan proper: reads (consumer deliveries), decides, publishes and settles until
@@ -617,7 +636,10 @@ impl Run<'_> {
                         // Paced from the last slot, not from now: the settling above
                         // counts as part of the pause (else `--rate 1000` gave ~270/s).
                         let now = tokio::time::Instant::now();
-                        let floor = now.checked_sub(p).unwrap_or(now);
+                        // Late wake-ups are made up for, up to a tenth of a second's worth.
+                        let floor = now
+                            .checked_sub(p.max(Duration::from_millis(100)))
+                            .unwrap_or(now);
                         let slot = state.next_slot.map_or(now + p, |t| t.max(floor) + p);
                         state.next_slot = Some(slot);
                         self.pause_until(slot).await;
@@ -945,16 +967,30 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// The channel copies are published on (confirm mode), opened on first use and again
-    /// after the broker closed it. Copies never go out on the channel holding the
-    /// messages: a publish the broker refuses closes its channel, and would return every
-    /// held message with a delivery counted.
+    /// The channel copies are published on (confirm mode), on a connection of its own,
+    /// both opened on first use and again after the broker closed them. Copies never go
+    /// out on the connection holding the messages: a publish the broker refuses closes
+    /// its channel, and a copy pipelined behind it can reach the broker after the close
+    /// and close the whole connection (`504 CHANNEL_ERROR - expected 'channel.open'`);
+    /// either would return every held message with a delivery counted.
     async fn publisher(&self, state: &mut Scan) -> Result<Channel, BrokerError> {
         if let Some(p) = state.publisher.as_ref().filter(|p| p.status().connected()) {
             return Ok(p.clone());
         }
         let amqp = |e: lapin::Error| map_error(self.conn, &e);
-        let p = self.connection.create_channel().await.map_err(amqp)?;
+        if !state
+            .publishing
+            .as_ref()
+            .is_some_and(|c| c.status().connected())
+        {
+            state.publishing = Some(connect_vhost(self.conn, self.vhost).await?);
+        }
+        let Some(connection) = state.publishing.as_ref() else {
+            return Err(BrokerError::Amqp {
+                reason: "no publishing connection".into(),
+            });
+        };
+        let p = connection.create_channel().await.map_err(amqp)?;
         p.confirm_select(lapin::options::ConfirmSelectOptions::default())
             .await
             .map_err(amqp)?;
@@ -1064,6 +1100,8 @@ struct Scan {
     one_at_a_time: bool,
     /// The channel copies are published on ([`Run::publisher`]).
     publisher: Option<Channel>,
+    /// Its connection.
+    publishing: Option<lapin::Connection>,
     /// Deliveries a cancelled consumer still had: read first, or given back.
     pending: VecDeque<Delivery>,
     /// Messages kept (held for the final requeue) since the current consumer started:
