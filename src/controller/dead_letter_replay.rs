@@ -323,12 +323,32 @@ pub fn invalid_status(
     now: &Time,
 ) -> DeadLetterReplayStatus {
     let mut status = current.clone();
-    status.phase = ReplayPhase::Failed;
-    status.completion_time = Some(rfc3339(now));
-    let desired = complete(ConditionStatus::True, "InvalidSpec", invalid.to_string());
-    conditions::set(&mut status.conditions, &desired, generation, now);
+    end(
+        &mut status,
+        ReplayPhase::Failed,
+        "InvalidSpec",
+        invalid.to_string(),
+        generation,
+        now,
+    );
     status.observed_generation = generation;
     status
+}
+
+/// Ends a replay in `status`: `phase` (a finished one), `completionTime` = `now`,
+/// `Complete=True` with `reason` and `message`.
+fn end(
+    status: &mut DeadLetterReplayStatus,
+    phase: ReplayPhase,
+    reason: &'static str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    status.phase = phase;
+    status.completion_time = Some(rfc3339(now));
+    let desired = complete(ConditionStatus::True, reason, message);
+    conditions::set(&mut status.conditions, &desired, generation, now);
 }
 
 /// `Partial` for a `Running` replay whose spec changed since it started (an API server
@@ -340,8 +360,6 @@ pub fn spec_changed_status(
     now: &Time,
 ) -> DeadLetterReplayStatus {
     let mut status = current.clone();
-    status.phase = ReplayPhase::Partial;
-    status.completion_time = Some(rfc3339(now));
     let message = format!(
         "the spec changed (generation {} to {}) while the replay ran; it is not resumed with \
          another spec: {} replayed ({} in doubt). Create a new DeadLetterReplay",
@@ -350,8 +368,14 @@ pub fn spec_changed_status(
         current.replayed,
         current.in_doubt
     );
-    let desired = complete(ConditionStatus::True, "SpecChanged", message);
-    conditions::set(&mut status.conditions, &desired, generation, now);
+    end(
+        &mut status,
+        ReplayPhase::Partial,
+        "SpecChanged",
+        message,
+        generation,
+        now,
+    );
     status.observed_generation = generation;
     status
 }
@@ -432,17 +456,21 @@ pub fn finished_status(
 ) -> DeadLetterReplayStatus {
     let mut status = running.clone();
     set_counts(&mut status, base, run, reasons, 0);
-    status.phase = final_phase(outcome, status.failed);
-    status.completion_time = Some(rfc3339(now));
-    let reason = phase_name(status.phase);
+    let phase = final_phase(outcome, status.failed);
     let mut message = summary(&status, dry_run);
-    if status.phase == ReplayPhase::Partial {
+    if phase == ReplayPhase::Partial {
         message = format!(
             "interrupted before the end: {message}; the rest is still in the dead-letter queue"
         );
     }
-    let desired = complete(ConditionStatus::True, reason, message);
-    conditions::set(&mut status.conditions, &desired, generation, now);
+    end(
+        &mut status,
+        phase,
+        phase_name(phase),
+        message,
+        generation,
+        now,
+    );
     status
 }
 
@@ -663,15 +691,19 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         // A resumed replay whose earlier runs reached the limit: done, nothing to send.
         let now = ctx.now();
         let mut status = current.clone();
-        status.phase = ReplayPhase::Succeeded;
-        status.completion_time = Some(rfc3339(&now));
         let message = format!(
             "limit of {} reached: {}",
             spec.limit.unwrap_or_default(),
             summary(&status, spec.dry_run)
         );
-        let desired = complete(ConditionStatus::True, "Succeeded", message.clone());
-        conditions::set(&mut status.conditions, &desired, generation, &now);
+        end(
+            &mut status,
+            ReplayPhase::Succeeded,
+            "Succeeded",
+            message.clone(),
+            generation,
+            &now,
+        );
         crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
         publish(
             &ctx,
