@@ -23,6 +23,38 @@ use dlq_operator::dlq::filter::Filter;
 use dlq_operator::dlq::replay::{replay, Outcome, ReplayOptions, ReplayReport, Target};
 use dlq_operator::dlq::DeadLetter;
 
+/// Starts `dlq replay --standalone -f PATH --name d EXTRA…` (`RUST_LOG=warn`), its
+/// output captured (`piped`) or dropped.
+fn spawn_replay(path: &str, extra: &[&str], piped: bool) -> std::process::Child {
+    let out = || {
+        if piped {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        }
+    };
+    std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["dlq", "replay", "--standalone", "-f", path, "--name", "d"])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(out())
+        .stderr(out())
+        .spawn()
+        .expect("start replay")
+}
+
+/// Waits (at most 60 s) until the source queue `q` holds at least `n` messages.
+async fn until_source_holds(ch: &lapin::Channel, q: &str, n: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ready_now(ch, q).await < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replay made no progress: {q} holds fewer than {n}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 fn options(filter: &[&str]) -> ReplayOptions {
     ReplayOptions {
         filter: Filter::parse(filter).expect("filter"),
@@ -413,31 +445,8 @@ async fn cli_replay_survives_sigkill_and_refuses_bad_input() {
     assert_eq!(ready(&ch, &dlq).await, 2000, "bad input touched nothing");
     assert_eq!(ready(&ch, &q).await, 0);
 
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-        .args([
-            "dlq",
-            "replay",
-            "--standalone",
-            "-f",
-            &path,
-            "--name",
-            "d",
-            "--rate",
-            "500",
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start replay");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while ready_now(&ch, &q).await < 300 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "replay made no progress"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let mut child = spawn_replay(&path, &["--rate", "500"], false);
+    until_source_holds(&ch, &q, 300).await;
     child.kill().expect("SIGKILL");
     let _ = child.wait();
     // Held messages return to the DLQ when the broker sees the connection gone.
@@ -467,33 +476,8 @@ async fn cli_replay_interrupted_is_partial_and_exact() {
     for i in 0..1000 {
         publish(&ch, &dlq, &format!("i{i:04}"), FieldTable::default()).await;
     }
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-        .args([
-            "dlq",
-            "replay",
-            "--standalone",
-            "-f",
-            &path,
-            "--name",
-            "d",
-            "--rate",
-            "300",
-            "-o",
-            "json",
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start replay");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while ready_now(&ch, &q).await < 100 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "replay made no progress"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let child = spawn_replay(&path, &["--rate", "300", "-o", "json"], true);
+    until_source_holds(&ch, &q, 100).await;
     let status = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -838,35 +822,10 @@ async fn two_sigkills_in_a_row_under_a_delivery_limit_lose_nothing() {
         "class=nope",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", common::text(&out));
-    for round in 1..=2 {
+    for _ in 0..2 {
         let before = ready_now(&ch, &q).await;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-            .args([
-                "dlq",
-                "replay",
-                "--standalone",
-                "-f",
-                &path,
-                "--name",
-                "d",
-                "--filter",
-                "class=timeout",
-                "--rate",
-                "2",
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start replay");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while ready_now(&ch, &q).await <= before {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "round {round}: no progress"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        let mut child = spawn_replay(&path, &["--filter", "class=timeout", "--rate", "2"], false);
+        until_source_holds(&ch, &q, before + 1).await;
         child.kill().expect("SIGKILL");
         let _ = child.wait();
     }
