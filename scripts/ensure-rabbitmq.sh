@@ -23,6 +23,10 @@ rabbitmq-plugins enable --offline rabbitmq_management rabbitmq_prometheus rabbit
 
 if ! rabbitmqctl -q status >/dev/null 2>&1; then
   log "starting rabbitmq-server"
+  # Every quorum queue holds file handles; the inherited soft limit (often 1024) runs out
+  # after a few dozen DeadLetterQueues, and the broker then stops answering new AMQP
+  # connections (TCP connects, no Connection.Start). Raise it to the hard limit.
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   rabbitmq-server -detached
 fi
 rabbitmqctl -q await_startup --timeout 120
