@@ -930,6 +930,16 @@ impl RabbitMq {
                 &format!("vhost {vhost:?}"),
             )
             .await?;
+        // A record without its type or arguments must not read as "no delivery limit":
+        // that would let inspection requeue a message past the limit.
+        if !q["type"].is_string() || !q["arguments"].is_object() {
+            return Err(BrokerError::Amqp {
+                reason: format!(
+                    "the management API returned queue {name:?} in vhost {vhost:?} without its \
+                     type or arguments; its delivery limit is unknown, so it is not read (retry)"
+                ),
+            });
+        }
         let mut definitions = vec![q["effective_policy_definition"].clone()];
         for p in policies {
             let applies = matches!(
