@@ -391,7 +391,9 @@ async fn leader_election_runs_one_leader_and_hands_over_when_it_dies() {
 
     // SIGTERM: b drains, releases the lease and exits 0.
     b.signal("-TERM");
-    let status = b.wait(Duration::from_secs(20)).await.expect("b exited");
+    let Some(status) = b.wait(Duration::from_secs(20)).await else {
+        panic!("b did not exit within 20 s of SIGTERM; log:\n{}", b.log());
+    };
     assert!(status.success(), "exit {status:?}; log:\n{}", b.log());
     assert_eq!(holder(&client, &ns, &lease).await, None, "lease released");
     assert!(b.log().contains("released the leader Lease"), "{}", b.log());
