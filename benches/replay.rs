@@ -6,17 +6,37 @@
 //! on-confirm`, `src-delete-after: queue-length`, local `amqp://` URIs) on the same broker
 //! in the same run, three rounds alternating; the medians and their ratio are printed.
 //!
+//! Two reference loops run in the same rounds, to tell what our code costs from what the
+//! AMQP client costs: the least an AMQP 0-9-1 client can do to move the messages with the
+//! same guarantees (a consumer with prefetch 3,000, each copy published with one header
+//! added and a publisher confirm on a second connection, up to 1,000 in flight, the
+//! originals acked with `multiple` after their copies' confirms) — once with lapin, the
+//! client `dlq replay` uses, and once with amqprs. No filter, no checkpoint, no crash
+//! handling: they are floors for the client, not replays. For each of the four, the CPU
+//! used by the broker (`beam.smp`, from `/proc/PID/stat`) and by this process while it
+//! ran is printed in % of one core.
+//!
 //! Needs the local RabbitMQ (127.0.0.1, guest/guest, shovel plugins enabled by
 //! `scripts/ensure-rabbitmq.sh`). Creates and deletes its own queues
 //! (`bench-replay-<pid>*`).
 //!
 //! Run: `cargo bench --bench replay` (5,000 messages) or `cargo bench --bench replay -- 20000`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use lapin::options::{QueueDeclareOptions, QueuePurgeOptions};
+use amqprs::callbacks::{ChannelCallback, DefaultChannelCallback, DefaultConnectionCallback};
+use amqprs::channel::{
+    BasicAckArguments, BasicConsumeArguments, BasicPublishArguments, BasicQosArguments,
+    ConfirmSelectArguments,
+};
+use amqprs::connection::{Connection as AmqprsConnection, OpenConnectionArguments};
+use futures::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
+    QueueDeclareOptions, QueuePurgeOptions,
+};
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
 use serde_json::json;
@@ -72,6 +92,249 @@ async fn fill(ch: &lapin::Channel, queue: &str, n: usize) {
     }
 }
 
+/// CPU time of process `pid` (`"self"` for this one) in clock ticks (user + system,
+/// fields 14 and 15 of `/proc/PID/stat`); 0 when it cannot be read.
+fn cpu_ticks(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+        .sum()
+}
+
+/// The broker's Erlang VM (`beam.smp`) process id, if one runs here.
+fn broker_pid() -> Option<String> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-o", "beam.smp"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .map(str::to_string)
+}
+
+/// CPU used by the broker and by this process since `start` (ticks at `start` given), in %
+/// of one core (clock ticks at 100 Hz, `getconf CLK_TCK` on Linux).
+fn cpu_since(broker: Option<&str>, start: (u64, u64, Instant)) -> (f64, f64) {
+    let wall_ticks = start.2.elapsed().as_secs_f64() * 100.0;
+    let share = |now: u64, then: u64| now.saturating_sub(then) as f64 / wall_ticks * 100.0;
+    (
+        broker.map_or(0.0, |b| share(cpu_ticks(b), start.0)),
+        share(cpu_ticks("self"), start.1),
+    )
+}
+
+/// Reference floor with lapin (module doc): moves the `n` messages of `dlq` to `queue`.
+/// Returns messages per second.
+async fn lapin_floor(dlq: &str, queue: &str, n: usize) -> f64 {
+    let start = Instant::now();
+    let conn = lapin::Connection::connect(AMQP, Default::default())
+        .await
+        .expect("amqp");
+    let publishing = lapin::Connection::connect(AMQP, Default::default())
+        .await
+        .expect("amqp");
+    let ch = conn.create_channel().await.expect("channel");
+    ch.basic_qos(3000, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let pch = publishing.create_channel().await.expect("channel");
+    pch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    let mut consumer = ch
+        .basic_consume(
+            dlq.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    let mut in_flight: VecDeque<(u64, lapin::PublisherConfirm)> = VecDeque::new();
+    let (mut read, mut done, mut unacked) = (0, 0, 0);
+    while done < n {
+        if in_flight.len() >= 1000 || read == n {
+            let (tag, confirm) = in_flight.pop_front().expect("in flight");
+            assert!(confirm.await.expect("confirm").is_ack(), "copy refused");
+            done += 1;
+            unacked += 1;
+            if unacked == 250 || done == n {
+                ch.basic_ack(tag, BasicAckOptions { multiple: true })
+                    .await
+                    .expect("ack");
+                unacked = 0;
+            }
+            continue;
+        }
+        let d = consumer.next().await.expect("delivery").expect("delivery");
+        read += 1;
+        let mut headers = d.properties.headers().clone().unwrap_or_default();
+        headers.insert(
+            "dlq-replay-id".into(),
+            lapin::types::AMQPValue::LongString("floor".into()),
+        );
+        let props = d.properties.clone().with_headers(headers);
+        let confirm = pch
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    immediate: false,
+                },
+                &d.data,
+                props,
+            )
+            .await
+            .expect("publish");
+        in_flight.push_back((d.delivery_tag, confirm));
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let _ = conn.close(200, "bye".into()).await;
+    let _ = publishing.close(200, "bye".into()).await;
+    rate
+}
+
+/// Publisher confirms of the amqprs floor: `(delivery tag, multiple, ack)`.
+struct Confirms(tokio::sync::mpsc::UnboundedSender<(u64, bool, bool)>);
+
+#[async_trait::async_trait]
+impl ChannelCallback for Confirms {
+    async fn close(
+        &mut self,
+        c: &amqprs::channel::Channel,
+        a: amqprs::CloseChannel,
+    ) -> Result<(), amqprs::error::Error> {
+        DefaultChannelCallback.close(c, a).await
+    }
+    async fn cancel(
+        &mut self,
+        c: &amqprs::channel::Channel,
+        a: amqprs::Cancel,
+    ) -> Result<(), amqprs::error::Error> {
+        DefaultChannelCallback.cancel(c, a).await
+    }
+    async fn flow(
+        &mut self,
+        c: &amqprs::channel::Channel,
+        active: bool,
+    ) -> Result<bool, amqprs::error::Error> {
+        DefaultChannelCallback.flow(c, active).await
+    }
+    async fn publish_ack(&mut self, _: &amqprs::channel::Channel, a: amqprs::Ack) {
+        let _ = self.0.send((a.delivery_tag(), a.mutiple(), true));
+    }
+    async fn publish_nack(&mut self, _: &amqprs::channel::Channel, a: amqprs::Nack) {
+        let _ = self.0.send((a.delivery_tag(), a.multiple(), false));
+    }
+    async fn publish_return(
+        &mut self,
+        _: &amqprs::channel::Channel,
+        _: amqprs::Return,
+        _: amqprs::BasicProperties,
+        _: Vec<u8>,
+    ) {
+        panic!("a copy was returned unroutable");
+    }
+}
+
+/// Reference floor with amqprs (module doc): moves the `n` messages of `dlq` to `queue`.
+/// Returns messages per second.
+async fn amqprs_floor(dlq: &str, queue: &str, n: usize) -> f64 {
+    let start = Instant::now();
+    let args = OpenConnectionArguments::new("127.0.0.1", 5672, "guest", "guest");
+    let conn = AmqprsConnection::open(&args).await.expect("amqp");
+    conn.register_callback(DefaultConnectionCallback)
+        .await
+        .expect("callback");
+    let publishing = AmqprsConnection::open(&args).await.expect("amqp");
+    let ch = conn.open_channel(None).await.expect("channel");
+    ch.basic_qos(BasicQosArguments::new(0, 3000, false))
+        .await
+        .expect("qos");
+    let pch = publishing.open_channel(None).await.expect("channel");
+    let (tx, mut confirms) = tokio::sync::mpsc::unbounded_channel();
+    pch.register_callback(Confirms(tx)).await.expect("callback");
+    pch.confirm_select(ConfirmSelectArguments::default())
+        .await
+        .expect("confirms");
+    let (_, mut deliveries) = ch
+        .basic_consume_rx(
+            BasicConsumeArguments::new(dlq, "")
+                .manual_ack(true)
+                .finish(),
+        )
+        .await
+        .expect("consume");
+    // Publish sequence number -> the original's delivery tag.
+    let mut in_flight: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut confirmed: BTreeSet<u64> = BTreeSet::new();
+    let (mut read, mut done, mut seq, mut contiguous, mut acked) = (0, 0, 0u64, 0u64, 0u64);
+    while done < n {
+        tokio::select! {
+            biased;
+            Some((tag, multiple, ack)) = confirms.recv() => {
+                assert!(ack, "copy refused");
+                let settled: Vec<u64> = if multiple {
+                    in_flight.range(..=tag).map(|(k, _)| *k).collect()
+                } else {
+                    vec![tag]
+                };
+                for k in settled {
+                    if let Some(original) = in_flight.remove(&k) {
+                        confirmed.insert(original);
+                        done += 1;
+                    }
+                }
+                while confirmed.remove(&(contiguous + 1)) {
+                    contiguous += 1;
+                }
+                if contiguous >= acked + 250 || (done == n && contiguous > acked) {
+                    ch.basic_ack(BasicAckArguments::new(contiguous, true))
+                        .await
+                        .expect("ack");
+                    acked = contiguous;
+                }
+            }
+            Some(m) = deliveries.recv(), if in_flight.len() < 1000 && read < n => {
+                read += 1;
+                let (Some(deliver), Some(mut props), Some(body)) =
+                    (m.deliver, m.basic_properties, m.content)
+                else {
+                    panic!("incomplete delivery");
+                };
+                let mut headers = props.headers().cloned().unwrap_or_default();
+                headers.insert(
+                    "dlq-replay-id".try_into().expect("name"),
+                    amqprs::FieldValue::S("floor".try_into().expect("value")),
+                );
+                props.with_headers(headers);
+                seq += 1;
+                in_flight.insert(seq, deliver.delivery_tag());
+                pch.basic_publish(
+                    props,
+                    body,
+                    BasicPublishArguments::new("", queue).mandatory(true).finish(),
+                )
+                .await
+                .expect("publish");
+            }
+        }
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let _ = conn.close().await;
+    let _ = publishing.close().await;
+    rate
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -117,74 +380,120 @@ async fn main() {
         .await
         .expect("confirms");
     let http = reqwest::Client::new();
-    let (mut replay_rates, mut shovel_rates) = (Vec::new(), Vec::new());
+    let broker = broker_pid();
+    if broker.is_none() {
+        println!("no beam.smp process found here: the broker's CPU is not reported");
+    }
+    const KINDS: [&str; 4] = [
+        "dlq replay",
+        "lapin floor",
+        "amqprs floor",
+        "dynamic shovel",
+    ];
+    // Per kind: (msg/s, broker CPU %, this process's CPU %) of each round.
+    let mut results: BTreeMap<&str, Vec<(f64, f64, f64)>> = BTreeMap::new();
     for round in 0..3 {
-        // (a) dlq replay
-        fill(&ch, &dlq, n).await;
-        let opts = ReplayOptions {
-            filter: Filter::default(),
-            limit: None,
-            rate: None,
-            dry_run: false,
-            target: Target::OriginalQueue,
-            max_replays: 3,
-            replay_id: format!("bench-{round}"),
-        };
-        let start = Instant::now();
-        let report = replay(
-            &conn,
-            &topology,
-            &opts,
-            now_ms(),
-            &AtomicBool::new(false),
-            &mut |_: &ReplayReport| {},
-        )
-        .await
-        .expect("replay");
-        let secs = start.elapsed().as_secs_f64();
-        assert_eq!(report.replayed as usize, n, "{report:?}");
-        assert_eq!(count(&ch, &q).await as usize, n);
-        replay_rates.push(n as f64 / secs);
-        ch.queue_purge(q.as_str().into(), QueuePurgeOptions::default())
-            .await
-            .expect("purge");
-
-        // (b) dynamic shovel
-        fill(&ch, &dlq, n).await;
-        let name = format!("{q}-shovel-{round}");
-        let start = Instant::now();
-        let status = http
-            .put(format!("{API}/parameters/shovel/%2F/{name}"))
-            .basic_auth("guest", Some("guest"))
-            .json(&json!({"value": {
-                "src-protocol": "amqp091", "src-uri": "amqp://", "src-queue": dlq,
-                "dest-protocol": "amqp091", "dest-uri": "amqp://", "dest-queue": q,
-                "ack-mode": "on-confirm", "src-delete-after": "queue-length"}}))
-            .send()
-            .await
-            .expect("start shovel")
-            .status();
-        assert!(status.is_success(), "shovel refused: {status}");
-        while (count(&ch, &q).await as usize) < n {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        for kind in KINDS {
+            fill(&ch, &dlq, n).await;
+            let ticks = (
+                broker.as_deref().map_or(0, cpu_ticks),
+                cpu_ticks("self"),
+                Instant::now(),
+            );
+            let rate = match kind {
+                "dlq replay" => {
+                    let opts = ReplayOptions {
+                        filter: Filter::default(),
+                        limit: None,
+                        rate: None,
+                        dry_run: false,
+                        target: Target::OriginalQueue,
+                        max_replays: 3,
+                        replay_id: format!("bench-{round}"),
+                    };
+                    let start = Instant::now();
+                    let report = replay(
+                        &conn,
+                        &topology,
+                        &opts,
+                        now_ms(),
+                        &AtomicBool::new(false),
+                        &mut |_: &ReplayReport| {},
+                    )
+                    .await
+                    .expect("replay");
+                    assert_eq!(report.replayed as usize, n, "{report:?}");
+                    n as f64 / start.elapsed().as_secs_f64()
+                }
+                "lapin floor" => lapin_floor(&dlq, &q, n).await,
+                "amqprs floor" => amqprs_floor(&dlq, &q, n).await,
+                _ => {
+                    let name = format!("{q}-shovel-{round}");
+                    let start = Instant::now();
+                    let status = http
+                        .put(format!("{API}/parameters/shovel/%2F/{name}"))
+                        .basic_auth("guest", Some("guest"))
+                        .json(&json!({"value": {
+                            "src-protocol": "amqp091", "src-uri": "amqp://", "src-queue": dlq,
+                            "dest-protocol": "amqp091", "dest-uri": "amqp://", "dest-queue": q,
+                            "ack-mode": "on-confirm", "src-delete-after": "queue-length"}}))
+                        .send()
+                        .await
+                        .expect("start shovel")
+                        .status();
+                    assert!(status.is_success(), "shovel refused: {status}");
+                    while (count(&ch, &q).await as usize) < n {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    let rate = n as f64 / start.elapsed().as_secs_f64();
+                    let _ = http
+                        .delete(format!("{API}/parameters/shovel/%2F/{name}"))
+                        .basic_auth("guest", Some("guest"))
+                        .send()
+                        .await;
+                    rate
+                }
+            };
+            let (broker_cpu, own_cpu) = cpu_since(broker.as_deref(), ticks);
+            assert_eq!(count(&ch, &q).await as usize, n, "{kind}: source queue");
+            // The last acks may still be on their way when the connection closed.
+            let mut left = count(&ch, &dlq).await;
+            for _ in 0..100 {
+                if left == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                left = count(&ch, &dlq).await;
+            }
+            assert_eq!(left, 0, "{kind}: messages left in the dead-letter queue");
+            ch.queue_purge(q.as_str().into(), QueuePurgeOptions::default())
+                .await
+                .expect("purge");
+            println!(
+                "round {round}: {kind:<14} {rate:>7.0} msg/s  CPU: broker {broker_cpu:>3.0} %, bench process {own_cpu:>3.0} %"
+            );
+            results
+                .entry(kind)
+                .or_default()
+                .push((rate, broker_cpu, own_cpu));
         }
-        let secs = start.elapsed().as_secs_f64();
-        shovel_rates.push(n as f64 / secs);
-        let _ = http
-            .delete(format!("{API}/parameters/shovel/%2F/{name}"))
-            .basic_auth("guest", Some("guest"))
-            .send()
-            .await;
-        ch.queue_purge(q.as_str().into(), QueuePurgeOptions::default())
-            .await
-            .expect("purge");
+    }
+    let medians: BTreeMap<&str, (f64, f64, f64)> = results
+        .into_iter()
+        .map(|(kind, v)| {
+            let column = |f: fn(&(f64, f64, f64)) -> f64| median(v.iter().map(f).collect());
+            (kind, (column(|x| x.0), column(|x| x.1), column(|x| x.2)))
+        })
+        .collect();
+    let shovel = medians["dynamic shovel"].0;
+    println!("{n} messages of 1 KiB, medians of 3 rounds:");
+    for kind in KINDS {
+        let (rate, broker_cpu, own_cpu) = medians[kind];
         println!(
-            "round {round}: replay {:.0} msg/s, shovel {:.0} msg/s",
-            replay_rates[round], shovel_rates[round]
+            "  {kind:<14} {rate:>7.0} msg/s  / shovel = {:.2}  CPU: broker {broker_cpu:.0} %, bench process {own_cpu:.0} %",
+            rate / shovel
         );
     }
-    let (r, s) = (median(replay_rates), median(shovel_rates));
-    println!("{n} messages of 1 KiB, median of 3: replay {r:.0} msg/s, shovel {s:.0} msg/s, replay / shovel = {:.2}", r / s);
     // Remove the benchmark's own (empty) objects.
     for path in topology
         .queues
