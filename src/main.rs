@@ -557,6 +557,9 @@ fn replay_table(r: &dlq_operator::dlq::replay::ReplayReport) -> String {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run { .. }) {
+        exit_quietly_on_closed_stdout();
+    }
     init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
@@ -571,6 +574,23 @@ fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A one-shot command whose reader went away (`dlq-operator crdgen | head`) ends like
+/// other Unix tools, killed by SIGPIPE, instead of panicking in `println!` on the broken
+/// pipe. Rust ignores SIGPIPE by default; this restores the default action. These
+/// commands write between broker steps, never during one (`apply` after each resource's
+/// reconcile, which stopped there before too, on the write error; `dlq replay` its report
+/// once the replay is over, the progress bar going to stderr), so a closed pipe stops them
+/// where a crash would, and the apply order and the replay's ack-after-confirm rule are
+/// safe against that. Not for `run`: the operator's sockets must keep getting `EPIPE`.
+fn exit_quietly_on_closed_stdout() {
+    #[cfg(unix)]
+    // SAFETY: `signal` with `SIG_DFL` only resets the disposition of SIGPIPE, before any
+    // other thread exists (the async runtime is started after this).
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -432,3 +432,30 @@ fn controller_flags_are_checked_before_reaching_any_cluster() {
         assert!(!t.contains("panicked"), "{args:?} panicked:\n{t}");
     }
 }
+
+/// `dlq-operator crdgen | head -1`: a reader that went away ends the command like other
+/// Unix tools (killed by SIGPIPE, exit status 141 in a shell), without a panic. Before the
+/// fix, `println!` panicked on the broken pipe (exit 101, a backtrace on stderr). The pipe's
+/// read end is closed before the command starts, so its first write fails, every time.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_pipe_ends_the_command_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .arg("crdgen")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run dlq-operator crdgen");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "panic:\n{stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "expected the end by SIGPIPE, got {:?}; stderr:\n{stderr}",
+        out.status
+    );
+}
