@@ -11,6 +11,47 @@ use dlq_operator::crd::{self, BackoffSpec, BackoffStrategy};
 use dlq_operator::duration::{format_ms, parse_ms, Duration};
 use dlq_operator::standalone;
 
+/// Standard output for the commands' results. A reader that went away
+/// (`dlq-operator crdgen | head`) is not an error: the rest of the output is dropped, the
+/// command's work goes on (an `apply` finishes, a replay is not cut short) and its exit
+/// code still says how that work went. `print!` would panic there instead. Any other
+/// write error is returned.
+struct Stdout;
+
+impl std::io::Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::io::stdout().write(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(buf.len()),
+            written => written,
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match std::io::stdout().flush() {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            flushed => flushed,
+        }
+    }
+}
+
+/// `print!` to [`Stdout`]; a write error returns from the enclosing function with
+/// `Err(String)`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        std::io::Write::write_fmt(&mut Stdout, format_args!($($arg)*))
+            .map_err(|e| format!("cannot write to standard output: {e}"))?
+    };
+}
+
+/// `println!` to [`Stdout`], like [`out!`].
+macro_rules! outln {
+    () => { out!("\n") };
+    ($($arg:tt)*) => {{
+        out!($($arg)*);
+        out!("\n");
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "dlq-operator",
@@ -380,7 +421,7 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             let report = browse::inspect(&prepared.connection, &prepared.topology, opts, now_ms())
                 .await
                 .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
-            print!("{}", format_report(&report, output, || report.table())?);
+            out!("{}", format_report(&report, output, || report.table())?);
             Ok(ExitCode::SUCCESS)
         }
         DlqCommand::Replay {
@@ -446,7 +487,7 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             .await
             .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
             bar.finish_and_clear();
-            print!(
+            out!(
                 "{}",
                 format_report(&report, output, || replay_table(&report))?
             );
@@ -493,7 +534,7 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             )
             .await
             .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
-            print!(
+            out!(
                 "{}",
                 format_report(&report, output, || purge_table(&report))?
             );
@@ -557,9 +598,6 @@ fn replay_table(r: &dlq_operator::dlq::replay::ReplayReport) -> String {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Run { .. }) {
-        exit_quietly_on_closed_stdout();
-    }
     init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
@@ -577,30 +615,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// A one-shot command whose reader went away (`dlq-operator crdgen | head`) ends like
-/// other Unix tools, killed by SIGPIPE, instead of panicking in `println!` on the broken
-/// pipe. Rust ignores SIGPIPE by default; this restores the default action. These
-/// commands write between broker steps, never during one (`apply` after each resource's
-/// reconcile, which stopped there before too, on the write error; `dlq replay` its report
-/// once the replay is over, the progress bar going to stderr), so a closed pipe stops them
-/// where a crash would, and the apply order and the replay's ack-after-confirm rule are
-/// safe against that. Not for `run`: the operator's sockets must keep getting `EPIPE`.
-fn exit_quietly_on_closed_stdout() {
-    #[cfg(unix)]
-    // SAFETY: `signal` with `SIG_DFL` only resets the disposition of SIGPIPE, before any
-    // other thread exists (the async runtime is started after this).
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
 async fn execute(command: Command) -> Result<ExitCode, String> {
     match command {
         Command::Dlq { what } => dlq(what).await,
         Command::Apply { files } => {
             let (_, planned) = standalone::load_and_plan(&files).map_err(|e| e.to_string())?;
-            let mut out = std::io::stdout();
-            let summary = standalone::apply_all(&planned, &mut out)
+            let summary = standalone::apply_all(&planned, &mut Stdout)
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(if summary.not_ready == 0 {
@@ -731,8 +751,8 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
         }
         Command::Rbac { format } => {
             match format {
-                RbacFormat::Markdown => print!("{}", dlq_operator::controller::rbac::markdown()),
-                RbacFormat::Yaml => print!(
+                RbacFormat::Markdown => out!("{}", dlq_operator::controller::rbac::markdown()),
+                RbacFormat::Yaml => out!(
                     "{}",
                     dlq_operator::controller::rbac::cluster_role_yaml("dlq-operator")
                 ),
@@ -746,7 +766,7 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
             } else {
                 standalone::render(&planned)
             };
-            print!("{}", out.map_err(|e| e.to_string())?);
+            out!("{}", out.map_err(|e| e.to_string())?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Crdgen { out_dir } => {
@@ -759,9 +779,9 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
                         let path = dir.join(crd::crd_file_name(&c));
                         std::fs::write(&path, yaml)
                             .map_err(|e| format!("{}: {e}", path.display()))?;
-                        println!("wrote {}", path.display());
+                        outln!("wrote {}", path.display());
                     }
-                    None => print!("---\n{yaml}"),
+                    None => out!("---\n{yaml}"),
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -834,26 +854,26 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
                     "seed": seed,
                     "strategies": results,
                 });
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
                 );
             } else {
-                println!(
+                outln!(
                     "peak clients retrying in one {} bucket ({clients} clients failed at t=0, seed {seed})",
                     format_ms(bucket_ms)
                 );
-                print!("{:>8}", "attempt");
+                out!("{:>8}", "attempt");
                 for r in &results {
-                    print!(" {:>18}", r.strategy.name());
+                    out!(" {:>18}", r.strategy.name());
                 }
-                println!();
+                outln!();
                 for n in 0..attempts as usize {
-                    print!("{:>8}", n + 1);
+                    out!("{:>8}", n + 1);
                     for r in &results {
-                        print!(" {:>18}", r.peaks.get(n).copied().unwrap_or(0));
+                        out!(" {:>18}", r.peaks.get(n).copied().unwrap_or(0));
                     }
-                    println!();
+                    outln!();
                 }
             }
             Ok(ExitCode::SUCCESS)
