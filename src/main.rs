@@ -52,6 +52,13 @@ macro_rules! outln {
     }};
 }
 
+/// A line on standard error, like `eprintln!` but without its panic when stderr is
+/// closed (the exit code still tells).
+fn err(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 #[derive(Parser)]
 #[command(
     name = "dlq-operator",
@@ -462,8 +469,8 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 let stop = stop.clone();
                 tokio::spawn(async move {
                     shutdown_signal().await;
-                    eprintln!("interrupted: settling the copies in flight, then stopping");
                     stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                    err("interrupted: settling the copies in flight, then stopping");
                 });
             }
             let bar = indicatif::ProgressBar::new(0);
@@ -602,14 +609,14 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            err(&format!("error: cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(execute(cli.command)) {
         Ok(code) => code,
         Err(message) => {
-            eprintln!("error: {message}");
+            err(&format!("error: {message}"));
             ExitCode::FAILURE
         }
     }

@@ -459,3 +459,17 @@ fn a_closed_stdout_pipe_is_not_an_error_and_no_panic() {
     run(&["rbac", "--format", "yaml"]);
     run(&["simulate", "backoff", "--clients", "100", "--attempts", "3"]);
 }
+
+/// An error with standard error closed (`2>&-` or a reader gone) still exits 1, not 101:
+/// `eprintln!` panicked there.
+#[test]
+fn a_closed_stderr_pipe_keeps_the_exit_code_of_an_error() {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["dlq", "replay", "default/orders", "--rate", "0"])
+        .stderr(writer)
+        .output()
+        .expect("run dlq-operator");
+    assert_eq!(out.status.code(), Some(1), "{:?}", out.status);
+}
