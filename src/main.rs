@@ -195,7 +195,7 @@ enum ReportFormat {
 struct Which {
     /// NAMESPACE/NAME of the DeadLetterQueue in the cluster (KUBECONFIG,
     /// ~/.kube/config or in-cluster); with --standalone, use --name.
-    #[arg(required_unless_present = "name")]
+    #[arg(required_unless_present_any = ["name", "standalone"])]
     reference: Option<String>,
     /// Read the DeadLetterQueue from manifest files instead of a cluster.
     #[arg(long, requires = "name")]

@@ -473,3 +473,20 @@ fn a_closed_stderr_pipe_keeps_the_exit_code_of_an_error() {
         .expect("run dlq-operator");
     assert_eq!(out.status.code(), Some(1), "{:?}", out.status);
 }
+
+/// `dlq … --standalone` without `--name` asks for `--name` only: NAMESPACE/NAME is not
+/// the way in standalone mode, so the usage error does not ask for it too.
+#[test]
+fn standalone_without_name_asks_for_name_only() {
+    for command in ["inspect", "replay", "purge"] {
+        let o = cli(&["dlq", command, "--standalone", "-f", "examples"]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{command}: {t}");
+        let missing = t
+            .split("Usage:")
+            .next()
+            .expect("the part before the usage line");
+        assert!(missing.contains("--name <NAME>"), "{command}: {t}");
+        assert!(!missing.contains("<REFERENCE>"), "{command}: {t}");
+    }
+}
