@@ -345,6 +345,9 @@ fn init_tracing(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A log line that cannot be written (stderr closed, `2>&1 | head`) is dropped:
+        // tracing-subscriber would report it with `eprintln!`, which panics there.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -425,11 +428,22 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 sample_size: sample,
                 preview_bytes: if show_payload { usize::MAX } else { 256 },
             };
-            let report = browse::inspect(&prepared.connection, &prepared.topology, opts, now_ms())
-                .await
-                .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
+            let stop = stop_on_signals("interrupted: giving back the messages read, then stopping");
+            let report = browse::inspect_until(
+                &prepared.connection,
+                &prepared.topology,
+                opts,
+                now_ms(),
+                &stop,
+            )
+            .await
+            .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
             out!("{}", format_report(&report, output, || report.table())?);
-            Ok(ExitCode::SUCCESS)
+            Ok(if report.interrupted {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         DlqCommand::Replay {
             which,
@@ -464,15 +478,7 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 max_replays,
                 replay_id: format!("{started}-{:08x}", rand::random::<u32>()),
             };
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            {
-                let stop = stop.clone();
-                tokio::spawn(async move {
-                    shutdown_signal().await;
-                    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-                    err("interrupted: settling the copies in flight, then stopping");
-                });
-            }
+            let stop = stop_on_signals("interrupted: settling the copies in flight, then stopping");
             let bar = indicatif::ProgressBar::new(0);
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} read  {msg}")
@@ -523,14 +529,7 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 );
             }
             let prepared = resolve(which).await?;
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            {
-                let stop = stop.clone();
-                tokio::spawn(async move {
-                    shutdown_signal().await;
-                    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-                });
-            }
+            let stop = stop_on_signals("interrupted: giving back the messages read, then stopping");
             let report = dlq_operator::dlq::purge::purge(
                 &prepared.connection,
                 &prepared.topology,
@@ -900,6 +899,53 @@ fn default_identity() -> String {
 }
 
 /// Completes on Ctrl-C or SIGTERM.
+/// The stop flag of a one-shot `dlq` command, set by SIGINT (Ctrl-C), SIGTERM or SIGHUP
+/// (its terminal closed); `notice` then goes to stderr. The handlers are installed before
+/// this returns, so from then on such a signal stops the command between two messages,
+/// with the message in hand settled, instead of killing it with that message held (a
+/// quorum queue would count the return as a delivery, and drop a message already at its
+/// delivery limit). A second signal changes nothing: the command is already stopping.
+/// A handler that cannot be installed is reported on stderr and the signal keeps its
+/// default action.
+fn stop_on_signals(notice: &'static str) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let set = stop.clone();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut streams = Vec::new();
+        for (kind, name) in [
+            (SignalKind::interrupt(), "SIGINT"),
+            (SignalKind::terminate(), "SIGTERM"),
+            (SignalKind::hangup(), "SIGHUP"),
+        ] {
+            match signal(kind) {
+                Ok(s) => streams.push(s),
+                Err(e) => err(&format!("warning: cannot handle {name}: {e}")),
+            }
+        }
+        if streams.is_empty() {
+            return stop;
+        }
+        tokio::spawn(async move {
+            let any = futures::future::select_all(streams.iter_mut().map(|s| Box::pin(s.recv())));
+            any.await;
+            set.store(true, std::sync::atomic::Ordering::SeqCst);
+            err(notice);
+            // Keep the handlers (and so the signals caught) until the command ends.
+            std::future::pending::<()>().await;
+        });
+    }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            set.store(true, std::sync::atomic::Ordering::SeqCst);
+            err(notice);
+        }
+    });
+    stop
+}
+
 async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {

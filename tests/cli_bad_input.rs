@@ -490,3 +490,49 @@ fn standalone_without_name_asks_for_name_only() {
         assert!(!missing.contains("<REFERENCE>"), "{command}: {t}");
     }
 }
+
+/// A Secret whose AMQP URI points at something that is not an AMQP broker (here an HTTP
+/// server answering 400, like a proxy or the management port would), while its management
+/// URI is right: the error says the endpoint did not answer in AMQP 0-9-1 and names it,
+/// instead of only the parser's `failed to parse: … Nom(MapOpt)`.
+#[tokio::test]
+async fn an_amqp_uri_that_answers_http_is_named_as_not_amqp() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = [0u8; 64];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let q = common::unique("t-not-amqp");
+    let good = common::secret_yaml("s", "guest", "guest", common::MGMT);
+    let bad = good.replace("127.0.0.1:5672", &format!("127.0.0.1:{port}"));
+    let files = |secret: &str| {
+        manifests(&[
+            ("s.yaml", secret),
+            ("p.yaml", &policy_yaml("p", GOOD_POLICY)),
+            ("d.yaml", &dlq_yaml("d", &q, "p", "s", "")),
+        ])
+    };
+    // The dead-letter queue exists (applied with the right Secret); only AMQP is wrong.
+    let applied = files(&good);
+    let o = cli(&["apply", "-f", &applied.path().display().to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let dir = files(&bad);
+    let path = dir.path().display().to_string();
+    for command in ["inspect", "replay"] {
+        let o = cli(&["dlq", command, "--standalone", "-f", &path, "--name", "d"]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{command}: {t}");
+        assert!(!t.contains("panicked"), "{command}: {t}");
+        assert_names(
+            &t,
+            &[&format!("127.0.0.1:{port}"), "did not answer in AMQP 0-9-1"],
+        );
+    }
+    common::cleanup(&q).await;
+}

@@ -1004,3 +1004,77 @@ async fn one_refused_copy_among_many_fails_alone() {
     drop(conn);
     cleanup(&q).await;
 }
+
+/// A DeadLetterQueue partitioned by error class whose last dead-letter queue (`.poison`)
+/// is missing on the broker: `dlq replay` and `dlq purge` name it and touch nothing, not
+/// even the messages of the queues before it. Each used to replay (or remove) the
+/// `.timeout` queue's messages first and then fail without a report (breaker helper).
+#[tokio::test]
+async fn a_missing_partition_queue_stops_replay_and_purge_before_anything_is_touched() {
+    let q = common::unique("t-replay-partition");
+    let dir = common::manifests(&[
+        (
+            "s.yaml",
+            &common::secret_yaml("s", "guest", "guest", common::MGMT),
+        ),
+        (
+            "p.yaml",
+            &common::policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
+        ),
+        (
+            "d.yaml",
+            &common::dlq_yaml(
+                "d",
+                &q,
+                "p",
+                "s",
+                "  deadLetter:\n    partitionBy: ErrorClass\n",
+            ),
+        ),
+    ]);
+    let path = dir.path().display().to_string();
+    let out = common::cli(&["apply", "-f", &path]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let timeout = format!("{q}.dlq.timeout");
+    let poison = format!("{q}.dlq.poison");
+    let (conn, ch) = confirm_channel().await;
+    let failed_at = now_ms().saturating_sub(3_600_000);
+    for i in 0..5 {
+        publish(
+            &ch,
+            &timeout,
+            &format!("t{i}"),
+            header(&[
+                ("dlq-error-class", text("Timeout")),
+                ("dlq-original-queue", text(&q)),
+                (
+                    "dlq-last-failed-at",
+                    AMQPValue::LongLongInt(failed_at as i64),
+                ),
+            ]),
+        )
+        .await;
+    }
+    common::mgmt_delete(&format!("/api/queues/%2F/{poison}")).await;
+    let runs: [&[&str]; 2] = [&["replay"], &["purge", "--older-than", "1m", "--yes"]];
+    for command in runs {
+        let mut args = vec!["dlq"];
+        args.extend_from_slice(command);
+        args.extend_from_slice(&["--standalone", "-f", &path, "--name", "d"]);
+        let out = common::cli(&args);
+        let t = common::text(&out);
+        assert_eq!(out.status.code(), Some(1), "{command:?}: {t}");
+        assert!(
+            t.contains(&poison),
+            "{command:?} names the missing queue: {t}"
+        );
+        assert_eq!(ready(&ch, &timeout).await, 5, "{command:?}: {t}");
+        assert_eq!(ready(&ch, &q).await, 0, "{command:?}: {t}");
+    }
+    assert_eq!(
+        drain_ids(&ch, &timeout).await,
+        ["t0", "t1", "t2", "t3", "t4"]
+    );
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}

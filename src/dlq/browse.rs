@@ -9,6 +9,8 @@
 //! queue with a publisher confirm, and only then the original acknowledged. A crash
 //! before the ack leaves the original and the copy: a duplicate, never a loss.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use lapin::options::{
     BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
     QueueDeclareOptions,
@@ -46,21 +48,43 @@ pub async fn inspect(
     opts: InspectOptions,
     now_ms: u64,
 ) -> Result<Inspection, BrokerError> {
+    inspect_until(conn, topology, opts, now_ms, &AtomicBool::new(false)).await
+}
+
+/// [`inspect`] that stops reading once `stop` is set (checked before each message; the CLI
+/// sets it on Ctrl-C, SIGTERM or SIGHUP): the message in hand is settled first (a message
+/// near its delivery limit is rotated with a publisher confirm, not left to a crash), every
+/// held message is given back, and the summary covers what was read, with
+/// [`Inspection::interrupted`] set.
+///
+/// # Errors
+/// As [`inspect`]. Every dead-letter queue is looked up before any is read, so a missing
+/// one is an error with nothing read.
+pub async fn inspect_until(
+    conn: &BrokerConnection,
+    topology: &DesiredTopology,
+    opts: InspectOptions,
+    now_ms: u64,
+    stop: &AtomicBool,
+) -> Result<Inspection, BrokerError> {
     let broker = RabbitMq::new(conn)?;
     let mut out = Inspection {
         resource: topology.owner.clone(),
         ..Inspection::default()
     };
-    let queues: Vec<&str> = topology.dead_letter_queues().collect();
+    let queues = limits_of_all(&broker, topology).await?;
     let connection = connect_vhost(conn, &topology.vhost).await?;
     let result = async {
-        for queue in queues {
-            let limits = broker.queue_limits(&topology.vhost, queue).await?;
+        for (queue, limits) in queues {
+            if stop.load(Ordering::SeqCst) {
+                out.interrupted = true;
+                break;
+            }
             let channel = connection
                 .create_channel()
                 .await
                 .map_err(|e| map_error(conn, &e))?;
-            let scanned = scan(conn, &channel, queue, limits, opts, now_ms, &mut out).await;
+            let scanned = scan(conn, &channel, queue, limits, opts, now_ms, stop, &mut out).await;
             let _ = channel.close(200, "inspected".into()).await;
             scanned?;
             out.queues.push(queue.to_string());
@@ -72,7 +96,9 @@ pub async fn inspect(
     result.map(|()| out)
 }
 
-/// Reads up to the remaining budget of `queue` into `out`, then gives every message back.
+/// Reads up to the remaining budget of `queue` into `out` (less once `stop` is set), then
+/// gives every message back.
+#[allow(clippy::too_many_arguments)]
 async fn scan(
     conn: &BrokerConnection,
     channel: &Channel,
@@ -80,6 +106,7 @@ async fn scan(
     limits: QueueLimits,
     opts: InspectOptions,
     now_ms: u64,
+    stop: &AtomicBool,
     out: &mut Inspection,
 ) -> Result<(), BrokerError> {
     let amqp = |e: lapin::Error| map_error(conn, &e);
@@ -90,6 +117,10 @@ async fn scan(
     let budget = opts.max_messages.saturating_sub(out.scanned).min(count);
     let mut requeue = Vec::new();
     for _ in 0..budget {
+        if stop.load(Ordering::SeqCst) {
+            out.interrupted = true;
+            break;
+        }
         let Some(message) = channel
             .basic_get(queue.into(), BasicGetOptions { no_ack: false })
             .await
@@ -154,6 +185,25 @@ pub(super) async fn prepare_channel(channel: &Channel, queue: &str) -> Result<u6
         )
         .await?;
     Ok(u64::from(declared.message_count()))
+}
+
+/// Each dead-letter queue of `topology` with its [`QueueLimits`], all looked up before any
+/// is touched, so that a command that reads them (inspect, replay, purge) finds a missing
+/// one before it has done anything, not after it replayed or removed messages of the
+/// others.
+///
+/// # Errors
+/// [`BrokerError::NotFound`] naming the first missing dead-letter queue; the management
+/// API's errors.
+pub(super) async fn limits_of_all<'t>(
+    broker: &RabbitMq,
+    topology: &'t DesiredTopology,
+) -> Result<Vec<(&'t str, QueueLimits)>, BrokerError> {
+    let mut all = Vec::new();
+    for queue in topology.dead_letter_queues() {
+        all.push((queue, broker.queue_limits(&topology.vhost, queue).await?));
+    }
+    Ok(all)
 }
 
 /// Refuses to read `queue` (holding `count` messages) when that could push a message past

@@ -327,6 +327,9 @@ pub struct Inspection {
     pub total: u64,
     /// Messages read (at most the `--max-messages` limit).
     pub scanned: u64,
+    /// Stopped before the end (Ctrl-C, SIGTERM, SIGHUP): the counts cover the messages
+    /// read, all given back.
+    pub interrupted: bool,
     /// Messages per error class.
     pub by_error_class: BTreeMap<String, u64>,
     /// Messages per reason.
@@ -381,9 +384,14 @@ impl Inspection {
         let _ = writeln!(out, "queues           {}", self.queues.join(", "));
         let _ = writeln!(
             out,
-            "messages         {} (read {}{})",
+            "messages         {} (read {}{}{})",
             self.total,
             self.scanned,
+            if self.interrupted {
+                ", interrupted"
+            } else {
+                ""
+            },
             if self.rotated > 0 {
                 format!(
                     "; {} moved to the tail to stay under the delivery limit",

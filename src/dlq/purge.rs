@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 use serde::Serialize;
 
-use super::browse::{guard, keep, prepare_channel, requeue_all, Held};
+use super::browse::{guard, keep, limits_of_all, prepare_channel, requeue_all, Held};
 use super::filter::Filter;
 use super::DeadLetter;
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
@@ -42,7 +42,8 @@ pub struct PurgeReport {
 /// `dry_run`). `stop` is checked before each message.
 ///
 /// # Errors
-/// [`BrokerError::NotFound`] for a missing dead-letter queue; connection and AMQP errors
+/// [`BrokerError::NotFound`] for a missing dead-letter queue (every one is looked up
+/// before anything is read, so nothing is removed then); connection and AMQP errors
 /// (held messages return to their queue; those already removed stay removed).
 pub async fn purge(
     conn: &BrokerConnection,
@@ -58,12 +59,17 @@ pub async fn purge(
         dry_run,
         ..PurgeReport::default()
     };
-    let queues: Vec<&str> = topology.dead_letter_queues().collect();
+    // Every dead-letter queue looked up first: a missing one is an error before anything
+    // is removed.
+    let queues = limits_of_all(&broker, topology).await?;
     let amqp = |e: lapin::Error| map_error(conn, &e);
     let connection = connect_vhost(conn, &topology.vhost).await?;
     let result = async {
-        for queue in queues {
-            let limits = broker.queue_limits(&topology.vhost, queue).await?;
+        for (queue, limits) in queues {
+            if stop.load(Ordering::SeqCst) {
+                report.interrupted = true;
+                break;
+            }
             let facts = (limits.quorum, limits.delivery_limit);
             let ch = connection.create_channel().await.map_err(amqp)?;
             let count = prepare_channel(&ch, queue).await.map_err(amqp)?;

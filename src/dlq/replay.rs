@@ -37,7 +37,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation};
 use serde::Serialize;
 
-use super::browse::{guard, keep, prepare_channel, requeue_all, Held};
+use super::browse::{guard, keep, limits_of_all, prepare_channel, requeue_all, Held};
 use super::filter::Filter;
 use super::{release_for, replay_properties, DeadLetter, Release};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
@@ -217,7 +217,8 @@ pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String
 /// and keeps a checkpoint before each batch of copies.
 ///
 /// # Errors
-/// [`BrokerError::NotFound`] for a missing dead-letter queue; connection and AMQP errors
+/// [`BrokerError::NotFound`] for a missing dead-letter queue (every one is looked up
+/// before anything is read, so nothing is replayed then); connection and AMQP errors
 /// (held messages return to their queue; copies already confirmed are replayed; at most
 /// the copies in flight are duplicated).
 pub async fn replay(
@@ -242,15 +243,16 @@ pub async fn replay(
         failed: BTreeMap::new(),
     };
     let source = topology.routes.source_queue.clone();
-    let queues: Vec<&str> = topology.dead_letter_queues().collect();
+    // Every dead-letter queue looked up first: a missing one is an error before anything
+    // is replayed.
+    let queues = limits_of_all(&broker, topology).await?;
     let connection = connect_vhost(conn, &topology.vhost).await?;
     let interrupted = AtomicBool::new(false);
     let result = async {
-        for queue in &queues {
+        for (queue, limits) in queues {
             if stop.load(Ordering::SeqCst) || interrupted.load(Ordering::SeqCst) {
                 break;
             }
-            let limits = broker.queue_limits(&topology.vhost, queue).await?;
             let channel = connection
                 .create_channel()
                 .await

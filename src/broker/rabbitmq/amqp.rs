@@ -156,6 +156,19 @@ pub fn map_error(conn: &BrokerConnection, e: &lapin::Error) -> BrokerError {
         }
     } else if e.is_io_error() {
         BrokerError::Unreachable { endpoint, reason }
+    } else if matches!(
+        e.kind(),
+        lapin::ErrorKind::ParsingError(_) | lapin::ErrorKind::InvalidProtocolVersion(_)
+    ) {
+        // Something answered that does not speak AMQP 0-9-1 (an HTTP server, a proxy, the
+        // management port): the parser's message alone does not say so.
+        BrokerError::Unreachable {
+            endpoint,
+            reason: format!(
+                "it did not answer in AMQP 0-9-1; is this RabbitMQ's AMQP port (5672, or 5671 \
+                 with TLS)? ({reason})"
+            ),
+        }
     } else {
         BrokerError::Amqp { reason }
     }
