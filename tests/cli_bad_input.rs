@@ -536,3 +536,31 @@ async fn an_amqp_uri_that_answers_http_is_named_as_not_amqp() {
     }
     common::cleanup(&q).await;
 }
+
+/// Log lines that cannot be written (stderr a pipe whose reader is gone, `2>&1 | head`)
+/// are dropped: tracing-subscriber used to report the failed write with `eprintln!`, which
+/// panicked there (exit 101). Here `RUST_LOG=debug` logs the management API requests of an
+/// inspect whose dead-letter queue does not exist: exit 1, the error's code.
+#[test]
+fn log_lines_to_a_closed_stderr_pipe_do_not_panic() {
+    let q = common::unique("t-log-closed");
+    let dir = manifests(&[
+        (
+            "s.yaml",
+            &common::secret_yaml("s", "guest", "guest", common::MGMT),
+        ),
+        ("p.yaml", &policy_yaml("p", GOOD_POLICY)),
+        ("d.yaml", &dlq_yaml("d", &q, "p", "s", "")),
+    ]);
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["dlq", "inspect", "--standalone", "-f"])
+        .arg(dir.path())
+        .args(["--name", "d"])
+        .env("RUST_LOG", "debug")
+        .stderr(writer)
+        .output()
+        .expect("run dlq-operator");
+    assert_eq!(out.status.code(), Some(1), "{:?}", out.status);
+}
