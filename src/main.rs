@@ -422,13 +422,13 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             max_messages,
             output,
         } => {
-            let prepared = resolve(which).await?;
+            let stop = stop_on_signals("interrupted: giving back the messages read, then stopping");
+            let prepared = unless_stopped(&stop, resolve(which)).await?;
             let opts = browse::InspectOptions {
                 max_messages,
                 sample_size: sample,
                 preview_bytes: if show_payload { usize::MAX } else { 256 },
             };
-            let stop = stop_on_signals("interrupted: giving back the messages read, then stopping");
             let report = browse::inspect_until(
                 &prepared.connection,
                 &prepared.topology,
@@ -464,7 +464,8 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                     ));
                 }
             }
-            let prepared = resolve(which).await?;
+            let stop = stop_on_signals("interrupted: settling the copies in flight, then stopping");
+            let prepared = unless_stopped(&stop, resolve(which)).await?;
             let started = now_ms();
             let opts = replay::ReplayOptions {
                 filter,
@@ -478,7 +479,6 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 max_replays,
                 replay_id: format!("{started}-{:08x}", rand::random::<u32>()),
             };
-            let stop = stop_on_signals("interrupted: settling the copies in flight, then stopping");
             let bar = indicatif::ProgressBar::new(0);
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} read  {msg}")
@@ -528,8 +528,8 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                         .into(),
                 );
             }
-            let prepared = resolve(which).await?;
             let stop = stop_on_signals("interrupted: giving back the messages read, then stopping");
+            let prepared = unless_stopped(&stop, resolve(which)).await?;
             let report = dlq_operator::dlq::purge::purge(
                 &prepared.connection,
                 &prepared.topology,
@@ -899,6 +899,27 @@ fn default_identity() -> String {
 }
 
 /// Completes on Ctrl-C or SIGTERM.
+/// `work` (finding the DeadLetterQueue: reading manifests or the cluster, nothing touched
+/// on the broker yet), given up as soon as `stop` is set, so that Ctrl-C during a slow
+/// Kubernetes API call ends the command at once (checked every 50 ms).
+///
+/// # Errors
+/// `work`'s error, or "interrupted" when stopped first.
+async fn unless_stopped<T>(
+    stop: &std::sync::atomic::AtomicBool,
+    work: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    let stopped = async {
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        done = work => done,
+        () = stopped => Err("interrupted before any message was read".into()),
+    }
+}
+
 /// The stop flag of a one-shot `dlq` command, set by SIGINT (Ctrl-C), SIGTERM or SIGHUP
 /// (its terminal closed); `notice` then goes to stderr. The handlers are installed before
 /// this returns, so from then on such a signal stops the command between two messages,
