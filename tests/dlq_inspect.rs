@@ -11,8 +11,8 @@ use lapin::types::{AMQPValue, FieldTable};
 use serde_json::json;
 
 use common::dlq::{
-    applied, confirm_channel, connection, drain_ids, header, ids_in_order, now_ms, policy, publish,
-    ready, text, topology,
+    applied, applied_manifests, confirm_channel, connection, drain_ids, header, ids_in_order,
+    now_ms, policy, publish, ready, text, topology,
 };
 use common::{cleanup, MGMT};
 use dlq_operator::dlq::browse::{inspect, InspectOptions};
@@ -404,17 +404,7 @@ async fn a_full_quorum_dlq_with_a_delivery_limit_is_not_read() {
 async fn a_signal_stops_cli_inspect_replay_and_purge_between_messages_losing_nothing() {
     const N: usize = 3000;
     let q = common::unique("t-inspect-signal");
-    let dir = common::manifests(&[
-        ("s.yaml", &common::secret_yaml("s", "guest", "guest", MGMT)),
-        (
-            "p.yaml",
-            &common::policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
-        ),
-        ("d.yaml", &common::dlq_yaml("d", &q, "p", "s", "")),
-    ]);
-    let path = dir.path().display().to_string();
-    let out = common::cli(&["apply", "-f", &path]);
-    assert!(out.status.success(), "{}", common::text(&out));
+    let (_dir, path) = applied_manifests(&q);
     let dlq = format!("{q}.dlq");
     policy(&format!("{q}-limit"), &dlq, json!({"delivery-limit": 1})).await;
     let (conn, ch) = confirm_channel().await;

@@ -16,8 +16,8 @@ use lapin::ExchangeKind;
 
 use common::cleanup;
 use common::dlq::{
-    applied, confirm_channel, connection, drain_ids, header, ids_in_order, now_ms, publish, ready,
-    ready_now, text,
+    applied, applied_manifests_with, confirm_channel, connection, drain_ids, header, ids_in_order,
+    now_ms, publish, ready, ready_now, text,
 };
 use dlq_operator::dlq::filter::Filter;
 use dlq_operator::dlq::replay::{replay, Outcome, ReplayOptions, ReplayReport, Target};
@@ -1012,29 +1012,7 @@ async fn one_refused_copy_among_many_fails_alone() {
 #[tokio::test]
 async fn a_missing_partition_queue_stops_replay_and_purge_before_anything_is_touched() {
     let q = common::unique("t-replay-partition");
-    let dir = common::manifests(&[
-        (
-            "s.yaml",
-            &common::secret_yaml("s", "guest", "guest", common::MGMT),
-        ),
-        (
-            "p.yaml",
-            &common::policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
-        ),
-        (
-            "d.yaml",
-            &common::dlq_yaml(
-                "d",
-                &q,
-                "p",
-                "s",
-                "  deadLetter:\n    partitionBy: ErrorClass\n",
-            ),
-        ),
-    ]);
-    let path = dir.path().display().to_string();
-    let out = common::cli(&["apply", "-f", &path]);
-    assert!(out.status.success(), "{}", common::text(&out));
+    let (_dir, path) = applied_manifests_with(&q, "  deadLetter:\n    partitionBy: ErrorClass\n");
     let timeout = format!("{q}.dlq.timeout");
     let poison = format!("{q}.dlq.poison");
     let (conn, ch) = confirm_channel().await;

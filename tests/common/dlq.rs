@@ -151,13 +151,19 @@ pub fn now_ms() -> u64 {
 /// source queue `queue` in a temp dir, applied with `dlq-operator apply`: the dir (keep it
 /// alive) and its path.
 pub fn applied_manifests(queue: &str) -> (tempfile::TempDir, String) {
+    applied_manifests_with(queue, "")
+}
+
+/// [`applied_manifests`] with `extra` (YAML lines, indented by two) added to the
+/// DeadLetterQueue's spec.
+pub fn applied_manifests_with(queue: &str, extra: &str) -> (tempfile::TempDir, String) {
     let dir = super::manifests(&[
         ("s.yaml", &super::secret_yaml("s", "guest", "guest", MGMT)),
         (
             "p.yaml",
             &super::policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
         ),
-        ("d.yaml", &super::dlq_yaml("d", queue, "p", "s", "")),
+        ("d.yaml", &super::dlq_yaml("d", queue, "p", "s", extra)),
     ]);
     let path = dir.path().display().to_string();
     let out = super::cli(&["apply", "-f", &path]);
