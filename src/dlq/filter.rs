@@ -7,7 +7,7 @@
 //! | term | matches when |
 //! |---|---|
 //! | `class=C` / `class!=C` | the error class ([`DeadLetter::error_class`]) is / is not `C` (a known class in any case, as name or slug: `timeout`, `Timeout`, `connection-refused`) |
-//! | `reason=R` / `reason!=R` | the reason (`dlq-reason`, else `x-death`) is / is not `R` |
+//! | `reason=R` / `reason!=R` | the reason (`dlq-reason`, else `x-death`) is / is not `R`, in any case (`MaxRetriesExceeded`, `maxretriesexceeded`) |
 //! | `queue=Q` / `queue!=Q` | the original queue is / is not `Q` |
 //! | `age>D` / `age<D` | dead-lettered more / less than duration `D` ago (`30s`, `7d`; the CRDs' grammar); a message with no dead-lettering time matches neither |
 //! | `header.NAME=V` / `header.NAME!=V` | header `NAME`, as text, is / is not `V` |
@@ -81,7 +81,7 @@ fn term_matches(t: &Term, m: &DeadLetter, now_ms: u64) -> bool {
     let age = m.dead_lettered_at_ms.map(|at| now_ms.saturating_sub(at));
     match t {
         Term::Class(v, eq) => (&m.error_class == v) == *eq,
-        Term::Reason(v, eq) => (&m.reason == v) == *eq,
+        Term::Reason(v, eq) => m.reason.eq_ignore_ascii_case(v) == *eq,
         Term::Queue(v, eq) => (&m.original_queue == v) == *eq,
         Term::OlderThan(ms) => age.is_some_and(|a| a > *ms),
         Term::YoungerThan(ms) => age.is_some_and(|a| a < *ms),
@@ -203,6 +203,13 @@ mod tests {
             Filter::parse(&["reason!=rejected", "header.n=7", "queue=q", "age<1m"]).expect("parse");
         assert!(f.matches(&letter("c", "MaxRetriesExceeded", Some(now)), now));
         assert!(!f.matches(&letter("c", "rejected", Some(now)), now));
+        assert!(
+            !f.matches(&letter("c", "Rejected", Some(now)), now),
+            "a reason in any case"
+        );
+        let any_case = Filter::parse(&["reason=maxretriesexceeded"]).expect("parse");
+        assert!(any_case.matches(&letter("c", "MaxRetriesExceeded", None), now));
+        assert!(!any_case.matches(&letter("c", "rejected", None), now));
         assert!(
             Filter::default().matches(&letter("c", "r", None), 0),
             "no term: all"
