@@ -534,6 +534,29 @@ async fn an_amqp_uri_that_answers_http_is_named_as_not_amqp() {
             &[&format!("127.0.0.1:{port}"), "did not answer in AMQP 0-9-1"],
         );
     }
+    // A server that reads the AMQP header and hangs up without a word (the management
+    // port does that after 5 s): the hint too.
+    let quiet = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let quiet_port = quiet.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        for stream in quiet.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = [0u8; 8];
+            let _ = stream.read(&mut buf);
+        }
+    });
+    let dir = files(&good.replace("127.0.0.1:5672", &format!("127.0.0.1:{quiet_port}")));
+    let path = dir.path().display().to_string();
+    let o = cli(&["dlq", "inspect", "--standalone", "-f", &path, "--name", "d"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert_names(
+        &t,
+        &[
+            &format!("127.0.0.1:{quiet_port}"),
+            "is this RabbitMQ's AMQP port",
+        ],
+    );
     common::cleanup(&q).await;
 }
 

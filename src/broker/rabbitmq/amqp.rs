@@ -117,14 +117,41 @@ async fn connect_uri(conn: &BrokerConnection, uri: String) -> Result<Connection,
     )
     .await
     {
-        Ok(result) => result.map_err(|e| map_error(conn, &e)),
-        Err(_) => Err(BrokerError::Unreachable {
+        Ok(result) => result.map_err(|e| with_port_hint(map_error(conn, &e))),
+        Err(_) => Err(with_port_hint(BrokerError::Unreachable {
             endpoint: conn.redacted_amqp_uri(),
             reason: format!(
                 "no AMQP connection within {} s (TCP connect, TLS and AMQP handshake)",
                 TIMEOUT.as_secs()
             ),
-        }),
+        })),
+    }
+}
+
+/// The hint for a connection that reached something but got no AMQP 0-9-1 handshake.
+const PORT_HINT: &str = "is this RabbitMQ's AMQP port (5672, or 5671 with TLS)?";
+
+/// A failed connect that reached a server which then said nothing, hung up or answered in
+/// another protocol (an HTTP server, the management port, TLS to a plain port) gets
+/// [`PORT_HINT`]: lapin's own reason ("connection aborted", "corrupt message", a
+/// timeout) does not say so. A refused connection or an unknown host needs no hint.
+fn with_port_hint(e: BrokerError) -> BrokerError {
+    match e {
+        BrokerError::Unreachable { endpoint, reason }
+            if !["refused", "lookup", "resolve", "dns", "AMQP 0-9-1"]
+                .iter()
+                .any(|clear| {
+                    reason
+                        .to_ascii_lowercase()
+                        .contains(&clear.to_ascii_lowercase())
+                }) =>
+        {
+            BrokerError::Unreachable {
+                endpoint,
+                reason: format!("{reason}; {PORT_HINT}"),
+            }
+        }
+        other => other,
     }
 }
 
@@ -164,10 +191,7 @@ pub fn map_error(conn: &BrokerConnection, e: &lapin::Error) -> BrokerError {
         // management port): the parser's message alone does not say so.
         BrokerError::Unreachable {
             endpoint,
-            reason: format!(
-                "it did not answer in AMQP 0-9-1; is this RabbitMQ's AMQP port (5672, or 5671 \
-                 with TLS)? ({reason})"
-            ),
+            reason: format!("it did not answer in AMQP 0-9-1; {PORT_HINT} ({reason})"),
         }
     } else {
         BrokerError::Amqp { reason }
