@@ -438,6 +438,9 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             )
             .await
             .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
+            if report.interrupted && report.scanned == 0 {
+                return Err(NOTHING_READ.into());
+            }
             out!("{}", format_report(&report, output, || report.table())?);
             Ok(if report.interrupted {
                 ExitCode::FAILURE
@@ -500,6 +503,9 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             .await
             .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
             bar.finish_and_clear();
+            if stop.load(std::sync::atomic::Ordering::SeqCst) && report.scanned == 0 {
+                return Err(NOTHING_READ.into());
+            }
             out!(
                 "{}",
                 format_report(&report, output, || replay_table(&report))?
@@ -540,6 +546,9 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             )
             .await
             .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
+            if report.interrupted && report.scanned == 0 {
+                return Err(NOTHING_READ.into());
+            }
             out!(
                 "{}",
                 format_report(&report, output, || purge_table(&report))?
@@ -899,6 +908,10 @@ fn default_identity() -> String {
 }
 
 /// Completes on Ctrl-C or SIGTERM.
+/// The error of a `dlq` command stopped by a signal before it read a message: an empty
+/// report would read as an empty dead-letter queue.
+const NOTHING_READ: &str = "interrupted before any message was read; nothing was changed";
+
 /// `work` (finding the DeadLetterQueue: reading manifests or the cluster, nothing touched
 /// on the broker yet), given up as soon as `stop` is set, so that Ctrl-C during a slow
 /// Kubernetes API call ends the command at once (checked every 50 ms).
@@ -916,7 +929,7 @@ async fn unless_stopped<T>(
     };
     tokio::select! {
         done = work => done,
-        () = stopped => Err("interrupted before any message was read".into()),
+        () = stopped => Err(NOTHING_READ.into()),
     }
 }
 

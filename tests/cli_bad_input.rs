@@ -587,3 +587,65 @@ fn log_lines_to_a_closed_stderr_pipe_do_not_panic() {
         .expect("run dlq-operator");
     assert_eq!(out.status.code(), Some(1), "{:?}", out.status);
 }
+
+/// A signal while the broker does not answer (here a management API that accepts the
+/// connection and never replies) ends `dlq inspect`, `replay` and `purge` at once with
+/// "interrupted before any message was read" and exit 1. They used to wait for the
+/// 10 s timeout and then report the broker unreachable (or an empty report, read as an
+/// empty dead-letter queue).
+#[test]
+fn a_signal_while_the_broker_does_not_answer_ends_the_command_at_once() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = silent.local_addr().expect("address").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let secret = common::secret_yaml("s", "guest", "guest", &format!("http://127.0.0.1:{port}"));
+    let dir = manifests(&[
+        ("s.yaml", &secret),
+        ("p.yaml", &policy_yaml("p", GOOD_POLICY)),
+        ("d.yaml", &dlq_yaml("d", "t-silent", "p", "s", "")),
+    ]);
+    let path = dir.path().display().to_string();
+    let commands: [&[&str]; 3] = [
+        &["inspect"],
+        &["replay"],
+        &["purge", "--older-than", "1d", "--yes"],
+    ];
+    for command in commands {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .arg("dlq")
+            .args(command)
+            .args(["--standalone", "-f", &path, "--name", "d"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert!(
+            child.try_wait().expect("status").is_none(),
+            "{command:?} ended before the signal"
+        );
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+        // Well before the 10 s connect timeout.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while child.try_wait().expect("status").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{command:?} still running 5 s after SIGTERM");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().expect("output");
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{command:?}: {t}");
+        assert_names(&t, &["interrupted before any message was read"]);
+    }
+}

@@ -72,8 +72,10 @@ pub async fn inspect_until(
         resource: topology.owner.clone(),
         ..Inspection::default()
     };
-    let queues = limits_of_all(&broker, topology).await?;
-    let connection = connect_vhost(conn, &topology.vhost).await?;
+    let Some((queues, connection)) = open_for_reading(conn, &broker, topology, stop).await? else {
+        out.interrupted = true;
+        return Ok(out);
+    };
     let result = async {
         for (queue, limits) in queues {
             if stop.load(Ordering::SeqCst) {
@@ -204,6 +206,36 @@ pub(super) async fn limits_of_all<'t>(
         all.push((queue, broker.queue_limits(&topology.vhost, queue).await?));
     }
     Ok(all)
+}
+
+/// What a reading command (inspect, replay, purge) needs before it reads: each
+/// dead-letter queue with its limits ([`limits_of_all`]) and a connection to the vhost —
+/// or `None` when `stop` is set first (checked every 50 ms). Nothing has been read then,
+/// so giving up is safe, and a signal during a slow or hung lookup ends the command at
+/// once instead of after the connect timeout.
+///
+/// # Errors
+/// As [`limits_of_all`] and [`connect_vhost`].
+pub(super) async fn open_for_reading<'t>(
+    conn: &BrokerConnection,
+    broker: &RabbitMq,
+    topology: &'t DesiredTopology,
+    stop: &AtomicBool,
+) -> Result<Option<(Vec<(&'t str, QueueLimits)>, lapin::Connection)>, BrokerError> {
+    let open = async {
+        let queues = limits_of_all(broker, topology).await?;
+        let connection = connect_vhost(conn, &topology.vhost).await?;
+        Ok((queues, connection))
+    };
+    let stopped = async {
+        while !stop.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        opened = open => opened.map(Some),
+        () = stopped => Ok(None),
+    }
 }
 
 /// Refuses to read `queue` (holding `count` messages) when that could push a message past

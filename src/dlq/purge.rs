@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 use serde::Serialize;
 
-use super::browse::{guard, keep, limits_of_all, prepare_channel, requeue_all, Held};
+use super::browse::{guard, keep, open_for_reading, prepare_channel, requeue_all, Held};
 use super::filter::Filter;
 use super::DeadLetter;
-use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
+use crate::broker::rabbitmq::amqp::map_error;
 use crate::broker::rabbitmq::RabbitMq;
 use crate::broker::{BrokerConnection, BrokerError};
 use crate::topology::DesiredTopology;
@@ -61,9 +61,11 @@ pub async fn purge(
     };
     // Every dead-letter queue looked up first: a missing one is an error before anything
     // is removed.
-    let queues = limits_of_all(&broker, topology).await?;
+    let Some((queues, connection)) = open_for_reading(conn, &broker, topology, stop).await? else {
+        report.interrupted = true;
+        return Ok(report);
+    };
     let amqp = |e: lapin::Error| map_error(conn, &e);
-    let connection = connect_vhost(conn, &topology.vhost).await?;
     let result = async {
         for (queue, limits) in queues {
             if stop.load(Ordering::SeqCst) {

@@ -37,7 +37,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation};
 use serde::Serialize;
 
-use super::browse::{guard, keep, limits_of_all, prepare_channel, requeue_all, Held};
+use super::browse::{guard, keep, open_for_reading, prepare_channel, requeue_all, Held};
 use super::filter::Filter;
 use super::{release_for, replay_properties, DeadLetter, Release};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
@@ -245,8 +245,10 @@ pub async fn replay(
     let source = topology.routes.source_queue.clone();
     // Every dead-letter queue looked up first: a missing one is an error before anything
     // is replayed.
-    let queues = limits_of_all(&broker, topology).await?;
-    let connection = connect_vhost(conn, &topology.vhost).await?;
+    let Some((queues, connection)) = open_for_reading(conn, &broker, topology, stop).await? else {
+        report.outcome = Outcome::Partial;
+        return Ok(report);
+    };
     let interrupted = AtomicBool::new(false);
     let result = async {
         for (queue, limits) in queues {
