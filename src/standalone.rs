@@ -407,7 +407,8 @@ pub struct RunOptions {
 /// touched for an invalid file). An apply of an unchanged, intact topology writes nothing.
 ///
 /// # Errors
-/// Only I/O errors writing to stdout.
+/// Only I/O errors writing to stdout (not a reader that went away: the apply reports are
+/// then dropped and the operator goes on).
 pub async fn run(
     opts: RunOptions,
     shutdown: impl std::future::Future<Output = ()>,
@@ -449,8 +450,11 @@ pub async fn run(
                         Ok(s) => s,
                         Err(e) => break Err(e),
                     };
-                    if let Err(e) = std::io::stdout().write_all(&buf) {
-                        break Err(e);
+                    // A reader of stdout that went away (`| head`, a log shipper
+                    // restarting) does not stop the operator: the report is dropped.
+                    match std::io::stdout().write_all(&buf) {
+                        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => break Err(e),
+                        _ => {}
                     }
                     ready = summary.not_ready == 0;
                     last_fingerprint = Some(fp);

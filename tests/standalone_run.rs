@@ -265,3 +265,58 @@ async fn run_standalone_exports_backlog_metrics_that_follow_the_dead_letter_queu
     assert!(resolved, "alert did not resolve after the purge");
     assert!(status.success(), "{status:?}");
 }
+
+/// `run --standalone` whose stdout reader went away (`| head -1`, a log shipper
+/// restarting) keeps running: the apply report is dropped. It used to exit 1 ("Broken
+/// pipe") at its first apply. It still declares the topology and stops cleanly on SIGTERM.
+#[tokio::test]
+async fn run_standalone_keeps_running_when_its_stdout_reader_is_gone() {
+    let q = unique("run-pipe");
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let policy = policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n");
+    let dlq = classic_dlq_yaml(&q, "");
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args([
+            "run",
+            "--standalone",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "-f",
+        ])
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let declared = wait_for_queue(&format!("{q}.dlq"), Duration::from_secs(20)).await;
+    // Past the first apply (whose report met the closed pipe).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let running = child.try_wait().expect("status").is_none();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break Some(s);
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut err = String::new();
+    if let Some(mut s) = child.stderr.take() {
+        let _ = s.read_to_string(&mut err);
+    }
+    cleanup(&q).await;
+    assert!(declared, "the topology was not declared:\n{err}");
+    assert!(running, "it stopped at the closed stdout:\n{err}");
+    let status = status.expect("run did not stop on SIGTERM");
+    assert!(status.success(), "exit {status:?}:\n{err}");
+}
