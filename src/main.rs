@@ -487,10 +487,13 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} read  {msg}")
                     .map_err(|e| e.to_string())?,
             );
+            // (read, replayed) so far: what an error in the middle reports.
+            let mut so_far = (0, 0);
             let mut progress = |r: &replay::ReplayReport| {
                 bar.set_length(r.total);
                 bar.set_position(r.scanned);
                 bar.set_message(format!("replayed {}", r.replayed));
+                so_far = (r.scanned, r.replayed);
             };
             let report = replay::replay(
                 &prepared.connection,
@@ -501,7 +504,18 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 &mut progress,
             )
             .await
-            .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
+            .map_err(|e| {
+                let mut message = format!("DeadLetterQueue {}: {e}", prepared.key);
+                if so_far.0 > 0 {
+                    message.push_str(&format!(
+                        "\nbefore the error: {} messages read, at least {} replayed (copies in \
+                         flight at the error may have arrived too: at-least-once); every other \
+                         message is still in the dead-letter queues",
+                        so_far.0, so_far.1
+                    ));
+                }
+                message
+            })?;
             bar.finish_and_clear();
             if stop.load(std::sync::atomic::Ordering::SeqCst) && report.scanned == 0 {
                 return Err(NOTHING_READ.into());
@@ -536,16 +550,28 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             }
             let stop = stop_on_signals("interrupted: giving back the messages read, then stopping");
             let prepared = unless_stopped(&stop, resolve(which)).await?;
-            let report = dlq_operator::dlq::purge::purge(
+            let mut report = dlq_operator::dlq::purge::PurgeReport::default();
+            dlq_operator::dlq::purge::purge_into(
                 &prepared.connection,
                 &prepared.topology,
                 &filter,
                 dry_run,
                 now_ms(),
                 &stop,
+                &mut report,
             )
             .await
-            .map_err(|e| format!("DeadLetterQueue {}: {e}", prepared.key))?;
+            .map_err(|e| {
+                let mut message = format!("DeadLetterQueue {}: {e}", prepared.key);
+                if report.scanned > 0 {
+                    message.push_str(&format!(
+                        "\nbefore the error: {} messages read, {} of them removed (for good); \
+                         every other message is still in the dead-letter queues",
+                        report.scanned, report.removed
+                    ));
+                }
+                message
+            })?;
             if report.interrupted && report.scanned == 0 {
                 return Err(NOTHING_READ.into());
             }

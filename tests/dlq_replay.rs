@@ -1056,3 +1056,46 @@ async fn a_missing_partition_queue_stops_replay_and_purge_before_anything_is_tou
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;
 }
+
+/// A dead-letter queue deleted while a replay runs (after the look-up, before the replay
+/// reaches it): the error comes with what was done before it — the messages read and
+/// replayed — instead of the error alone, and nothing is lost.
+#[tokio::test]
+async fn an_error_mid_replay_reports_what_was_replayed_before_it() {
+    let q = common::unique("t-replay-midway");
+    let (_dir, path) = applied_manifests_with(&q, "  deadLetter:\n    partitionBy: ErrorClass\n");
+    let (conn, ch) = confirm_channel().await;
+    let dlq = format!("{q}.dlq");
+    for i in 0..20 {
+        publish(
+            &ch,
+            &dlq,
+            &format!("m{i:02}"),
+            header(&[("dlq-original-queue", text(&q))]),
+        )
+        .await;
+    }
+    // 20 at 20/s: about a second in the main dead-letter queue. Once the first copy has
+    // arrived (every queue was looked up), the last partition queue disappears.
+    let child = spawn_replay(&path, &["--rate", "20"], true);
+    until_source_holds(&ch, &q, 1).await;
+    common::mgmt_delete(&format!("/api/queues/%2F/{q}.dlq.poison")).await;
+    let out = child.wait_with_output().expect("wait");
+    let t = common::text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains(&format!("{q}.dlq.poison")), "{t}");
+    assert!(
+        t.contains("before the error: 20 messages read, at least 20 replayed"),
+        "{t}"
+    );
+    let mut arrived = drain_ids(&ch, &q).await;
+    arrived.dedup();
+    assert_eq!(
+        arrived.len(),
+        20,
+        "every message replayed once: {arrived:?}"
+    );
+    assert_eq!(ready(&ch, &dlq).await, 0);
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}

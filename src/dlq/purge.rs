@@ -53,8 +53,27 @@ pub async fn purge(
     now_ms: u64,
     stop: &AtomicBool,
 ) -> Result<PurgeReport, BrokerError> {
+    let mut report = PurgeReport::default();
+    purge_into(conn, topology, filter, dry_run, now_ms, stop, &mut report).await?;
+    Ok(report)
+}
+
+/// [`purge`] counting into `report` as it goes, so that after an error the caller still
+/// knows what was removed before it (removed messages stay removed).
+///
+/// # Errors
+/// As [`purge`].
+pub async fn purge_into(
+    conn: &BrokerConnection,
+    topology: &DesiredTopology,
+    filter: &Filter,
+    dry_run: bool,
+    now_ms: u64,
+    stop: &AtomicBool,
+    report: &mut PurgeReport,
+) -> Result<(), BrokerError> {
     let broker = RabbitMq::new(conn)?;
-    let mut report = PurgeReport {
+    *report = PurgeReport {
         resource: topology.owner.clone(),
         dry_run,
         ..PurgeReport::default()
@@ -63,7 +82,7 @@ pub async fn purge(
     // is removed.
     let Some((queues, connection)) = open_for_reading(conn, &broker, topology, stop).await? else {
         report.interrupted = true;
-        return Ok(report);
+        return Ok(());
     };
     let amqp = |e: lapin::Error| map_error(conn, &e);
     let result = async {
@@ -121,5 +140,5 @@ pub async fn purge(
     }
     .await;
     let _ = connection.close(200, "bye".into()).await;
-    result.map(|()| report)
+    result
 }
