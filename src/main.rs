@@ -374,7 +374,12 @@ async fn resolve(which: Which) -> Result<dlq_operator::reconcile::Prepared, Stri
                     .into(),
             );
         }
-        return target::from_files(&files, name.as_deref().unwrap_or_default());
+        // Off the async threads: a file that blocks (a FIFO, a hung network mount) must
+        // not keep a signal from ending the command.
+        let name = name.unwrap_or_default();
+        return tokio::task::spawn_blocking(move || target::from_files(&files, &name))
+            .await
+            .map_err(|e| format!("reading the manifests failed: {e}"))?;
     }
     if !files.is_empty() || name.is_some() {
         return Err("-f and --name are for --standalone; in a cluster give NAMESPACE/NAME".into());
@@ -647,7 +652,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(execute(cli.command)) {
+    let result = runtime.block_on(execute(cli.command));
+    // Not waiting for a blocking read the command gave up on (a manifest on a hung mount
+    // or a FIFO, abandoned after a signal): the command is over.
+    runtime.shutdown_background();
+    match result {
         Ok(code) => code,
         Err(message) => {
             err(&format!("error: {message}"));

@@ -649,3 +649,49 @@ fn a_signal_while_the_broker_does_not_answer_ends_the_command_at_once() {
         assert_names(&t, &["interrupted before any message was read"]);
     }
 }
+
+/// A manifest whose read blocks (a FIFO nobody writes, like a file on a hung network
+/// mount): a signal still ends the command, with exit 1 and "interrupted before any
+/// message was read". The blocking read used to keep it from ever stopping (only SIGKILL
+/// did).
+#[cfg(unix)]
+#[test]
+fn a_signal_ends_a_command_blocked_reading_its_manifests() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("blocked.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success(), "mkfifo");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["dlq", "inspect", "--standalone", "-f"])
+        .arg(&fifo)
+        .args(["--name", "d"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        child.try_wait().expect("status").is_none(),
+        "blocked on the FIFO"
+    );
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while child.try_wait().expect("status").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running 5 s after SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert_names(&t, &["interrupted before any message was read"]);
+}
