@@ -513,10 +513,15 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 let mut message = format!("DeadLetterQueue {}: {e}", prepared.key);
                 if so_far.0 > 0 {
                     message.push_str(&format!(
-                        "\nbefore the error: {} messages read, at least {} replayed (copies in \
-                         flight at the error may have arrived too: at-least-once); every other \
-                         message is still in the dead-letter queues",
-                        so_far.0, so_far.1
+                        "\nbefore the error: at least {} messages read and {} copies confirmed \
+                         by the broker. Copies still in flight (up to {}) may have arrived too, \
+                         and the originals of those and of confirmed copies whose acks were \
+                         not yet sent are back in the dead-letter queues if the connection \
+                         was lost: a second replay sends those again (at-least-once; \
+                         deduplicate on message_id). Nothing is lost.",
+                        so_far.0,
+                        so_far.1,
+                        replay::CONFIRM_WINDOW
                     ));
                 }
                 message

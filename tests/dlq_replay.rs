@@ -1085,7 +1085,7 @@ async fn an_error_mid_replay_reports_what_was_replayed_before_it() {
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(t.contains(&format!("{q}.dlq.poison")), "{t}");
     assert!(
-        t.contains("before the error: 20 messages read, at least 20 replayed"),
+        t.contains("before the error: at least 20 messages read and 20 copies confirmed"),
         "{t}"
     );
     let mut arrived = drain_ids(&ch, &q).await;
