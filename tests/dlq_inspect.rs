@@ -309,6 +309,25 @@ async fn cli_inspect_reads_the_dead_letter_queue_from_the_cluster() {
     );
     assert_eq!(drain_ids(&ch, &queue).await, ["k0"]);
     let _ = conn.close(200, "bye".into()).await;
+    // The DeadLetterQueues go while the operator runs (it removes their finalizers):
+    // left in the API server, an operator of a later e2e test watching every namespace
+    // would declare their topology again after the clean-up below.
+    api.delete_collection(&Default::default(), &Default::default())
+        .await
+        .expect("delete the DeadLetterQueues");
+    common::e2e::wait_for(
+        std::time::Duration::from_secs(60),
+        "the DeadLetterQueues deleted",
+        &op,
+        || async {
+            api.list(&Default::default())
+                .await
+                .ok()
+                .filter(|l| l.items.is_empty())
+                .map(|_| ())
+        },
+    )
+    .await;
     drop(op);
     cleanup(&prefix).await;
 }
