@@ -954,7 +954,7 @@ const NOTHING_READ: &str = "interrupted before any message was read; nothing was
 
 /// `work` (finding the DeadLetterQueue: reading manifests or the cluster, nothing touched
 /// on the broker yet), given up as soon as `stop` is set, so that Ctrl-C during a slow
-/// Kubernetes API call ends the command at once (checked every 50 ms).
+/// Kubernetes API call ends the command at once ([`dlq_operator::dlq::stopped`]).
 ///
 /// # Errors
 /// `work`'s error, or "interrupted" when stopped first.
@@ -962,14 +962,9 @@ async fn unless_stopped<T>(
     stop: &std::sync::atomic::AtomicBool,
     work: impl std::future::Future<Output = Result<T, String>>,
 ) -> Result<T, String> {
-    let stopped = async {
-        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    };
     tokio::select! {
         done = work => done,
-        () = stopped => Err(NOTHING_READ.into()),
+        () = dlq_operator::dlq::stopped(stop) => Err(NOTHING_READ.into()),
     }
 }
 

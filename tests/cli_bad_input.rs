@@ -22,6 +22,37 @@ fn assert_names(t: &str, needles: &[&str]) {
     }
 }
 
+/// Starts `dlq-operator ARGS…`, checks it is still running 500 ms later (`what` says
+/// where it waits), sends `signal` (`-INT`, `-TERM`…) and returns its output once it has
+/// ended, failing if it still runs 5 s after the signal.
+fn signal_while_it_waits(args: &[&str], signal: &str, what: &str) -> std::process::Output {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        child.try_wait().expect("status").is_none(),
+        "{what}: ended before the signal"
+    );
+    let sent = std::process::Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while child.try_wait().expect("status").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what}: still running 5 s after {signal}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
 #[test]
 fn malformed_yaml_names_file_and_line() {
     let dir = manifests(&[(
@@ -616,34 +647,11 @@ fn a_signal_while_the_broker_does_not_answer_ends_the_command_at_once() {
         &["purge", "--older-than", "1d", "--yes"],
     ];
     for command in commands {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-            .arg("dlq")
-            .args(command)
-            .args(["--standalone", "-f", &path, "--name", "d"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        assert!(
-            child.try_wait().expect("status").is_none(),
-            "{command:?} ended before the signal"
-        );
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(sent.success());
+        let mut args = vec!["dlq"];
+        args.extend_from_slice(command);
+        args.extend_from_slice(&["--standalone", "-f", &path, "--name", "d"]);
         // Well before the 10 s connect timeout.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while child.try_wait().expect("status").is_none() {
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("{command:?} still running 5 s after SIGTERM");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        let out = child.wait_with_output().expect("output");
+        let out = signal_while_it_waits(&args, "-TERM", &format!("{command:?}"));
         let t = text(&out);
         assert_eq!(out.status.code(), Some(1), "{command:?}: {t}");
         assert_names(&t, &["interrupted before any message was read"]);
@@ -664,33 +672,9 @@ fn a_signal_ends_a_command_blocked_reading_its_manifests() {
         .status()
         .expect("mkfifo");
     assert!(made.success(), "mkfifo");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-        .args(["dlq", "inspect", "--standalone", "-f"])
-        .arg(&fifo)
-        .args(["--name", "d"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    assert!(
-        child.try_wait().expect("status").is_none(),
-        "blocked on the FIFO"
-    );
-    let sent = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while child.try_wait().expect("status").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("still running 5 s after SIGINT");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("output");
+    let fifo = fifo.to_str().expect("a UTF-8 temp path");
+    let args = ["dlq", "inspect", "--standalone", "-f", fifo, "--name", "d"];
+    let out = signal_while_it_waits(&args, "-INT", "blocked on the FIFO");
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert_names(&t, &["interrupted before any message was read"]);

@@ -88,6 +88,25 @@ fn standalone(
         .expect("spawn")
 }
 
+/// Sends SIGTERM to `child` and waits up to 10 s for it to exit: its status, or `None`
+/// (then it is killed).
+fn sigterm_and_wait(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return Some(s);
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 async fn wait_for_queue(name: &str, deadline: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < deadline {
@@ -139,19 +158,7 @@ async fn run_standalone_reconciles_changed_files_and_stops_on_sigterm() {
     let repaired = wait_for_queue(&format!("{q}.retry.1s"), Duration::from_secs(20)).await;
 
     // SIGTERM: clean exit.
-    let pid = child.id().to_string();
-    let _ = Command::new("kill").args(["-TERM", &pid]).status();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break Some(s);
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = sigterm_and_wait(&mut child);
     let mut out = String::new();
     let mut err = String::new();
     if let Some(mut s) = child.stdout.take() {
@@ -296,20 +303,7 @@ async fn run_standalone_keeps_running_when_its_stdout_reader_is_gone() {
     // Past the first apply (whose report met the closed pipe).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let running = child.try_wait().expect("status").is_none();
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break Some(s);
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = sigterm_and_wait(&mut child);
     let mut err = String::new();
     if let Some(mut s) = child.stderr.take() {
         let _ = s.read_to_string(&mut err);

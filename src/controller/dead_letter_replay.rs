@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::ResourceExt;
 use tracing::{info, warn, Instrument};
@@ -611,6 +611,23 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .await
 }
 
+/// Ends a reconcile for a replay that will not run (again): writes `status`, records
+/// `note` as an Event, and waits for a change.
+///
+/// # Errors
+/// The status write's Kubernetes API error.
+async fn conclude(
+    ctx: &Context,
+    ar: &ApiResource,
+    obj: &DynamicObject,
+    status: &DeadLetterReplayStatus,
+    note: Note,
+) -> Result<Action, Error> {
+    crate::controller::apply_status(ctx, ar, obj, status).await?;
+    publish(ctx, obj, ar, note).await;
+    Ok(Action::await_change())
+}
+
 async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let current: DeadLetterReplayStatus = status_of(&obj);
@@ -630,19 +647,12 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     let key = object_key(&obj.metadata);
     if spec_changed_while_running(&current, generation) {
         let status = spec_changed_status(&current, generation, &ctx.now());
-        crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
         let note = format!(
             "DeadLetterReplay {key}: the spec changed while it ran; not resumed ({} replayed)",
             current.replayed
         );
-        publish(
-            &ctx,
-            &obj,
-            &ar,
-            Note::warning("SpecChanged", "Resume", note),
-        )
-        .await;
-        return Ok(Action::await_change());
+        let note = Note::warning("SpecChanged", "Resume", note);
+        return conclude(&ctx, &ar, &obj, &status, note).await;
     }
     let checked = decode::<DeadLetterReplay>(&obj).and_then(|r| {
         r.spec.validate()?;
@@ -654,16 +664,9 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
         Ok(checked) => checked,
         Err(invalid) => {
             let status = invalid_status(&current, generation, &invalid, &ctx.now());
-            crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
             let note = format!("DeadLetterReplay {key}: invalid spec: {invalid}");
-            publish(
-                &ctx,
-                &obj,
-                &ar,
-                Note::warning("InvalidSpec", "Validate", note),
-            )
-            .await;
-            return Ok(Action::await_change());
+            let note = Note::warning("InvalidSpec", "Validate", note);
+            return conclude(&ctx, &ar, &obj, &status, note).await;
         }
     };
     let prepared = match target(&ctx, &ns, &spec).await? {
@@ -704,15 +707,8 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
             generation,
             &now,
         );
-        crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
-        publish(
-            &ctx,
-            &obj,
-            &ar,
-            Note::normal("Succeeded", "Replay", message),
-        )
-        .await;
-        return Ok(Action::await_change());
+        let note = Note::normal("Succeeded", "Replay", message);
+        return conclude(&ctx, &ar, &obj, &status, note).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
     let job = Job {

@@ -210,7 +210,7 @@ pub(super) async fn limits_of_all<'t>(
 
 /// What a reading command (inspect, replay, purge) needs before it reads: each
 /// dead-letter queue with its limits ([`limits_of_all`]) and a connection to the vhost —
-/// or `None` when `stop` is set first (checked every 50 ms). Nothing has been read then,
+/// or `None` when `stop` is set first ([`super::stopped`]). Nothing has been read then,
 /// so giving up is safe, and a signal during a slow or hung lookup ends the command at
 /// once instead of after the connect timeout.
 ///
@@ -227,14 +227,9 @@ pub(super) async fn open_for_reading<'t>(
         let connection = connect_vhost(conn, &topology.vhost).await?;
         Ok((queues, connection))
     };
-    let stopped = async {
-        while !stop.load(Ordering::SeqCst) {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    };
     tokio::select! {
         opened = open => opened.map(Some),
-        () = stopped => Ok(None),
+        () = super::stopped(stop) => Ok(None),
     }
 }
 

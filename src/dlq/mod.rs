@@ -292,6 +292,15 @@ pub enum Release {
     Rotate,
 }
 
+/// Completes once `stop` is set (checked every 50 ms): raced against work that may be
+/// given up before any message is read (finding the DeadLetterQueue, connecting), so that
+/// a signal ends a command at once instead of after a timeout.
+pub async fn stopped(stop: &std::sync::atomic::AtomicBool) {
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// Whether a message read by inspection may be requeued, or must be rotated.
 ///
 /// Every return to a quorum queue — a `nack` with requeue, or a channel that closes with
