@@ -217,8 +217,9 @@ enum ReplayTarget {
 #[derive(Subcommand)]
 enum DlqCommand {
     /// Summarise what is in the dead-letter queues: counts by error class, reason, retry
-    /// count and original queue, oldest and newest age, and a sample. No message is lost,
-    /// dead-lettered or durably reordered (see docs/ARCHITECTURE.md, "Inspection").
+    /// count and original queue, oldest and newest age, and a sample. No message is lost
+    /// or dead-lettered; on quorum queues the order of the messages read may change (see
+    /// docs/ARCHITECTURE.md, "Inspection").
     Inspect {
         #[command(flatten)]
         which: Which,
