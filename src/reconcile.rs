@@ -159,11 +159,20 @@ pub fn prepare(
 /// same plan makes no write calls.
 ///
 /// # Errors
+/// [`ReconcileError::NameConflict`] when another DeadLetterQueue's ownership record on
+/// the broker holds a planned name (nothing is written then);
 /// [`ReconcileError::Broker`] when the broker cannot be reached or refuses a read or
 /// write; per-object conflicts are reported in the [`ApplyReport`], not as errors.
 pub async fn apply<B: Broker>(
     broker: &B,
     prepared: &Prepared,
 ) -> Result<ApplyReport, ReconcileError> {
-    Ok(broker.apply(&prepared.topology).await?)
+    broker.apply(&prepared.topology).await.map_err(|e| match e {
+        // Another owner's record on the broker: the same verdict as a conflict found
+        // among the resources themselves.
+        BrokerError::NameOwned { field, message } => {
+            ReconcileError::NameConflict { field, message }
+        }
+        other => other.into(),
+    })
 }

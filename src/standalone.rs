@@ -203,12 +203,18 @@ struct Counts {
     in_place: usize,
     draining: usize,
     retained: usize,
+    retired: usize,
 }
 
 impl Counts {
     fn of(report: &ApplyReport) -> Self {
         let mut c = Counts::default();
-        for a in &report.actions {
+        // Ownership records are not broker objects: their line says what was written.
+        for a in report
+            .actions
+            .iter()
+            .filter(|a| a.kind != crate::broker::ObjectKind::Ownership)
+        {
             match a.outcome {
                 Outcome::Created => c.created += 1,
                 Outcome::Updated => c.updated += 1,
@@ -216,6 +222,7 @@ impl Counts {
                 Outcome::InPlace => c.in_place += 1,
                 Outcome::Draining(_) => c.draining += 1,
                 Outcome::Retained(_) => c.retained += 1,
+                Outcome::Retired(_) => c.retired += 1,
                 _ => {}
             }
         }
@@ -235,6 +242,9 @@ impl std::fmt::Display for Counts {
         }
         if self.retained > 0 {
             write!(f, ", {} retained", self.retained)?;
+        }
+        if self.retired > 0 {
+            write!(f, ", {} retired", self.retired)?;
         }
         Ok(())
     }

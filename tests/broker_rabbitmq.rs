@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use dlq_operator::backoff::ResolvedPolicy;
-use dlq_operator::broker::rabbitmq::{amqp, RabbitMq};
+use dlq_operator::broker::rabbitmq::{amqp, ownership, RabbitMq};
 use dlq_operator::broker::{
     Broker, BrokerConnection, BrokerError, DeleteOutcome, ObjectKind, Outcome,
 };
@@ -41,14 +41,21 @@ fn conn() -> BrokerConnection {
 /// exchange (and the source exchange), one per planned queue, the tier-like queue
 /// listing (one page), the policies, one per bound exchange/queue pair. Independent of
 /// how many other objects the vhost holds.
+/// GETs of an apply: the vhost list, each planned exchange (and the source exchange),
+/// each planned queue, the tier listing, the policies, each binding pair, then one
+/// ownership record per planned queue and exchange, and the dead-letter exchange's
+/// bindings (retired dead-letter queues).
 fn reads_per_apply(t: &DesiredTopology) -> u64 {
     let pairs = t.binding_pairs();
-    (1 + t.exchanges.len()
+    let snapshot = 1
+        + t.exchanges.len()
         + usize::from(t.source_exchange.is_some())
         + t.queues.len()
         + 1
         + 1
-        + pairs.len()) as u64
+        + pairs.len();
+    let ownership = t.exchanges.len() + t.queues.len();
+    (snapshot + ownership + 1) as u64
 }
 
 fn unique(test: &str) -> String {
@@ -155,6 +162,34 @@ impl Raw {
                 }
             }
         }
+        self.cleanup_records(prefix).await;
+    }
+
+    /// Deletes the ownership records of the objects named `prefix…` (as if they had been
+    /// made by a version without records), keeping the objects.
+    async fn cleanup_records(&self, prefix: &str) {
+        let (_, params) = self.get("global-parameters").await;
+        for p in params.as_array().cloned().unwrap_or_default() {
+            let name = p["name"].as_str().unwrap_or_default();
+            if name.starts_with(ownership::RECORD_PREFIX)
+                && p["value"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(prefix))
+            {
+                self.delete(&format!("global-parameters/{name}")).await;
+            }
+        }
+    }
+
+    /// The ownership record of `kind` `name` in vhost `/` (its JSON value), if any.
+    async fn owner_record(&self, kind: &str, name: &str) -> Option<Value> {
+        let (status, v) = self
+            .get(&format!(
+                "global-parameters/{}",
+                ownership::record_name("/", kind, name)
+            ))
+            .await;
+        (status == 200).then(|| v["value"].clone())
     }
 
     async fn names(&self, list: &str) -> Vec<String> {
@@ -175,11 +210,19 @@ impl Raw {
 }
 
 async fn publish(queue: &str, body: &[u8]) {
+    publish_to("", queue, body).await
+}
+
+/// Publishes `body` to `exchange` with `routing_key` and waits for the publisher confirm.
+async fn publish_to(exchange: &str, routing_key: &str, body: &[u8]) {
     let c = amqp::connect(&conn()).await.expect("amqp connect");
     let ch = c.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
     ch.basic_publish(
-        "".into(),
-        queue.into(),
+        exchange.into(),
+        routing_key.into(),
         BasicPublishOptions::default(),
         body,
         BasicProperties::default().with_delivery_mode(2),
@@ -219,19 +262,37 @@ async fn apply_creates_everything() {
     let topology = topo(&q, &["1s", "2s"]);
     let report = broker.apply(&topology).await.expect("apply");
 
-    // Every planned object is reported Created.
+    // Every planned object is reported Created, after the ownership records of its
+    // queues and exchanges (one line).
     let expected = topology.exchanges.len()
         + topology.policies.len()
         + topology.queues.len()
         + topology.bindings.len();
-    assert_eq!(report.actions.len(), expected, "{report}");
+    assert_eq!(report.actions.len(), expected + 1, "{report}");
+    let names = topology.exchanges.len() + topology.queues.len();
+    assert_eq!(
+        report.actions[0].to_string(),
+        format!("ownership records for {names} names: created")
+    );
     for a in &report.actions {
         assert_eq!(a.outcome, Outcome::Created, "{a}");
     }
     assert!(report.is_ready());
-    assert_eq!(report.writes(), expected);
+    assert_eq!(report.writes(), expected + 1);
+    let record = raw
+        .owner_record("queue", &format!("{q}.dlq"))
+        .await
+        .expect("the dead-letter queue's ownership record");
+    assert_eq!(record["owner"], json!(topology.owner));
+    assert_eq!(record["role"], "dead-letter queue");
+    let record = raw
+        .owner_record("exchange", &format!("{q}.retry"))
+        .await
+        .expect("the retry exchange's ownership record");
+    assert_eq!(record["role"], "retry exchange");
     assert_eq!(broker.request_counts().reads, reads_per_apply(&topology));
-    assert_eq!(broker.request_counts().writes, expected as u64);
+    // One write per object, one per ownership record.
+    assert_eq!(broker.request_counts().writes, (expected + names) as u64);
     assert_eq!(
         report
             .find(ObjectKind::Queue, &format!("{q}.dlq"))
@@ -499,6 +560,10 @@ async fn obsolete_tier_drains_then_is_deleted() {
         }
     }
     assert!(!raw.names("queues/%2F?columns=name").await.contains(&old));
+    assert!(
+        raw.owner_record("queue", &old).await.is_none(),
+        "the deleted tier's ownership record goes with it"
+    );
     // Once gone, nothing more is reported or written for it.
     let before = broker.request_counts().writes;
     let report = broker.apply(&new_plan).await.expect("apply");
@@ -1065,5 +1130,280 @@ async fn a_policymaker_user_can_apply_and_a_missing_vhost_is_named() {
         matches!(&missing, BrokerError::NotFound { what } if what.contains("no-such-vhost-dlq-test")),
         "{missing:?}"
     );
+    raw.cleanup(&q).await;
+}
+
+/// A plan of `owner` on source `queue` with `extra` spec fields and one 1 s tier.
+fn topo_of(owner: &str, queue: &str, extra: Value) -> DesiredTopology {
+    plan(owner, &spec(queue, extra), &resolved(&["1s"]))
+}
+
+#[tokio::test]
+async fn a_second_owner_is_refused_by_the_record_on_the_broker_and_writes_nothing() {
+    let q = unique("owned");
+    let raw = Raw::new();
+    let a = topo_of("team/a", &q, json!({}));
+    RabbitMq::new(&conn())
+        .expect("client")
+        .apply(&a)
+        .await
+        .expect("apply a");
+    let dlq_policy = format!("dlq-operator.{q}.dlq");
+    let before = raw.policy(&dlq_policy).await;
+
+    // Another resource, from another client (another `apply` run, another driver), on
+    // the same source queue and with a dead-letter queue that drops dead letters.
+    let dropping = json!({"deadLetter": {"maxLength": 3, "overflow": "DropHead"}});
+    for (b, field, role) in [
+        (
+            topo_of("team/b", &q, dropping.clone()),
+            "spec.source.queue",
+            "its source queue",
+        ),
+        // Its source queue is a's dead-letter queue.
+        (
+            topo_of("team/b", &format!("{q}.dlq"), dropping.clone()),
+            "spec.source.queue",
+            "its dead-letter queue",
+        ),
+        // Its dead-letter exchange is a's.
+        (
+            topo_of(
+                "team/b",
+                &format!("{q}-other"),
+                json!({"deadLetter": {"exchange": format!("{q}.dlx")}}),
+            ),
+            "spec.deadLetter.exchange",
+            "its dead-letter exchange",
+        ),
+    ] {
+        let broker = RabbitMq::new(&conn()).expect("client");
+        match broker.apply(&b).await {
+            Err(BrokerError::NameOwned { field: f, message }) => {
+                assert_eq!(f, field, "{message}");
+                assert!(message.contains("DeadLetterQueue team/a"), "{message}");
+                assert!(message.contains(role), "{message}");
+                assert!(
+                    message.contains("rabbitmqctl clear_global_parameter dlq-operator.owner."),
+                    "{message}"
+                );
+            }
+            other => panic!("expected NameOwned, got {other:?}"),
+        }
+        assert_eq!(
+            broker.request_counts().writes,
+            0,
+            "a refused apply writes nothing"
+        );
+    }
+    assert_eq!(
+        raw.policy(&dlq_policy).await["definition"],
+        before["definition"]
+    );
+    assert!(
+        !raw.names("queues/%2F?columns=name")
+            .await
+            .contains(&format!("{q}-other")),
+        "nothing of the refused resource was declared"
+    );
+
+    // The owner itself, from a new client, is in place.
+    let again = RabbitMq::new(&conn()).expect("client");
+    let report = again.apply(&a).await.expect("apply a again");
+    assert!(report.is_ready(), "{report}");
+    assert_eq!(again.request_counts().writes, 0, "{report}");
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn names_without_a_record_are_recorded_by_their_first_apply() {
+    // Topology made before ownership records existed: the next apply of its owner
+    // records it, writes nothing else, and from then on another owner is refused.
+    let q = unique("legacy");
+    let raw = Raw::new();
+    let a = topo_of("team/a", &q, json!({}));
+    let broker = RabbitMq::new(&conn()).expect("client");
+    broker.apply(&a).await.expect("apply");
+    raw.cleanup_records(&q).await;
+    assert!(raw.owner_record("queue", &q).await.is_none());
+
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let report = broker.apply(&a).await.expect("apply after the upgrade");
+    let names = a.queues.len() + a.exchanges.len();
+    assert_eq!(
+        report.actions[0].to_string(),
+        format!("ownership records for {names} names: created")
+    );
+    assert_eq!(broker.request_counts().writes, names as u64, "{report}");
+    assert_eq!(
+        raw.owner_record("queue", &q)
+            .await
+            .map(|r| r["owner"].clone()),
+        Some(json!("team/a"))
+    );
+    let b = topo_of("team/b", &q, json!({}));
+    assert!(matches!(
+        RabbitMq::new(&conn()).expect("client").apply(&b).await,
+        Err(BrokerError::NameOwned { .. })
+    ));
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn renaming_the_dead_letter_queue_unbinds_the_old_one_and_keeps_its_dead_letters() {
+    let q = unique("rename");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let dlx = format!("{q}.dlx");
+    let old = format!("{q}.dlq");
+    let new = format!("{q}.dead");
+    broker
+        .apply(&topo_of("team/a", &q, json!({})))
+        .await
+        .expect("apply");
+    // Two dead letters, as RabbitMQ dead-letters them: to the exchange with key q.
+    publish_to(&dlx, &q, b"one").await;
+    publish_to(&dlx, &q, b"two").await;
+    assert_eq!(ready_count(&old).await, Some(2));
+
+    let renamed = topo_of("team/a", &q, json!({"deadLetter": {"queue": new}}));
+    let report = broker.apply(&renamed).await.expect("apply the rename");
+    assert!(report.is_ready(), "{report}");
+    assert_eq!(
+        report
+            .find(ObjectKind::Binding, &format!("{dlx} -> {old} [{q}]"))
+            .map(|a| &a.outcome),
+        Some(&Outcome::Deleted),
+        "{report}"
+    );
+    match report.find(ObjectKind::Queue, &old).map(|a| &a.outcome) {
+        Some(Outcome::Retired(reason)) => {
+            assert!(reason.contains("2 dead letters left"), "{reason}");
+            assert!(reason.contains(&format!("move them to {new}")), "{reason}");
+        }
+        other => panic!("expected retired, got {other:?}"),
+    }
+    // A new dead letter is stored once, in the new queue; the old ones stay.
+    publish_to(&dlx, &q, b"three").await;
+    assert_eq!(ready_count(&new).await, Some(1));
+    assert_eq!(ready_count(&old).await, Some(2));
+    // Still reported by later applies (the dead-letter exchange's record lists it), and
+    // still under its policy (retention).
+    let report = broker.apply(&renamed).await.expect("apply again");
+    assert!(matches!(
+        report.find(ObjectKind::Queue, &old).map(|a| &a.outcome),
+        Some(Outcome::Retired(_))
+    ));
+    raw.policy(&format!("dlq-operator.{old}")).await;
+    let record = raw
+        .owner_record("exchange", &dlx)
+        .await
+        .expect("dlx record");
+    assert_eq!(record["retired"], json!([old]));
+    assert_eq!(
+        raw.owner_record("queue", &old)
+            .await
+            .map(|r| r["role"].clone()),
+        Some(json!("retired dead-letter queue"))
+    );
+
+    // A quorum queue is never deleted by the operator, even empty: once a person
+    // deletes it, the next apply removes its policy and records and forgets it.
+    assert_eq!(raw.delete(&format!("queues/%2F/{old}/contents")).await, 204);
+    let report = broker.apply(&renamed).await.expect("apply after draining");
+    match report.find(ObjectKind::Queue, &old).map(|a| &a.outcome) {
+        Some(Outcome::Retired(reason)) => {
+            assert!(reason.contains("rabbitmqctl delete_queue"), "{reason}")
+        }
+        other => panic!("expected retired, got {other:?}"),
+    }
+    assert_eq!(raw.delete(&format!("queues/%2F/{old}")).await, 204);
+    let report = broker
+        .apply(&renamed)
+        .await
+        .expect("apply after the deletion");
+    assert_eq!(
+        report
+            .find(ObjectKind::Policy, &format!("dlq-operator.{old}"))
+            .map(|a| &a.outcome),
+        Some(&Outcome::Deleted),
+        "{report}"
+    );
+    assert!(raw.owner_record("queue", &old).await.is_none());
+    assert!(raw
+        .owner_record("exchange", &dlx)
+        .await
+        .is_some_and(|r| r.get("retired").is_none()));
+    let before = broker.request_counts().writes;
+    let report = broker.apply(&renamed).await.expect("steady state");
+    assert!(report.find(ObjectKind::Queue, &old).is_none(), "{report}");
+    assert_eq!(broker.request_counts().writes, before, "{report}");
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn a_retired_classic_dead_letter_queue_is_deleted_once_empty_and_removed_with_the_rest() {
+    let q = unique("retire");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let classic = |extra: Value| {
+        let mut v = json!({"source": {"queue": q, "queueType": "Classic"}});
+        if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        topo_of("team/a", &q, v)
+    };
+    let old = format!("{q}.dlq");
+    broker.apply(&classic(json!({}))).await.expect("apply");
+    publish_to(&format!("{q}.dlx"), &q, b"kept").await;
+    let renamed = classic(json!({"deadLetter": {"queue": format!("{q}.dead")}}));
+    broker.apply(&renamed).await.expect("apply the rename");
+
+    // A removal waits for the retired queue too.
+    let removal = broker.remove(&renamed).await.expect("remove");
+    assert!(!removal.is_complete());
+    assert!(
+        removal.blocked.iter().any(|b| b.contains(&old)),
+        "{:?}",
+        removal.blocked
+    );
+    assert_eq!(ready_count(&old).await, Some(1));
+
+    // Emptied, it is deleted by the next apply (statistics lag: retry a while).
+    assert_eq!(raw.delete(&format!("queues/%2F/{old}/contents")).await, 204);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let report = broker.apply(&renamed).await.expect("apply");
+        match report
+            .find(ObjectKind::Queue, &old)
+            .map(|a| a.outcome.clone())
+        {
+            Some(Outcome::Deleted) => break,
+            Some(Outcome::Retired(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await
+            }
+            other => panic!("expected deleted, got {other:?}"),
+        }
+    }
+    assert!(ready_count(&old).await.is_none());
+    assert!(raw.owner_record("queue", &old).await.is_none());
+
+    // A complete removal releases every ownership record of the resource.
+    let removal = broker.remove(&renamed).await.expect("remove");
+    assert!(removal.is_complete(), "{:?}", removal.blocked);
+    for x in &renamed.exchanges {
+        assert!(
+            raw.owner_record("exchange", &x.name).await.is_none(),
+            "{}",
+            x.name
+        );
+    }
+    for queue in &renamed.queues {
+        assert!(
+            raw.owner_record("queue", &queue.name).await.is_none(),
+            "{}",
+            queue.name
+        );
+    }
     raw.cleanup(&q).await;
 }

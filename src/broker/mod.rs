@@ -88,6 +88,15 @@ pub enum BrokerError {
         /// What failed.
         reason: String,
     },
+    /// Another DeadLetterQueue's ownership record on the broker holds a name the plan
+    /// needs (`rabbitmq::ownership`); nothing was written.
+    #[error("{field}: {message}")]
+    NameOwned {
+        /// The DeadLetterQueue field that makes the name (e.g. `spec.source.queue`).
+        field: &'static str,
+        /// Which object, who owns it, where that is recorded and what to do.
+        message: String,
+    },
 }
 
 impl BrokerError {
@@ -103,6 +112,7 @@ impl BrokerError {
             BrokerError::InvalidSecret { .. } => "invalid_secret",
             BrokerError::Tls { .. } => "tls",
             BrokerError::Amqp { .. } => "amqp",
+            BrokerError::NameOwned { .. } => "name_owned",
         }
     }
 
@@ -648,6 +658,9 @@ pub enum ObjectKind {
     Policy,
     /// A binding (name `exchange -> queue [routing key]`).
     Binding,
+    /// The ownership records of a DeadLetterQueue's names on the broker (name: how
+    /// many), see `rabbitmq::ownership`.
+    Ownership,
 }
 
 impl fmt::Display for ObjectKind {
@@ -657,6 +670,7 @@ impl fmt::Display for ObjectKind {
             ObjectKind::Queue => "queue",
             ObjectKind::Policy => "policy",
             ObjectKind::Binding => "binding",
+            ObjectKind::Ownership => "ownership records",
         })
     }
 }
@@ -681,6 +695,9 @@ pub enum Outcome {
     /// An obsolete queue that the operator unbound but will not delete (reason given,
     /// e.g. the broker cannot delete it only-if-empty); delete it by hand once empty.
     Retained(String),
+    /// A dead-letter queue the spec no longer names: unbound from the dead-letter
+    /// exchange and kept while it holds dead letters (reason and what to do given).
+    Retired(String),
     /// An obsolete object was removed.
     Deleted,
     /// Could not be applied (reason given).
@@ -697,6 +714,7 @@ impl fmt::Display for Outcome {
             Outcome::Shadowed(r) => write!(f, "shadowed: {r}"),
             Outcome::Draining(r) => write!(f, "draining: {r}"),
             Outcome::Retained(r) => write!(f, "retained: {r}"),
+            Outcome::Retired(r) => write!(f, "retired: {r}"),
             Outcome::Deleted => f.write_str("deleted"),
             Outcome::Failed(r) => write!(f, "failed: {r}"),
         }

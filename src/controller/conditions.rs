@@ -6,7 +6,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::broker::{ApplyReport, Outcome};
+use crate::broker::{ApplyReport, ObjectKind, Outcome};
 use crate::reconcile::ReconcileError;
 
 /// Condition type: the resource is fully in place.
@@ -122,19 +122,38 @@ pub fn set(
 pub fn for_reconcile(result: &Result<ApplyReport, ReconcileError>) -> [Desired; 2] {
     let (status, reason, message) = match result {
         Ok(report) if report.is_ready() => {
-            // Obsolete retry tiers do not block readiness, but a person may have to act
-            // (retained quorum tiers): say so where `kubectl get dlq -o yaml` shows it.
-            let obsolete: Vec<String> = report
+            // Obsolete retry tiers and retired dead-letter queues do not block readiness,
+            // but a person may have to act (retained quorum tiers, dead letters left in a
+            // retired queue): say so where `kubectl get dlq -o yaml` shows it.
+            let listed = |want: fn(&Outcome) -> bool| -> Vec<String> {
+                report
+                    .actions
+                    .iter()
+                    .filter(|a| want(&a.outcome))
+                    .map(|a| a.to_string())
+                    .collect()
+            };
+            let obsolete = listed(|o| matches!(o, Outcome::Draining(_) | Outcome::Retained(_)));
+            let retired = listed(|o| matches!(o, Outcome::Retired(_)));
+            let in_place = report
                 .actions
                 .iter()
-                .filter(|a| matches!(a.outcome, Outcome::Draining(_) | Outcome::Retained(_)))
-                .map(|a| a.to_string())
-                .collect();
-            let in_place = report.actions.len() - obsolete.len();
+                .filter(|a| a.kind != ObjectKind::Ownership)
+                .filter(|a| {
+                    matches!(
+                        a.outcome,
+                        Outcome::Created | Outcome::Updated | Outcome::InPlace
+                    )
+                })
+                .count();
             let mut message = format!("all {in_place} broker objects in place");
             if !obsolete.is_empty() {
                 message.push_str("; obsolete retry tiers: ");
                 message.push_str(&obsolete.join("; "));
+            }
+            if !retired.is_empty() {
+                message.push_str("; retired dead-letter queues: ");
+                message.push_str(&retired.join("; "));
             }
             (true, "TopologyApplied", message)
         }

@@ -343,6 +343,9 @@ pub fn status_after(
 ///   was created, updated or deleted), or when `Ready` became `True`.
 /// - `TierRetained` (Warning) when an obsolete quorum retry tier was unbound but kept
 ///   (RabbitMQ cannot delete it only-if-empty): delete it once empty.
+/// - `DeadLetterQueueRetired` (Warning) when a dead-letter queue the spec no longer
+///   names was unbound and is kept while it holds dead letters (or, quorum, until a
+///   person deletes it).
 /// - A Warning with the condition's reason (`ArgumentConflict`, `PolicyShadowed`,
 ///   `BrokerUnreachable`, `InvalidSpec`, `SecretNotFound`, …) when `Ready` is `False` and
 ///   its reason or message changed, so a persisting failure is not repeated on every
@@ -389,21 +392,32 @@ pub fn events_for(
     let changed = old.as_ref().is_none_or(|o| {
         o.status != new.status || o.reason != new.reason || o.message != new.message
     });
-    // An obsolete quorum tier the operator cannot delete safely: a person must act.
+    // An obsolete quorum tier the operator cannot delete safely, or a retired
+    // dead-letter queue that still exists: a person must act.
     if let Ok(report) = result {
-        let retained: Vec<String> = report
-            .actions
-            .iter()
-            .filter(|a| matches!(a.outcome, Outcome::Retained(_)))
-            .map(|a| a.to_string())
-            .collect();
-        if !retained.is_empty() && changed {
-            notes.push(Note {
-                type_: EventType::Warning,
-                reason: "TierRetained".into(),
-                action: "Apply".into(),
-                note: retained.join("; "),
-            });
+        let kept = |want: fn(&Outcome) -> bool| -> Vec<String> {
+            report
+                .actions
+                .iter()
+                .filter(|a| want(&a.outcome))
+                .map(|a| a.to_string())
+                .collect()
+        };
+        for (reason, list) in [
+            ("TierRetained", kept(|o| matches!(o, Outcome::Retained(_)))),
+            (
+                "DeadLetterQueueRetired",
+                kept(|o| matches!(o, Outcome::Retired(_))),
+            ),
+        ] {
+            if !list.is_empty() && changed {
+                notes.push(Note {
+                    type_: EventType::Warning,
+                    reason: reason.into(),
+                    action: "Apply".into(),
+                    note: list.join("; "),
+                });
+            }
         }
     }
     if new.status != "True" && changed {

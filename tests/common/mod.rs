@@ -134,6 +134,25 @@ pub async fn cleanup(prefix: &str) {
             }
         }
     }
+    delete_owner_records(prefix).await;
+}
+
+/// Deletes the ownership records (global parameters `dlq-operator.owner.…`) of the
+/// objects of vhost `/` whose name starts with `prefix`.
+pub async fn delete_owner_records(prefix: &str) {
+    let Some(params) = mgmt_get("/api/global-parameters").await else {
+        return;
+    };
+    for p in params.as_array().into_iter().flatten() {
+        let name = p["name"].as_str().unwrap_or_default();
+        let object = p["value"]["name"].as_str().unwrap_or_default();
+        if name.starts_with(dlq_operator::broker::rabbitmq::ownership::RECORD_PREFIX)
+            && p["value"]["vhost"] == "/"
+            && object.starts_with(prefix)
+        {
+            mgmt_delete(&format!("/api/global-parameters/{name}")).await;
+        }
+    }
 }
 
 /// Root of the crate (for examples/).

@@ -20,6 +20,8 @@
 
 pub mod amqp;
 pub mod management;
+pub mod ownership;
+mod retire;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -360,6 +362,10 @@ impl Broker for RabbitMq {
             policies,
             bindings,
         } = self.snapshot(plan).await?;
+        // Ownership first: another DeadLetterQueue's record stops the apply before any
+        // write; then the missing records are written before the objects they cover.
+        let found = self.check_claims(plan).await?;
+        let recorded = self.record_claims(plan, &found).await?;
 
         let exchange_by_name: BTreeMap<&str, &ExchangeInfo> =
             exchanges.iter().map(|e| (e.name.as_str(), e)).collect();
@@ -380,6 +386,13 @@ impl Broker for RabbitMq {
             .collect();
 
         let mut actions = Vec::new();
+        if recorded > 0 {
+            actions.push(Action {
+                kind: ObjectKind::Ownership,
+                name: format!("for {recorded} names"),
+                outcome: Outcome::Created,
+            });
+        }
         // Exchanges and queues that bindings must skip.
         let mut unusable: BTreeSet<String> = BTreeSet::new();
         let mut unusable_queues: BTreeSet<String> = BTreeSet::new();
@@ -623,60 +636,23 @@ impl Broker for RabbitMq {
             }
         }
 
-        // Obsolete retry tiers: unbind, then delete once empty. Not while a planned tier
-        // could not be put in place: the old ones keep serving until the new ones do.
-        let retry_exchange = plan.routes.retry_exchange.as_str();
-        let tiers_in_place = plan
-            .queues
-            .iter()
-            .filter(|q| matches!(q.role, crate::topology::QueueRole::Retry { .. }))
-            .all(|q| !unusable_queues.contains(&q.name));
-        let existing_for_retirement = queues
-            .iter()
-            .filter(|_| tiers_in_place)
-            .map(|q| (q.name.as_str(), &q.arguments));
-        for name in plan.obsolete_tier_queues(existing_for_retirement) {
-            for b in bindings.iter().filter(|b| {
-                b.source == retry_exchange && b.destination == name && b.destination_type == "queue"
-            }) {
-                let path = format!(
-                    "bindings/{v}/e/{}/q/{}/{}",
-                    enc(&b.source),
-                    enc(&b.destination),
-                    enc(&b.properties_key)
-                );
-                let answer = self.mgmt.send(Method::DELETE, &path, None).await?;
-                if !answer.status.is_success() && answer.status != StatusCode::NOT_FOUND {
-                    return Err(self.mgmt.api_error(&Method::DELETE, &path, &answer));
-                }
-                actions.push(Action {
-                    kind: ObjectKind::Binding,
-                    name: format!("{} -> {} [{}]", b.source, b.destination, b.routing_key),
-                    outcome: Outcome::Deleted,
-                });
-            }
-            let known = queue_by_name.get(name.as_str()).copied();
-            let stats = known.and_then(|q| q.messages).unwrap_or(0);
-            let outcome = if known.and_then(|q| q.kind.as_deref()) == Some("quorum") {
-                // No request: the broker cannot delete a quorum queue only-if-empty.
-                Outcome::Retained(QUORUM_RETAINED.into())
-            } else if stats > 0 {
-                // Statistics say it holds messages: no write until they say otherwise.
-                Outcome::Draining(messages_left(stats))
-            } else {
-                match self.delete_if_empty_known(vhost, &name, known).await? {
-                    DeleteOutcome::Deleted | DeleteOutcome::Absent => Outcome::Deleted,
-                    DeleteOutcome::NotEmpty { messages } => {
-                        Outcome::Draining(messages_left(messages))
-                    }
-                    DeleteOutcome::Unsupported { .. } => Outcome::Retained(QUORUM_RETAINED.into()),
-                }
-            };
-            actions.push(Action {
-                kind: ObjectKind::Queue,
-                name,
-                outcome,
-            });
+        // Obsolete retry tiers and dead-letter queues, only once what replaces them is in
+        // place: the old ones keep serving until the new ones do.
+        let in_place = |wanted: fn(&crate::topology::QueueRole) -> bool| {
+            plan.queues
+                .iter()
+                .filter(|q| wanted(&q.role))
+                .all(|q| !unusable_queues.contains(&q.name))
+        };
+        if in_place(|r| matches!(r, crate::topology::QueueRole::Retry { .. })) {
+            self.retire_tiers(plan, &queues, &bindings, &mut actions)
+                .await?;
+        }
+        if in_place(|r| matches!(r, crate::topology::QueueRole::DeadLetter { .. }))
+            && !unusable.contains(&plan.routes.dead_letter_exchange)
+        {
+            self.retire_dead_letter_queues(plan, &found, &policies, &mut actions)
+                .await?;
         }
 
         Ok(ApplyReport { actions })
@@ -724,7 +700,12 @@ impl Broker for RabbitMq {
     /// 4. delete the queues: classic ones with `if-empty=true&if-unused=true` (the broker
     ///    enforces it); quorum ones (RabbitMQ 3.x cannot delete them only-if-empty) after
     ///    a second passive declare finds no message and no consumer — nothing routes to
-    ///    them any more at that point (step 3), see docs/ARCHITECTURE.md.
+    ///    them any more at that point (step 3), see docs/ARCHITECTURE.md;
+    /// 5. when nothing blocked, delete this resource's ownership records.
+    ///
+    /// A name whose ownership record names another DeadLetterQueue is never touched;
+    /// the dead-letter queues this one retired (its dead-letter exchange's record) are
+    /// removed with the rest.
     async fn remove(&self, plan: &DesiredTopology) -> Result<RemovalReport, BrokerError> {
         let vhost = plan.vhost.as_str();
         let v = enc(vhost);
@@ -741,14 +722,20 @@ impl Broker for RabbitMq {
         };
         let queue_by_name: BTreeMap<&str, &QueueInfo> =
             queues.iter().map(|q| (q.name.as_str(), q)).collect();
+        // Never what another DeadLetterQueue's ownership record holds; the dead-letter
+        // queues this one retired are its own.
+        let records = self.ownership_for_removal(plan).await?;
         let mut targets: Vec<&QueueInfo> = plan
             .queues
             .iter()
             .filter(|q| q.role != crate::topology::QueueRole::Source)
+            .filter(|q| !records.foreign_queue(&q.name))
             .filter_map(|q| queue_by_name.get(q.name.as_str()).copied())
             .collect();
-        for name in
-            plan.obsolete_tier_queues(queues.iter().map(|q| (q.name.as_str(), &q.arguments)))
+        for name in plan
+            .obsolete_tier_queues(queues.iter().map(|q| (q.name.as_str(), &q.arguments)))
+            .iter()
+            .chain(&records.retired)
         {
             if let Some(q) = queue_by_name.get(name.as_str()) {
                 targets.push(q);
@@ -783,17 +770,27 @@ impl Broker for RabbitMq {
         let mut actions = Vec::new();
         // 2. Policies, the source queue's first.
         let policies: Vec<PolicyInfo> = self.list("policies", vhost, "").await?;
-        let mut ours: Vec<&crate::topology::PolicyPlan> = plan.policies.iter().collect();
+        let mut ours: Vec<&crate::topology::PolicyPlan> = plan
+            .policies
+            .iter()
+            .filter(|p| !records.foreign_queue(&p.queue))
+            .collect();
         ours.sort_by_key(|p| p.queue != plan.routes.source_queue);
-        for p in ours {
-            if !policies.iter().any(|e| e.name == p.name) {
+        let names = ours.iter().map(|p| p.name.clone()).chain(
+            records
+                .retired
+                .iter()
+                .map(|q| crate::topology::policy_name(q)),
+        );
+        for name in names {
+            if !policies.iter().any(|e| e.name == name) {
                 continue;
             }
-            let path = format!("policies/{v}/{}", enc(&p.name));
+            let path = format!("policies/{v}/{}", enc(&name));
             self.delete_path(&path).await?;
             actions.push(Action {
                 kind: ObjectKind::Policy,
-                name: p.name.clone(),
+                name,
                 outcome: Outcome::Deleted,
             });
         }
@@ -803,7 +800,7 @@ impl Broker for RabbitMq {
         let bindings: Vec<BindingInfo> = self.list("bindings", vhost, "").await?;
         let our_queues: BTreeSet<&str> = targets.iter().map(|q| q.name.as_str()).collect();
         for x in &plan.exchanges {
-            if !exchanges.iter().any(|e| e.name == x.name) {
+            if records.foreign_exchange(&x.name) || !exchanges.iter().any(|e| e.name == x.name) {
                 continue;
             }
             let foreign: Vec<&str> = bindings
@@ -864,6 +861,10 @@ impl Broker for RabbitMq {
                 name: q.name.clone(),
                 outcome,
             });
+        }
+        // 5. Once nothing is left to wait for, the names are free again.
+        if blocked.is_empty() {
+            self.release_ownership(plan, &records).await?;
         }
         Ok(RemovalReport { actions, blocked })
     }
