@@ -37,14 +37,11 @@ fn conn() -> BrokerConnection {
     .expect("valid secret")
 }
 
-/// GETs of one apply of `t` where no obsolete tier exists: the vhost, one per planned
-/// exchange (and the source exchange), one per planned queue, the tier-like queue
-/// listing (one page), the policies, one per bound exchange/queue pair. Independent of
-/// how many other objects the vhost holds.
-/// GETs of an apply: the vhost list, each planned exchange (and the source exchange),
-/// each planned queue, the tier listing, the policies, each binding pair, then one
-/// ownership record per planned queue and exchange, and the dead-letter exchange's
-/// bindings (retired dead-letter queues).
+/// GETs of one apply of `t` where no obsolete tier exists: the vhost list, one per
+/// planned exchange (and the source exchange), one per planned queue, the tier-like queue
+/// listing (one page), the policies, one per bound exchange/queue pair, one ownership
+/// record per planned queue and exchange, and the dead-letter exchange's bindings
+/// (retired dead-letter queues). Independent of how many other objects the vhost holds.
 fn reads_per_apply(t: &DesiredTopology) -> u64 {
     let pairs = t.binding_pairs();
     let snapshot = 1
@@ -1405,5 +1402,40 @@ async fn a_retired_classic_dead_letter_queue_is_deleted_once_empty_and_removed_w
             queue.name
         );
     }
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn apply_checks_the_amqp_uri_and_names_it_when_it_does_not_connect() {
+    // The management API is fine; only the AMQP address is wrong. Without the check the
+    // apply said ready and the error came later, from `dlq inspect` or a consumer.
+    let q = unique("amqpcheck");
+    let raw = Raw::new();
+    for uri in [
+        "amqp://guest:guest@127.0.0.1:5999/%2f",
+        "amqp://guest:guest@127.0.0.2:5999/%2f",
+    ] {
+        let bad = BrokerConnection::from_secret_data(
+            "rabbitmq",
+            &secret(&[("uri", uri), ("managementUri", MGMT_URI)]),
+        )
+        .expect("secret");
+        let broker = RabbitMq::new(&bad).expect("client");
+        match broker.apply(&topo(&q, &["1s"])).await {
+            Err(e @ BrokerError::Unreachable { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains(":5999"), "{text}");
+                assert!(text.contains("Secret's `uri` key"), "{text}");
+                assert!(!text.contains("guest:guest"), "{text}");
+            }
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+        assert_eq!(broker.request_counts().writes, 0, "nothing written");
+    }
+    assert!(!raw
+        .names("queues/%2F?columns=name")
+        .await
+        .iter()
+        .any(|n| n.starts_with(&q)));
     raw.cleanup(&q).await;
 }

@@ -38,6 +38,60 @@ fn apply_examples_twice_second_run_changes_nothing() {
     assert!(t2.contains("(0 created, 0 updated, 0 deleted,"), "{t2}");
 }
 
+#[tokio::test]
+async fn a_later_apply_of_another_resource_cannot_take_over_the_queues_of_an_earlier_one() {
+    // The break test's case: `apply -f a.yaml`, then a separate `apply -f b.yaml` whose
+    // DeadLetterQueue has the same source queue, or a's dead-letter queue as its source,
+    // with a dead-letter queue that drops dead letters (maxLength 3, DropHead). It exited 0
+    // and rewrote a's policies; now the broker's ownership records refuse it.
+    let q = unique("takeover");
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let policy = policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n");
+    let a = manifests(&[(
+        "a.yaml",
+        &format!(
+            "{secret}---\n{policy}---\n{}",
+            dlq_yaml("a", &q, "p", "s", "")
+        ),
+    )]);
+    let first = cli(&["apply", "-f", &a.path().display().to_string()]);
+    assert!(first.status.success(), "{}", text(&first));
+    let dlq_policy = format!("/api/policies/%2F/dlq-operator.{q}.dlq");
+    let before = mgmt_get(&dlq_policy)
+        .await
+        .expect("a's dead-letter queue policy");
+
+    let dropping = "  deadLetter:\n    maxLength: 3\n    overflow: DropHead\n";
+    for (source, role) in [
+        (q.clone(), "its source queue"),
+        (format!("{q}.dlq"), "its dead-letter queue"),
+    ] {
+        let b = manifests(&[(
+            "b.yaml",
+            &format!(
+                "{secret}---\n{policy}---\n{}",
+                dlq_yaml("b", &source, "p", "s", dropping)
+            ),
+        )]);
+        let o = cli(&["apply", "-f", &b.path().display().to_string()]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{t}");
+        assert!(
+            t.contains("failed [NameConflict]: spec.source.queue:"),
+            "{t}"
+        );
+        assert!(t.contains("belongs to DeadLetterQueue default/a"), "{t}");
+        assert!(t.contains(role), "{t}");
+        assert!(t.contains("rabbitmqctl clear_global_parameter"), "{t}");
+        let after = mgmt_get(&dlq_policy).await.expect("policy kept");
+        assert_eq!(after["definition"], before["definition"], "{t}");
+    }
+    // The owner itself still applies cleanly, from another run.
+    let again = cli(&["apply", "-f", &a.path().display().to_string()]);
+    assert!(again.status.success(), "{}", text(&again));
+    cleanup(&q).await;
+}
+
 #[test]
 fn render_needs_no_broker() {
     // The Secret points at a closed port: render must not touch it.

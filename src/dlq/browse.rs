@@ -195,12 +195,21 @@ pub(super) async fn prepare_channel(channel: &Channel, queue: &str) -> Result<u6
 /// others.
 ///
 /// # Errors
-/// [`BrokerError::NotFound`] naming the first missing dead-letter queue; the management
-/// API's errors.
+/// [`BrokerError::NameOwned`] when another DeadLetterQueue's ownership record holds one
+/// of these dead-letter queues or the source queue; [`BrokerError::NotFound`] naming the
+/// first missing dead-letter queue; the management API's errors.
 pub(super) async fn limits_of_all<'t>(
     broker: &RabbitMq,
     topology: &'t DesiredTopology,
 ) -> Result<Vec<(&'t str, QueueLimits)>, BrokerError> {
+    // Never read or write queues another DeadLetterQueue owns (its record on the
+    // broker): the dead-letter queues read, and the source queue replay writes to.
+    broker
+        .check_claims_where(topology, |c| {
+            use crate::broker::rabbitmq::ownership::{QUEUE, SOURCE_ROLE};
+            c.kind == QUEUE && (c.field == "spec.deadLetter.queue" || c.role == SOURCE_ROLE)
+        })
+        .await?;
     let mut all = Vec::new();
     for queue in topology.dead_letter_queues() {
         all.push((queue, broker.queue_limits(&topology.vhost, queue).await?));

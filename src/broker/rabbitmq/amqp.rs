@@ -36,6 +36,35 @@ pub async fn connect_vhost(
     connect_uri(conn, conn.amqp_uri_with_credentials_for_vhost(vhost)).await
 }
 
+/// Opens and closes an AMQP connection to `vhost` with the settings of `conn`: proves that
+/// the Secret's `uri` (host, port, TLS, credentials) and the vhost work for consumers,
+/// `dlq inspect` and `dlq replay`, which the management API alone cannot tell.
+///
+/// # Errors
+/// As [`connect`], with a reason that names the Secret key `uri`.
+pub async fn check(conn: &BrokerConnection, vhost: &str) -> Result<(), BrokerError> {
+    let hint = |reason: String| {
+        format!("{reason} (the Secret's `uri` key: consumers, `dlq inspect` and `dlq replay` connect there)")
+    };
+    match connect_vhost(conn, vhost).await {
+        Ok(c) => {
+            let _ = c.close(200, "connection check".into()).await;
+            Ok(())
+        }
+        Err(BrokerError::Unreachable { endpoint, reason }) => Err(BrokerError::Unreachable {
+            endpoint,
+            reason: hint(reason),
+        }),
+        Err(BrokerError::Amqp { reason }) => Err(BrokerError::Amqp {
+            reason: hint(reason),
+        }),
+        Err(BrokerError::Tls { reason }) => Err(BrokerError::Tls {
+            reason: hint(reason),
+        }),
+        Err(other) => Err(other),
+    }
+}
+
 /// Ready messages and consumers of queue `name` in `vhost`, from an AMQP passive
 /// `queue.declare` (immediate, unlike the management statistics); `None` when the queue
 /// does not exist (RabbitMQ docs, "Queues": passive declare).

@@ -56,9 +56,16 @@ const APPLY_TO: &str = "queues";
 pub struct RabbitMq {
     mgmt: ManagementClient,
     cluster_name: tokio::sync::OnceCell<String>,
+    /// When the AMQP `uri` last connected, per vhost ([`RabbitMq::check_amqp`]).
+    amqp_checked: tokio::sync::Mutex<BTreeMap<String, std::time::Instant>>,
     /// When the last warning about a failed `prometheusUri` read was logged.
     prometheus_warned: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How long a successful AMQP connection check ([`RabbitMq::check_amqp`]) stands for
+/// one client and vhost: the resources sharing a client (a Secret) check once a minute,
+/// not once per apply.
+const AMQP_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Least time between two warnings about a failed `prometheusUri` read of one client
 /// (each poll falls back to the management API; the rest are logged at debug level).
@@ -74,8 +81,28 @@ impl RabbitMq {
         Ok(RabbitMq {
             mgmt: ManagementClient::new(conn)?,
             cluster_name: tokio::sync::OnceCell::new(),
+            amqp_checked: tokio::sync::Mutex::new(BTreeMap::new()),
             prometheus_warned: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Checks that the Secret's AMQP `uri` connects to `vhost` ([`amqp::check`]), at most
+    /// once per [`AMQP_CHECK_INTERVAL`] per vhost after a success; a failure is checked
+    /// again on the next call.
+    ///
+    /// # Errors
+    /// As [`amqp::check`].
+    pub async fn check_amqp(&self, vhost: &str) -> Result<(), BrokerError> {
+        let mut checked = self.amqp_checked.lock().await;
+        if checked
+            .get(vhost)
+            .is_some_and(|at| at.elapsed() < AMQP_CHECK_INTERVAL)
+        {
+            return Ok(());
+        }
+        amqp::check(self.mgmt.connection(), vhost).await?;
+        checked.insert(vhost.to_string(), std::time::Instant::now());
+        Ok(())
     }
 
     /// [`Broker::queue_depths`] that must cover `required` (the queues whose depths the
@@ -345,14 +372,18 @@ fn queue_conflicts(
 impl Broker for RabbitMq {
     /// Applies `plan` (see the module documentation for the rules): the reads of
     /// [`RabbitMq::snapshot`] (one small GET per planned object, never a whole-vhost
-    /// listing of queues, exchanges or bindings), then one write per object that is
+    /// listing of queues, exchanges or bindings), an AMQP connection check
+    /// ([`RabbitMq::check_amqp`]), the ownership records ([`ownership`]: another owner's
+    /// stops the apply before any write), then one write per object that is
     /// missing or differs, in the plan's order (exchanges, policies, queues, bindings), then
     /// the draining of obsolete retry tiers.
     ///
     /// # Errors
-    /// [`BrokerError::NotFound`] for a missing vhost, transport/authentication errors,
-    /// and [`BrokerError::Api`] for a write the broker refuses for another reason than a
-    /// conflict (conflicts are [`Outcome`]s).
+    /// [`BrokerError::NotFound`] for a missing vhost, transport/authentication errors
+    /// (of the management API, or of the AMQP `uri`), [`BrokerError::NameOwned`] when
+    /// another DeadLetterQueue's record holds a planned name, and [`BrokerError::Api`]
+    /// for a write the broker refuses for another reason than a conflict (conflicts are
+    /// [`Outcome`]s).
     async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError> {
         let vhost = plan.vhost.as_str();
         let v = enc(vhost);
@@ -362,6 +393,8 @@ impl Broker for RabbitMq {
             policies,
             bindings,
         } = self.snapshot(plan).await?;
+        // The management API answered; consumers, inspection and replay need AMQP too.
+        self.check_amqp(vhost).await?;
         // Ownership first: another DeadLetterQueue's record stops the apply before any
         // write; then the missing records are written before the objects they cover.
         let found = self.check_claims(plan).await?;

@@ -60,6 +60,9 @@ pub const QUEUE: &str = "queue";
 /// `kind` of a record for an exchange.
 pub const EXCHANGE: &str = "exchange";
 
+/// Role of the source queue.
+pub const SOURCE_ROLE: &str = "source queue";
+
 /// Role of a dead-letter queue that is no longer planned but still holds dead letters.
 pub const RETIRED_ROLE: &str = "retired dead-letter queue";
 
@@ -138,7 +141,7 @@ pub fn claims(plan: &DesiredTopology) -> Vec<Claim> {
         .iter()
         .map(|q| {
             let (role, field) = match q.role {
-                QueueRole::Source => ("source queue".to_string(), "spec.source.queue"),
+                QueueRole::Source => (SOURCE_ROLE.to_string(), "spec.source.queue"),
                 QueueRole::DeadLetter { class: None } => {
                     ("dead-letter queue".to_string(), "spec.deadLetter.queue")
                 }
@@ -161,7 +164,7 @@ pub fn claims(plan: &DesiredTopology) -> Vec<Claim> {
         .collect();
     // Source, dead-letter queues, (exchanges), tiers.
     queues.sort_by_key(|c| match c.field {
-        "spec.source.queue" if c.role == "source queue" => 0,
+        "spec.source.queue" if c.role == SOURCE_ROLE => 0,
         "spec.deadLetter.queue" => 1,
         _ => 3,
     });
@@ -304,8 +307,21 @@ impl RabbitMq {
     /// [`BrokerError::NameOwned`] for the first claim whose record names another owner
     /// (the caller must then write nothing); the errors of [`RabbitMq::owner_record`].
     pub async fn check_claims(&self, plan: &DesiredTopology) -> Result<Found, BrokerError> {
+        self.check_claims_where(plan, |_| true).await
+    }
+
+    /// [`RabbitMq::check_claims`] for the claims `wanted` selects only (e.g. the queues a
+    /// `dlq` command reads and writes).
+    ///
+    /// # Errors
+    /// As [`RabbitMq::check_claims`].
+    pub async fn check_claims_where(
+        &self,
+        plan: &DesiredTopology,
+        wanted: impl Fn(&Claim) -> bool,
+    ) -> Result<Found, BrokerError> {
         let mut found = Vec::new();
-        for claim in claims(plan) {
+        for claim in claims(plan).into_iter().filter(|c| wanted(c)) {
             let record = self
                 .owner_record(&plan.vhost, claim.kind, &claim.name)
                 .await?;
