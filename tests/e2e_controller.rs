@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use common::e2e::{
     client, create_examples, dlqs, ensure_crds, namespace, ready, rps, table, wait_for, Operator,
 };
-use common::{cleanup, mgmt_get, unique, AMQP};
+use common::{cleanup, cli, mgmt_get, text, unique, AMQP};
 use dlq_operator::controller::object::api_resource;
 use dlq_operator::crd::{DeadLetterQueue, RetryPolicy};
 
@@ -737,6 +737,60 @@ async fn prometheus_rule_is_applied_owned_and_removed_when_alerting_is_disabled(
         },
     )
     .await;
+    drop(op);
+    cleanup(&prefix).await;
+}
+
+#[tokio::test]
+async fn a_cluster_resource_cannot_take_over_queues_a_standalone_apply_owns() {
+    // Ownership holds across drivers: the examples applied with `dlq-operator apply -f`
+    // (owners default/order-events, default/payment-callback), then the same queue names
+    // planned by resources of another namespace in the cluster. Before the ownership
+    // records the operator rewrote the standalone topology's policies.
+    const TEST: &str = "a_cluster_resource_cannot_take_over_queues_a_standalone_apply_owns";
+    let Some(client) = client(TEST).await else {
+        return;
+    };
+    let kubeconfig = common::e2e::kubeconfig(TEST).expect("set");
+    ensure_crds(&client).await;
+    let prefix = unique("e2e-own");
+    let (docs, _) = common::e2e::prefixed_examples("default", &prefix);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml: Vec<String> = docs
+        .iter()
+        .map(|d| serde_yaml_ng::to_string(d).expect("yaml"))
+        .collect();
+    std::fs::write(dir.path().join("examples.yaml"), yaml.join("---\n")).expect("write");
+    let standalone = cli(&["apply", "-f", &dir.path().display().to_string()]);
+    assert!(standalone.status.success(), "{}", text(&standalone));
+    let dlq_policy = format!("/api/policies/%2F/dlq-operator.{prefix}-order-events.dlq");
+    let before = mgmt_get(&dlq_policy).await.expect("policy");
+
+    let ns = namespace(&client, "e2e-own").await;
+    let op = Operator::start(
+        &kubeconfig,
+        &["--namespace", &ns, "--leader-election=false"],
+    );
+    let names = create_examples(&client, &kubeconfig, &ns, &prefix).await;
+    let api = dlqs(&client, &ns);
+    for name in &names {
+        let (_, reason, message) = wait_for(
+            Duration::from_secs(60),
+            &format!("{name} NameConflict"),
+            &op,
+            || async { ready(&api, name).await.filter(|r| r.0 == "False") },
+        )
+        .await;
+        assert_eq!(reason, "NameConflict", "{message}");
+        assert!(
+            message.contains(&format!("belongs to DeadLetterQueue default/{name}")),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        mgmt_get(&dlq_policy).await.expect("policy")["definition"],
+        before["definition"]
+    );
     drop(op);
     cleanup(&prefix).await;
 }

@@ -92,6 +92,38 @@ async fn a_later_apply_of_another_resource_cannot_take_over_the_queues_of_an_ear
     cleanup(&q).await;
 }
 
+#[tokio::test]
+async fn apply_fails_on_a_wrong_amqp_address_and_names_it() {
+    // The management API is right, the AMQP port is not: apply said ready, and the error
+    // came later from `dlq inspect` or a consumer.
+    let q = unique("amqpaddr");
+    let secret = secret_yaml("s", "guest", "guest", MGMT).replace(":5672/", ":5999/");
+    let policy = policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n");
+    let dir = manifests(&[(
+        "all.yaml",
+        &format!(
+            "{secret}---\n{policy}---\n{}",
+            dlq_yaml("d", &q, "p", "s", "")
+        ),
+    )]);
+    let o = cli(&["apply", "-f", &dir.path().display().to_string()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("failed [BrokerUnreachable]: broker at amqp://guest:***@127.0.0.1:5999/"),
+        "{t}"
+    );
+    assert!(t.contains("the Secret's `uri` key"), "{t}");
+    assert!(
+        t.contains("0 ready, 1 not ready") || t.contains("0 DeadLetterQueue(s) ready"),
+        "{t}"
+    );
+    assert!(
+        mgmt_get(&format!("/api/queues/%2F/{q}")).await.is_none(),
+        "nothing declared: {t}"
+    );
+}
+
 #[test]
 fn render_needs_no_broker() {
     // The Secret points at a closed port: render must not touch it.

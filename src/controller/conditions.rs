@@ -247,6 +247,27 @@ mod tests {
     }
 
     #[test]
+    fn retired_dead_letter_queues_are_named_and_ownership_records_are_not_objects() {
+        let mut r = report(vec![
+            Outcome::Created,
+            Outcome::InPlace,
+            Outcome::Deleted,
+            Outcome::Retired("2 dead letters left".into()),
+        ]);
+        r.actions[0].kind = ObjectKind::Ownership;
+        r.actions[0].name = "for 8 names".into();
+        r.actions[2].kind = ObjectKind::Binding;
+        r.actions[2].name = "orders.dlx -> orders.dlq [orders]".into();
+        r.actions[3].name = "orders.dlq".into();
+        let [_, ready] = for_reconcile(&Ok(r));
+        assert_eq!(ready.status, ConditionStatus::True);
+        assert_eq!(
+            ready.message,
+            "all 1 broker objects in place; retired dead-letter queues: queue orders.dlq: retired: 2 dead letters left"
+        );
+    }
+
+    #[test]
     fn errors_carry_their_reason() {
         let err: Result<ApplyReport, ReconcileError> =
             Err(ReconcileError::RetryPolicyNotFound("default/p".into()));

@@ -172,7 +172,13 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
                                         broker.clone(),
                                         secret_key,
                                     );
-                                    reconcile::apply(broker.as_ref(), &p).await
+                                    let applied = reconcile::apply(broker.as_ref(), &p).await;
+                                    if let Err(ReconcileError::NameConflict { .. }) = &applied {
+                                        // Another owner's record on the broker: its queues
+                                        // are not this resource's to report on.
+                                        ctx.backlog.remove(&key);
+                                    }
+                                    applied
                                 }
                             }
                         }
@@ -711,6 +717,24 @@ mod tests {
             notes[1].note,
             "queue q1: retained: delete it once its depth is 0"
         );
+        let (again, changed) = status_after(&status, Some(1), &result, None, &at(20));
+        assert!(!changed);
+        assert!(events_for(&status, &again, &result).is_empty());
+    }
+
+    #[test]
+    fn a_retired_dead_letter_queue_is_a_warning_once() {
+        let empty = DeadLetterQueueStatus::default();
+        let result = Ok(report(vec![
+            Outcome::InPlace,
+            Outcome::Retired("3 dead letters left".into()),
+        ]));
+        let (status, _) = status_after(&empty, Some(1), &result, None, &at(10));
+        let notes = events_for(&empty, &status, &result);
+        let reasons: Vec<&str> = notes.iter().map(|n| n.reason.as_str()).collect();
+        assert_eq!(reasons, ["TopologyApplied", "DeadLetterQueueRetired"]);
+        assert_eq!(notes[1].type_, EventType::Warning);
+        assert_eq!(notes[1].note, "queue q1: retired: 3 dead letters left");
         let (again, changed) = status_after(&status, Some(1), &result, None, &at(20));
         assert!(!changed);
         assert!(events_for(&status, &again, &result).is_empty());

@@ -319,6 +319,15 @@ pub async fn create_examples(
     ns: &str,
     prefix: &str,
 ) -> Vec<String> {
+    let (docs, names) = prefixed_examples(ns, prefix);
+    create_docs(client, kubeconfig, ns, docs).await;
+    names
+}
+
+/// The examples' Secret, RetryPolicies and DeadLetterQueues as JSON documents in
+/// namespace `ns`, every queue and exchange name prefixed by `prefix`, and the
+/// DeadLetterQueue names.
+pub fn prefixed_examples(ns: &str, prefix: &str) -> (Vec<Value>, Vec<String>) {
     let m = dlq_operator::manifest::load_paths(&[super::root().join("examples")])
         .expect("examples load");
     let mut docs: Vec<Value> = Vec::new();
@@ -349,6 +358,12 @@ pub async fn create_examples(
         names.push(dlq.metadata.name.clone().expect("name"));
         docs.push(json!(dlq));
     }
+    (docs, names)
+}
+
+/// Creates `docs` in `ns`: with `kubectl apply -f` when `DLQ_E2E_KUBECTL` names a
+/// kubectl, else through the API.
+async fn create_docs(client: &Client, kubeconfig: &str, ns: &str, docs: Vec<Value>) {
     match std::env::var("DLQ_E2E_KUBECTL")
         .ok()
         .filter(|k| !k.is_empty())
@@ -405,7 +420,6 @@ pub async fn create_examples(
             }
         }
     }
-    names
 }
 
 /// What `kubectl get PLURAL` shows: the server-side Table (columns from the CRD's printer
