@@ -53,9 +53,12 @@ macro_rules! outln {
 }
 
 /// A line on standard error, like `eprintln!` but without its panic when stderr is
-/// closed (the exit code still tells).
+/// closed (the exit code still tells). Control characters in it (an error quoting a queue
+/// name or a broker reason) are escaped, its line breaks kept
+/// ([`dlq_operator::printable::escape_lines`]).
 fn err(line: &str) {
     use std::io::Write;
+    let line = dlq_operator::printable::escape_lines(line);
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
@@ -395,7 +398,9 @@ async fn resolve(which: Which) -> Result<dlq_operator::reconcile::Prepared, Stri
     target::from_cluster(client, ns, name).await
 }
 
-/// `report` in `format`.
+/// `report` in `format`; JSON with the characters that `serde_json` leaves raw and a
+/// terminal would act on escaped ([`dlq_operator::printable::escape_json`]). `table` must
+/// escape what it quotes itself.
 fn format_report<T: serde::Serialize>(
     report: &T,
     format: ReportFormat,
@@ -404,7 +409,8 @@ fn format_report<T: serde::Serialize>(
     Ok(match format {
         ReportFormat::Table => table(),
         ReportFormat::Json => {
-            serde_json::to_string_pretty(report).map_err(|e| e.to_string())? + "\n"
+            let json = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+            dlq_operator::printable::escape_json(&json).into_owned() + "\n"
         }
         ReportFormat::Yaml => serde_yaml_ng::to_string(report).map_err(|e| e.to_string())?,
     })
@@ -433,7 +439,11 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             let opts = browse::InspectOptions {
                 max_messages,
                 sample_size: sample,
-                preview_bytes: if show_payload { usize::MAX } else { 256 },
+                preview_bytes: if show_payload {
+                    usize::MAX
+                } else {
+                    dlq_operator::printable::PREVIEW_BYTES
+                },
             };
             let report = browse::inspect_until(
                 &prepared.connection,
@@ -599,11 +609,12 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
     }
 }
 
-/// The purge report as text.
+/// The purge report as text (the resource name escaped, like every text the tables quote).
 fn purge_table(r: &dlq_operator::dlq::purge::PurgeReport) -> String {
+    use dlq_operator::printable::{shown, PREVIEW_BYTES};
     format!(
         "DeadLetterQueue  {}\nin the DLQ       {} at the start, {} read{}\nmatched          {}\n{:<16} {}\nno age, kept     {}\n",
-        r.resource,
+        shown(&r.resource, PREVIEW_BYTES),
         r.total,
         r.scanned,
         if r.interrupted { " (interrupted)" } else { "" },
@@ -614,15 +625,22 @@ fn purge_table(r: &dlq_operator::dlq::purge::PurgeReport) -> String {
     )
 }
 
-/// The replay report as text.
+/// The replay report as text; the skip and failure reasons, which quote messages (their
+/// original queue, exchange, routing key: cut by the engine) and the broker, escaped
+/// ([`dlq_operator::printable`]).
 fn replay_table(r: &dlq_operator::dlq::replay::ReplayReport) -> String {
+    use dlq_operator::printable::{escape, shown, PREVIEW_BYTES};
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ = writeln!(out, "DeadLetterQueue  {}", r.resource);
+    let _ = writeln!(
+        out,
+        "DeadLetterQueue  {}",
+        shown(&r.resource, PREVIEW_BYTES)
+    );
     let _ = writeln!(
         out,
         "replay id        {}{}",
-        r.replay_id,
+        shown(&r.replay_id, PREVIEW_BYTES),
         if r.dry_run { " (dry run)" } else { "" }
     );
     let _ = writeln!(out, "outcome          {:?}", r.outcome);
@@ -639,11 +657,11 @@ fn replay_table(r: &dlq_operator::dlq::replay::ReplayReport) -> String {
     let _ = writeln!(out, "{verb:<16} {}", r.replayed);
     let _ = writeln!(out, "skipped          {}", r.skipped_total());
     for (why, n) in &r.skipped {
-        let _ = writeln!(out, "  {n:>8}  {why}");
+        let _ = writeln!(out, "  {n:>8}  {}", escape(why));
     }
     let _ = writeln!(out, "failed           {}", r.failed_total());
     for (why, n) in &r.failed {
-        let _ = writeln!(out, "  {n:>8}  {why}");
+        let _ = writeln!(out, "  {n:>8}  {}", escape(why));
     }
     out
 }

@@ -195,11 +195,13 @@ impl Tally {
 
 /// `status.reasons` of a run: `skipped: <why>: N` then `failed: <why>: N`, in the
 /// engine's order. The engine names its CLI flag; the resource's field is named instead.
+/// Escaped ([`crate::printable::escape`]): a reason quotes the message (its original
+/// queue, exchange, routing key) or the broker, and kubectl prints it to a terminal.
 pub fn reasons(report: &ReplayReport) -> Vec<String> {
     let line = |kind: &str, why: &str, n: u64| {
         format!(
             "{kind}: {}: {n}",
-            why.replace("--max-replays", "spec.maxReplays")
+            crate::printable::escape(&why.replace("--max-replays", "spec.maxReplays"))
         )
     };
     report
@@ -287,12 +289,14 @@ fn epoch_ms(t: &Time) -> u64 {
     u64::try_from(t.0.as_millisecond()).unwrap_or(0)
 }
 
+/// The `Complete` condition; its message escaped ([`crate::printable::escape`]): it may
+/// quote the broker or messages, and `kubectl describe` prints it to a terminal.
 fn complete(status: ConditionStatus, reason: &'static str, message: String) -> Desired {
     Desired {
         type_: COMPLETE,
         status,
         reason,
-        message,
+        message: crate::printable::escape(&message).into_owned(),
     }
 }
 
@@ -1438,6 +1442,29 @@ mod tests {
                 "failed: the broker refused the copy (nack): 2",
             ]
         );
+    }
+
+    #[test]
+    fn reasons_and_condition_messages_quoting_messages_are_escaped() {
+        let r = report(
+            2,
+            2,
+            0,
+            &[("original queue x\u{1b}]0;t\u{7}y\u{202e} is not …", 1)],
+            &[("the broker refused the copy: \u{9b}2J", 1)],
+            Outcome::Failed,
+        );
+        let lines = reasons(&r);
+        assert_eq!(
+            lines,
+            [
+                "skipped: original queue x\\u{1b}]0;t\\u{7}y\\u{202e} is not …: 1",
+                "failed: the broker refused the copy: \\u{9b}2J: 1",
+            ]
+        );
+        let c = complete(ConditionStatus::True, "Failed", lines.join("; "));
+        assert!(!c.message.chars().any(char::is_control), "{}", c.message);
+        assert!(!c.message.contains('\u{202e}'), "{}", c.message);
     }
 
     #[test]

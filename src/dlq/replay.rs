@@ -43,6 +43,7 @@ use super::{release_for, replay_properties, DeadLetter, Release};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
 use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
+use crate::printable::{shown, PREVIEW_BYTES};
 use crate::topology::DesiredTopology;
 
 /// The longest pause between two copies that `--rate` can ask for (a day).
@@ -193,12 +194,14 @@ impl ReplayReport {
 }
 
 /// Where `m` goes under `target` for a resource whose source queue is `source`, or why it
-/// is skipped.
+/// is skipped (a reason quoting the message's text escaped and cut:
+/// [`crate::printable::shown`]).
 pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String, String), String> {
     if m.original_queue != source && m.original_queue != "unknown" {
         return Err(format!(
-            "original queue {} is not this DeadLetterQueue's source queue {source}",
-            m.original_queue
+            "original queue {} is not this DeadLetterQueue's source queue {}",
+            shown(&m.original_queue, PREVIEW_BYTES),
+            shown(source, PREVIEW_BYTES)
         ));
     }
     match target {
@@ -536,7 +539,10 @@ impl Run<'_> {
                 {
                     *report
                         .skipped
-                        .entry(format!("exchange {exchange:?} does not exist"))
+                        .entry(format!(
+                            "exchange \"{}\" does not exist",
+                            shown(&exchange, PREVIEW_BYTES)
+                        ))
                         .or_default() += 1;
                     None
                 }
