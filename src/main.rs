@@ -262,7 +262,9 @@ enum DlqCommand {
         dry_run: bool,
         /// original-queue: the DeadLetterQueue's source queue through the default exchange
         /// (only that queue, even when its exchange fans out); original-exchange: the
-        /// exchange and routing key the message was first published with.
+        /// exchange and routing key the message was first published with, only when the
+        /// exchange's bindings route it to the source queue and no other queue (else the
+        /// message is skipped and stays).
         #[arg(long, value_enum, default_value_t = ReplayTarget::OriginalQueue)]
         to: ReplayTarget,
         /// Skip a message already replayed this many times (at least 1).

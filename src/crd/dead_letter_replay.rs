@@ -76,7 +76,9 @@ pub enum ReplayTarget {
     #[default]
     OriginalQueue,
     /// The exchange and routing key the message was first published with
-    /// (`dlq-original-exchange`/`-routing-key`, else `x-death`).
+    /// (`dlq-original-exchange`/`-routing-key`, else `x-death`), only when the exchange's
+    /// bindings route it to the source queue and to no other queue; otherwise the message
+    /// is skipped and stays.
     OriginalExchange,
 }
 
@@ -145,7 +147,8 @@ pub struct DeadLetterReplayStatus {
     #[serde(default)]
     pub replayed: u64,
     /// Matched messages not replayed on purpose (already replayed `maxReplays` times,
-    /// another original queue, a missing exchange; `reasons` says which).
+    /// another original queue, a missing exchange, a route reaching another queue;
+    /// `reasons` says which).
     #[serde(default)]
     pub skipped: u64,
     /// Matched messages whose copy the broker refused or could not route (they stay).

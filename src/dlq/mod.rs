@@ -15,6 +15,7 @@ pub mod browse;
 pub mod filter;
 pub mod purge;
 pub mod replay;
+pub mod route;
 pub mod target;
 
 use std::collections::BTreeMap;

@@ -21,7 +21,10 @@
 //! exchange, so a message that failed in one of several queues bound to a fanout or topic
 //! exchange reaches that queue only; with [`Target::OriginalExchange`] the exchange and
 //! routing key it was first published with. A message whose original queue is another
-//! queue is skipped, never sent elsewhere.
+//! queue is skipped, never sent elsewhere; so is a copy whose route — resolved from the
+//! broker's bindings before it is published ([`super::route`]), `CC`/`BCC` headers
+//! included — would reach any queue but the source queue, or cannot be resolved for
+//! certain.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,8 +42,10 @@ use serde::Serialize;
 
 use super::browse::{guard, keep, open_for_reading, prepare_channel, requeue_all, Held};
 use super::filter::Filter;
+use super::route::Routes;
 use super::{release_for, replay_properties, DeadLetter, Release};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
+use crate::broker::rabbitmq::management::ManagementClient;
 use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
 use crate::printable::{shown, PREVIEW_BYTES};
@@ -118,7 +123,8 @@ pub enum Target {
     OriginalQueue,
     /// The exchange and routing key of the first failed delivery (`dlq-original-*`, else
     /// `x-death`); only for messages whose original queue is the DeadLetterQueue's source
-    /// queue, like the default.
+    /// queue, like the default, and only when that exchange routes the copy to the source
+    /// queue and no other ([`super::route`]).
     OriginalExchange,
 }
 
@@ -233,6 +239,10 @@ pub async fn replay(
     observer: &mut dyn Observer,
 ) -> Result<ReplayReport, BrokerError> {
     let broker = RabbitMq::new(conn)?;
+    // Where each copy goes is resolved from the broker's bindings (`route`), once per
+    // (exchange, routing key) for the whole replay.
+    let mgmt = ManagementClient::new(conn)?;
+    let mut routes = Routes::default();
     let mut report = ReplayReport {
         resource: topology.owner.clone(),
         replay_id: opts.replay_id.clone(),
@@ -264,7 +274,7 @@ pub async fn replay(
                 .map_err(|e| map_error(conn, &e))?;
             let run = Run {
                 conn,
-                connection: &connection,
+                mgmt: &mgmt,
                 vhost: &topology.vhost,
                 channel: &channel,
                 queue,
@@ -275,7 +285,7 @@ pub async fn replay(
                 stop,
                 interrupted: &interrupted,
             };
-            let done = run.queue(&mut report, observer).await;
+            let done = run.queue(&mut report, observer, &mut routes).await;
             let _ = channel.close(200, "replayed".into()).await;
             done?;
         }
@@ -295,8 +305,9 @@ pub async fn replay(
 /// One dead-letter queue's replay.
 struct Run<'a> {
     conn: &'a BrokerConnection,
-    connection: &'a lapin::Connection,
-    /// The vhost (for the publishing connection).
+    /// The management API (where copies would go: [`Routes`]).
+    mgmt: &'a ManagementClient,
+    /// The vhost (for the publishing connection and the routes).
     vhost: &'a str,
     channel: &'a Channel,
     queue: &'a str,
@@ -364,10 +375,13 @@ impl InFlight {
 }
 
 impl Run<'_> {
+    /// Replays this dead-letter queue; `routes` holds the routes resolved so far in this
+    /// replay, and those resolved here on return.
     async fn queue(
         &self,
         report: &mut ReplayReport,
         observer: &mut dyn Observer,
+        routes: &mut Routes,
     ) -> Result<(), BrokerError> {
         let amqp = |e: lapin::Error| map_error(self.conn, &e);
         let ch = self.channel;
@@ -418,7 +432,7 @@ impl Run<'_> {
             ack_upto: None,
             deferred: 0,
             requeue: Vec::new(),
-            exchanges: BTreeMap::new(),
+            routes: std::mem::take(routes),
             // The messages there at the start: copies rotated on the way go behind them
             // and are not read again (nor is a failed one retried in the same run).
             to_read: count,
@@ -435,6 +449,7 @@ impl Run<'_> {
             Ok(()) => self.finish(&mut state, report, observer).await,
             Err(e) => Err(e),
         };
+        *routes = std::mem::take(&mut state.routes);
         if let Some(p) = state.publisher.take() {
             let _ = p.close(200, "replayed".into()).await;
         }
@@ -532,26 +547,28 @@ impl Run<'_> {
             state.read += 1;
             report.scanned += 1;
             let route = match self.decide(&letter, report) {
-                Some((exchange, _))
-                    if !self
-                        .exchange_exists(&exchange, &mut state.exchanges)
-                        .await? =>
-                {
-                    *report
-                        .skipped
-                        .entry(format!(
-                            "exchange \"{}\" does not exist",
-                            shown(&exchange, PREVIEW_BYTES)
-                        ))
-                        .or_default() += 1;
-                    None
+                Some(route) => {
+                    let headers = delivery.properties.headers().as_ref();
+                    let reach = (route.0.as_str(), route.1.as_str());
+                    match state
+                        .routes
+                        .check(self.mgmt, self.vhost, reach, headers, self.source)
+                        .await?
+                    {
+                        Err(why) => {
+                            // Never sent where it does not belong: skipped, it stays.
+                            *report.skipped.entry(why).or_default() += 1;
+                            None
+                        }
+                        Ok(()) if self.opts.dry_run => {
+                            // Would be replayed: counted, and it stays.
+                            report.replayed += 1;
+                            None
+                        }
+                        Ok(()) => Some(route),
+                    }
                 }
-                Some(_) if self.opts.dry_run => {
-                    // Would be replayed: counted, and it stays.
-                    report.replayed += 1;
-                    None
-                }
-                route => route,
+                None => None,
             };
             match route {
                 None => {
@@ -768,44 +785,6 @@ impl Run<'_> {
             }
             tokio::time::sleep((until - now).min(Duration::from_millis(100))).await;
         }
-    }
-
-    /// Whether exchange `name` exists (the default exchange always does), from a passive
-    /// declare on a channel of its own — a missing exchange closes the channel it is asked
-    /// on, and must not close the one holding the messages. Remembered in `known`.
-    async fn exchange_exists(
-        &self,
-        name: &str,
-        known: &mut BTreeMap<String, bool>,
-    ) -> Result<bool, BrokerError> {
-        if name.is_empty() {
-            return Ok(true);
-        }
-        if let Some(exists) = known.get(name) {
-            return Ok(*exists);
-        }
-        let side = self
-            .connection
-            .create_channel()
-            .await
-            .map_err(|e| map_error(self.conn, &e))?;
-        let exists = side
-            .exchange_declare(
-                name.into(),
-                lapin::ExchangeKind::Direct,
-                lapin::options::ExchangeDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .is_ok();
-        if exists {
-            let _ = side.close(200, "checked".into()).await;
-        }
-        known.insert(name.to_string(), exists);
-        Ok(exists)
     }
 
     /// Whether `--limit` is reached, counting the copies in flight.
@@ -1130,8 +1109,8 @@ struct Scan {
     in_flight: VecDeque<InFlight>,
     /// Delivery tags of the messages that stay, requeued at the end in read order.
     requeue: Vec<u64>,
-    /// Exchanges already checked (name → exists).
-    exchanges: BTreeMap<String, bool>,
+    /// Routes resolved in this replay ([`Routes`]).
+    routes: Routes,
     /// Messages to read: those there at the start.
     to_read: u64,
     /// Messages read so far.
