@@ -410,6 +410,7 @@ async fn main() {
                         target: Target::OriginalQueue,
                         max_replays: 3,
                         replay_id: format!("bench-{round}"),
+                        max_in_flight: dlq_operator::dlq::replay::MAX_IN_FLIGHT,
                     };
                     let start = Instant::now();
                     let report = replay(

@@ -241,9 +241,11 @@ enum DlqCommand {
     },
     /// Send dead-lettered messages back where they failed: publish with a publisher
     /// confirm, then ack from the dead-letter queue (at-least-once). The retry state is
-    /// reset and dlq-replayed-at, dlq-replay-id and dlq-replay-count are added. Exit 1
-    /// when a copy failed or the run was interrupted (skipped messages are reported, not
-    /// failures).
+    /// reset and dlq-replayed-at, dlq-replay-id and dlq-replay-count are added. A crash
+    /// (SIGKILL, a lost connection; not Ctrl-C, SIGTERM or SIGHUP, which stop cleanly)
+    /// duplicates at most --max-in-flight copies (1000 by default; fewer with --rate: one
+    /// second's worth, or --limit). Exit 1 when a copy failed or the run was interrupted
+    /// (skipped messages are reported, not failures).
     Replay {
         #[command(flatten)]
         which: Which,
@@ -270,6 +272,12 @@ enum DlqCommand {
         /// Skip a message already replayed this many times (at least 1).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
         max_replays: u64,
+        /// At most N copies published whose originals the broker has not yet been seen to
+        /// remove: what a crash can duplicate (1 to 1000). Smaller is slower: 1 removes
+        /// each original, confirmed by a round trip, before the next copy is published.
+        #[arg(long, value_name = "N", default_value_t = dlq_operator::dlq::replay::MAX_IN_FLIGHT as u64,
+              value_parser = clap::value_parser!(u64).range(1..=dlq_operator::dlq::replay::MAX_IN_FLIGHT as u64))]
+        max_in_flight: u64,
         /// Report format.
         #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
         output: ReportFormat,
@@ -474,6 +482,7 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             dry_run,
             to,
             max_replays,
+            max_in_flight,
             output,
         } => {
             // Every argument is checked before anything is read or touched.
@@ -499,7 +508,10 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 },
                 max_replays,
                 replay_id: format!("{started}-{:08x}", rand::random::<u32>()),
+                // In 1..=MAX_IN_FLIGHT (the parser's range).
+                max_in_flight: usize::try_from(max_in_flight).unwrap_or(replay::MAX_IN_FLIGHT),
             };
+            let window = replay::crash_bound(opts.max_in_flight, opts.rate, opts.limit);
             let bar = indicatif::ProgressBar::new(0);
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} read  {msg}")
@@ -527,14 +539,12 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 if so_far.0 > 0 {
                     message.push_str(&format!(
                         "\nbefore the error: at least {} messages read and {} copies confirmed \
-                         by the broker. Copies still in flight (up to {}) may have arrived too, \
+                         by the broker. Copies not yet settled (up to {}) may have arrived too, \
                          and the originals of those and of confirmed copies whose acks were \
                          not yet sent are back in the dead-letter queues if the connection \
                          was lost: a second replay sends those again (at-least-once; \
                          deduplicate on message_id). Nothing is lost.",
-                        so_far.0,
-                        so_far.1,
-                        replay::CONFIRM_WINDOW
+                        so_far.0, so_far.1, window
                     ));
                 }
                 message

@@ -64,6 +64,7 @@ fn options(filter: &[&str]) -> ReplayOptions {
         target: Target::OriginalQueue,
         max_replays: 3,
         replay_id: "test-run".into(),
+        max_in_flight: dlq_operator::dlq::replay::MAX_IN_FLIGHT,
     }
 }
 
@@ -680,6 +681,68 @@ async fn cli_replay_survives_sigkill_and_refuses_bad_input() {
     assert_eq!(seen, all, "every message id is present at least once");
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;
+}
+
+/// SIGKILL of a replay with a small crash window (`--max-in-flight`), at several points
+/// of a run of 2,000: the copies that arrived while their originals are still in the
+/// dead-letter queue — duplicates — are at most the window, and nothing is lost; a window
+/// out of range is refused before anything is touched. (With the default window of 1,000
+/// the breaker saw 134–880 duplicates.)
+#[tokio::test]
+async fn cli_sigkill_duplicates_at_most_the_max_in_flight_window() {
+    for (run, (window, kill_at)) in [(5_u32, 150_u32), (5, 700), (1, 400)]
+        .into_iter()
+        .enumerate()
+    {
+        let q = common::unique("t-replay-window");
+        let (_dir, path) = common::dlq::applied_manifests(&q);
+        let dlq = format!("{q}.dlq");
+        let (conn, ch) = confirm_channel().await;
+        let all: BTreeSet<String> = (0..2000).map(|i| format!("w{i:04}")).collect();
+        for id in &all {
+            publish(&ch, &dlq, id, header(&[("dlq-original-queue", text(&q))])).await;
+        }
+        if run == 0 {
+            for bad in ["0", "1001"] {
+                let out = common::cli(&[
+                    "dlq",
+                    "replay",
+                    "--standalone",
+                    "-f",
+                    &path,
+                    "--name",
+                    "d",
+                    "--max-in-flight",
+                    bad,
+                ]);
+                let t = common::text(&out);
+                assert_eq!(out.status.code(), Some(2), "{bad}: {t}");
+                assert!(t.contains("--max-in-flight"), "{bad}: {t}");
+            }
+            assert_eq!(ready(&ch, &dlq).await, 2000, "refused runs touch nothing");
+        }
+        let window_arg = window.to_string();
+        let mut child = spawn_replay(&path, &["--max-in-flight", &window_arg], false);
+        until_source_holds(&ch, &q, kill_at).await;
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        // The held messages return to the DLQ when the broker sees the connection gone.
+        let in_source = ready(&ch, &q).await;
+        let in_dlq = ready(&ch, &dlq).await;
+        assert!(in_source < 2000, "killed before the end ({in_source})");
+        let duplicates = (in_source + in_dlq)
+            .checked_sub(2000)
+            .unwrap_or_else(|| panic!("lost: source {in_source} + DLQ {in_dlq} < 2000"));
+        assert!(
+            duplicates <= window,
+            "--max-in-flight {window}: {duplicates} duplicated (source {in_source}, DLQ {in_dlq})"
+        );
+        let mut seen: BTreeSet<String> = drain_ids(&ch, &q).await.into_iter().collect();
+        seen.extend(drain_ids(&ch, &dlq).await);
+        assert_eq!(seen, all, "every message id is present at least once");
+        let _ = conn.close(200, "bye".into()).await;
+        cleanup(&q).await;
+    }
 }
 
 /// Ctrl-C (SIGINT) stops a replay cleanly: the copies in flight are settled, the report

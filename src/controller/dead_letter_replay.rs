@@ -64,7 +64,9 @@ use crate::crd::{
     InvalidSpec, ReplayPhase, ReplayTarget,
 };
 use crate::dlq::filter::Filter;
-use crate::dlq::replay::{replay, Observer, Outcome, ReplayOptions, ReplayReport, Target};
+use crate::dlq::replay::{
+    replay, Observer, Outcome, ReplayOptions, ReplayReport, Target, MAX_IN_FLIGHT,
+};
 use crate::manifest::object_key;
 use crate::metrics::ReplayDelta;
 use crate::reconcile::{Prepared, ReconcileError};
@@ -556,7 +558,8 @@ pub fn pending_reason(e: &ReconcileError) -> &'static str {
 }
 
 /// The engine's options for `spec` (validated): filter, limit of this run, rate,
-/// target, `maxReplays`, dry run, replay id.
+/// target, `maxReplays`, dry run, replay id, `maxInFlight` (default
+/// [`MAX_IN_FLIGHT`]).
 ///
 /// # Errors
 /// [`InvalidSpec`] naming `spec.filter` when the filter does not parse.
@@ -582,6 +585,9 @@ pub fn options_for(
         },
         max_replays: u64::from(spec.max_replays),
         replay_id: replay_id.to_string(),
+        max_in_flight: spec.max_in_flight.map_or(MAX_IN_FLIGHT, |n| {
+            usize::try_from(n).unwrap_or(MAX_IN_FLIGHT)
+        }),
     })
 }
 
