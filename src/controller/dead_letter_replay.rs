@@ -1706,8 +1706,9 @@ mod tests {
     fn options_follow_the_spec() {
         let s = spec(serde_json::json!({"deadLetterQueueRef": {"name": "orders"},
             "filter": ["class=Timeout", "age>1h"], "rate": 20, "maxReplays": 2,
-            "target": "OriginalExchange", "dryRun": true}));
+            "target": "OriginalExchange", "dryRun": true, "maxInFlight": 7}));
         let o = options_for(&s, "uid-1", Some(5)).expect("options");
+        assert_eq!(o.max_in_flight, 7);
         assert_eq!(o.filter.terms.len(), 2);
         assert_eq!(o.limit, Some(5));
         assert_eq!(o.rate, Some(20.0));
@@ -1715,6 +1716,9 @@ mod tests {
         assert_eq!(o.target, Target::OriginalExchange);
         assert!(o.dry_run);
         assert_eq!(o.replay_id, "uid-1");
+        let default = spec(serde_json::json!({"deadLetterQueueRef": {"name": "orders"}}));
+        let o = options_for(&default, "u", None).expect("options");
+        assert_eq!(o.max_in_flight, MAX_IN_FLIGHT);
         let bad = spec(serde_json::json!({"deadLetterQueueRef": {"name": "orders"},
             "filter": ["colour=red"]}));
         let err = options_for(&bad, "u", None).expect_err("bad filter");
