@@ -6,6 +6,9 @@
 //! on-confirm`, `src-delete-after: queue-length`, local `amqp://` URIs) on the same broker
 //! in the same run, three rounds alternating; the medians and their ratio are printed.
 //!
+//! `dlq replay` also runs with a smaller crash window (`--max-in-flight 100` and `1`,
+//! "replay -w N"): what a user pays for fewer duplicates after a crash.
+//!
 //! Two reference loops run in the same rounds, to tell what our code costs from what the
 //! AMQP client costs: the least an AMQP 0-9-1 client can do to move the messages with the
 //! same guarantees (a consumer with prefetch 3,000, each copy published with one header
@@ -384,8 +387,10 @@ async fn main() {
     if broker.is_none() {
         println!("no beam.smp process found here: the broker's CPU is not reported");
     }
-    const KINDS: [&str; 4] = [
+    const KINDS: [&str; 6] = [
         "dlq replay",
+        "replay -w 100",
+        "replay -w 1",
         "lapin floor",
         "amqprs floor",
         "dynamic shovel",
@@ -401,7 +406,7 @@ async fn main() {
                 Instant::now(),
             );
             let rate = match kind {
-                "dlq replay" => {
+                "dlq replay" | "replay -w 100" | "replay -w 1" => {
                     let opts = ReplayOptions {
                         filter: Filter::default(),
                         limit: None,
@@ -410,6 +415,11 @@ async fn main() {
                         target: Target::OriginalQueue,
                         max_replays: 3,
                         replay_id: format!("bench-{round}"),
+                        max_in_flight: match kind {
+                            "replay -w 100" => 100,
+                            "replay -w 1" => 1,
+                            _ => dlq_operator::dlq::replay::MAX_IN_FLIGHT,
+                        },
                     };
                     let start = Instant::now();
                     let report = replay(

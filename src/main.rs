@@ -53,9 +53,12 @@ macro_rules! outln {
 }
 
 /// A line on standard error, like `eprintln!` but without its panic when stderr is
-/// closed (the exit code still tells).
+/// closed (the exit code still tells). Control characters in it (an error quoting a queue
+/// name or a broker reason) are escaped, its line breaks kept
+/// ([`dlq_operator::printable::escape_lines`]).
 fn err(line: &str) {
     use std::io::Write;
+    let line = dlq_operator::printable::escape_lines(line);
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
@@ -238,9 +241,11 @@ enum DlqCommand {
     },
     /// Send dead-lettered messages back where they failed: publish with a publisher
     /// confirm, then ack from the dead-letter queue (at-least-once). The retry state is
-    /// reset and dlq-replayed-at, dlq-replay-id and dlq-replay-count are added. Exit 1
-    /// when a copy failed or the run was interrupted (skipped messages are reported, not
-    /// failures).
+    /// reset and dlq-replayed-at, dlq-replay-id and dlq-replay-count are added. A crash
+    /// (SIGKILL, a lost connection; not Ctrl-C, SIGTERM or SIGHUP, which stop cleanly)
+    /// duplicates at most --max-in-flight copies (1000 by default; fewer with --rate: one
+    /// second's worth, or --limit). Exit 1 when a copy failed or the run was interrupted
+    /// (skipped messages are reported, not failures).
     Replay {
         #[command(flatten)]
         which: Which,
@@ -259,12 +264,20 @@ enum DlqCommand {
         dry_run: bool,
         /// original-queue: the DeadLetterQueue's source queue through the default exchange
         /// (only that queue, even when its exchange fans out); original-exchange: the
-        /// exchange and routing key the message was first published with.
+        /// exchange and routing key the message was first published with, only when the
+        /// exchange's bindings route it to the source queue and no other queue (else the
+        /// message is skipped and stays).
         #[arg(long, value_enum, default_value_t = ReplayTarget::OriginalQueue)]
         to: ReplayTarget,
         /// Skip a message already replayed this many times (at least 1).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
         max_replays: u64,
+        /// At most N copies published whose originals the broker has not yet been seen to
+        /// remove: what a crash can duplicate (1 to 1000). Smaller is slower: 1 removes
+        /// each original, confirmed by a round trip, before the next copy is published.
+        #[arg(long, value_name = "N", default_value_t = dlq_operator::dlq::replay::MAX_IN_FLIGHT as u64,
+              value_parser = clap::value_parser!(u64).range(1..=dlq_operator::dlq::replay::MAX_IN_FLIGHT as u64))]
+        max_in_flight: u64,
         /// Report format.
         #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
         output: ReportFormat,
@@ -395,7 +408,9 @@ async fn resolve(which: Which) -> Result<dlq_operator::reconcile::Prepared, Stri
     target::from_cluster(client, ns, name).await
 }
 
-/// `report` in `format`.
+/// `report` in `format`; JSON with the characters that `serde_json` leaves raw and a
+/// terminal would act on escaped ([`dlq_operator::printable::escape_json`]). `table` must
+/// escape what it quotes itself.
 fn format_report<T: serde::Serialize>(
     report: &T,
     format: ReportFormat,
@@ -404,7 +419,8 @@ fn format_report<T: serde::Serialize>(
     Ok(match format {
         ReportFormat::Table => table(),
         ReportFormat::Json => {
-            serde_json::to_string_pretty(report).map_err(|e| e.to_string())? + "\n"
+            let json = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+            dlq_operator::printable::escape_json(&json).into_owned() + "\n"
         }
         ReportFormat::Yaml => serde_yaml_ng::to_string(report).map_err(|e| e.to_string())?,
     })
@@ -433,7 +449,11 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             let opts = browse::InspectOptions {
                 max_messages,
                 sample_size: sample,
-                preview_bytes: if show_payload { usize::MAX } else { 256 },
+                preview_bytes: if show_payload {
+                    usize::MAX
+                } else {
+                    dlq_operator::printable::PREVIEW_BYTES
+                },
             };
             let report = browse::inspect_until(
                 &prepared.connection,
@@ -462,6 +482,7 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             dry_run,
             to,
             max_replays,
+            max_in_flight,
             output,
         } => {
             // Every argument is checked before anything is read or touched.
@@ -487,7 +508,10 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 },
                 max_replays,
                 replay_id: format!("{started}-{:08x}", rand::random::<u32>()),
+                // In 1..=MAX_IN_FLIGHT (the parser's range).
+                max_in_flight: usize::try_from(max_in_flight).unwrap_or(replay::MAX_IN_FLIGHT),
             };
+            let window = replay::crash_bound(opts.max_in_flight, opts.rate, opts.limit);
             let bar = indicatif::ProgressBar::new(0);
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} read  {msg}")
@@ -515,14 +539,12 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
                 if so_far.0 > 0 {
                     message.push_str(&format!(
                         "\nbefore the error: at least {} messages read and {} copies confirmed \
-                         by the broker. Copies still in flight (up to {}) may have arrived too, \
+                         by the broker. Copies not yet settled (up to {}) may have arrived too, \
                          and the originals of those and of confirmed copies whose acks were \
                          not yet sent are back in the dead-letter queues if the connection \
                          was lost: a second replay sends those again (at-least-once; \
                          deduplicate on message_id). Nothing is lost.",
-                        so_far.0,
-                        so_far.1,
-                        replay::CONFIRM_WINDOW
+                        so_far.0, so_far.1, window
                     ));
                 }
                 message
@@ -599,11 +621,12 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
     }
 }
 
-/// The purge report as text.
+/// The purge report as text (the resource name escaped, like every text the tables quote).
 fn purge_table(r: &dlq_operator::dlq::purge::PurgeReport) -> String {
+    use dlq_operator::printable::{shown, PREVIEW_BYTES};
     format!(
         "DeadLetterQueue  {}\nin the DLQ       {} at the start, {} read{}\nmatched          {}\n{:<16} {}\nno age, kept     {}\n",
-        r.resource,
+        shown(&r.resource, PREVIEW_BYTES),
         r.total,
         r.scanned,
         if r.interrupted { " (interrupted)" } else { "" },
@@ -614,15 +637,22 @@ fn purge_table(r: &dlq_operator::dlq::purge::PurgeReport) -> String {
     )
 }
 
-/// The replay report as text.
+/// The replay report as text; the skip and failure reasons, which quote messages (their
+/// original queue, exchange, routing key: cut by the engine) and the broker, escaped
+/// ([`dlq_operator::printable`]).
 fn replay_table(r: &dlq_operator::dlq::replay::ReplayReport) -> String {
+    use dlq_operator::printable::{escape, shown, PREVIEW_BYTES};
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ = writeln!(out, "DeadLetterQueue  {}", r.resource);
+    let _ = writeln!(
+        out,
+        "DeadLetterQueue  {}",
+        shown(&r.resource, PREVIEW_BYTES)
+    );
     let _ = writeln!(
         out,
         "replay id        {}{}",
-        r.replay_id,
+        shown(&r.replay_id, PREVIEW_BYTES),
         if r.dry_run { " (dry run)" } else { "" }
     );
     let _ = writeln!(out, "outcome          {:?}", r.outcome);
@@ -639,11 +669,11 @@ fn replay_table(r: &dlq_operator::dlq::replay::ReplayReport) -> String {
     let _ = writeln!(out, "{verb:<16} {}", r.replayed);
     let _ = writeln!(out, "skipped          {}", r.skipped_total());
     for (why, n) in &r.skipped {
-        let _ = writeln!(out, "  {n:>8}  {why}");
+        let _ = writeln!(out, "  {n:>8}  {}", escape(why));
     }
     let _ = writeln!(out, "failed           {}", r.failed_total());
     for (why, n) in &r.failed {
-        let _ = writeln!(out, "  {n:>8}  {why}");
+        let _ = writeln!(out, "  {n:>8}  {}", escape(why));
     }
     out
 }

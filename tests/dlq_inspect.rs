@@ -488,3 +488,112 @@ async fn a_signal_stops_cli_inspect_replay_and_purge_between_messages_losing_not
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;
 }
+
+/// The first character of `out` that a terminal would act on or that reorders text — a
+/// control character other than the line break (C0, DEL, C1), or a format character such
+/// as U+202E — with its position.
+fn raw_control(out: &str) -> Option<(usize, char)> {
+    out.char_indices().find(|(_, c)| {
+        (c.is_control() && *c != '\n')
+            || matches!(*c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    })
+}
+
+/// Dead letters whose message id, error class, reason, original queue, a header name,
+/// a header value and body carry terminal escapes (`ESC ] 0 ; … BEL` retitles the terminal,
+/// `ESC [ 2 J` clears it), C1 controls and U+202E, and a 100 KB header: every human
+/// output of `dlq inspect`, `dlq replay` and `dlq purge` (and `inspect -o json`) shows
+/// them escaped, never raw, and the long header cut with its size. Before, the table
+/// printed them raw and 17 such messages made 1.7 MB of it.
+#[tokio::test]
+async fn cli_outputs_escape_message_text_and_cut_long_headers() {
+    let q = common::unique("t-inspect-esc");
+    let (_dir, path) = common::dlq::applied_manifests(&q);
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    let big = "B".repeat(102_400);
+    let other = format!("other\u{1b}[2J\u{9b}31m{q}");
+    for i in 0..17 {
+        let original = if i % 2 == 0 { q.clone() } else { other.clone() };
+        publish(
+            &ch,
+            &dlq,
+            &format!("evil\u{1b}]0;pwned\u{7}\u{1b}[2J-{i:02}"),
+            header(&[
+                ("dlq-error-class", text("\u{1b}[31mTimeout\u{9b}")),
+                ("dlq-reason", text("fdp\u{202e}exe.")),
+                ("dlq-original-queue", text(&original)),
+                (
+                    "dlq-last-failed-at",
+                    AMQPValue::LongLongInt((now_ms() - 60_000) as i64),
+                ),
+                ("big", text(&big)),
+                ("x-\u{1b}[1mname", text("v\u{7f}")),
+            ]),
+        )
+        .await;
+    }
+    let run = |args: &[&str]| {
+        let mut all = vec!["dlq"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--standalone", "-f", &path, "--name", "d"]);
+        common::cli(&all)
+    };
+    let inspect = run(&["inspect", "--sample", "17"]);
+    let table = common::text(&inspect);
+    assert!(inspect.status.success(), "{table}");
+    assert_eq!(raw_control(&table), None, "inspect table");
+    assert!(
+        table.contains("message_id evil\\u{1b}]0;pwned\\u{7}\\u{1b}[2J-00"),
+        "the id is shown, escaped: {}",
+        &table[..table.len().min(3000)]
+    );
+    assert!(table.contains("\\u{1b}[31mTimeout\\u{9b}"), "class");
+    assert!(table.contains("fdp\\u{202e}exe."), "reason");
+    assert!(
+        table.contains("x-\\u{1b}[1mname: \"v\\u{7f}\""),
+        "header name"
+    );
+    assert!(table.contains("body (") && table.contains("body of evil\\u{1b}]0;pwned"));
+    assert_eq!(
+        table
+            .matches(&format!("big: \"{}\"… (102400 bytes)", &big[..256]))
+            .count(),
+        17,
+        "each long header cut to 256 bytes, with its size"
+    );
+    assert!(
+        table.len() < 40_000,
+        "{} bytes for 17 messages",
+        table.len()
+    );
+
+    let json = run(&["inspect", "--sample", "1", "-o", "json"]);
+    let text_json = String::from_utf8_lossy(&json.stdout).into_owned();
+    assert_eq!(raw_control(&text_json), None, "inspect -o json");
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(
+        report["sample"][0]["headers"]["dlq-error-class"], "\u{1b}[31mTimeout\u{9b}",
+        "JSON keeps the value"
+    );
+    assert_eq!(report["sample"][0]["headers"]["big"], big.as_str());
+
+    let dry = run(&["replay", "--dry-run"]);
+    let purge = run(&["purge", "--older-than", "0s", "--dry-run"]);
+    for (what, out) in [("replay --dry-run", &dry), ("purge --dry-run", &purge)] {
+        assert!(out.status.success(), "{what}: {}", common::text(out));
+        assert_eq!(raw_control(&common::text(out)), None, "{what}");
+    }
+    let replayed = run(&["replay"]);
+    let t = common::text(&replayed);
+    assert!(replayed.status.success(), "{t}");
+    assert_eq!(raw_control(&t), None, "replay");
+    assert!(
+        t.contains("replayed         9") && t.contains("other\\u{1b}[2J\\u{9b}31m"),
+        "the skip reason quotes the other queue, escaped: {t}"
+    );
+    assert_eq!(ready(&ch, &q).await, 9);
+    assert_eq!(ready(&ch, &dlq).await, 8);
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}

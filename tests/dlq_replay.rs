@@ -64,6 +64,7 @@ fn options(filter: &[&str]) -> ReplayOptions {
         target: Target::OriginalQueue,
         max_replays: 3,
         replay_id: "test-run".into(),
+        max_in_flight: dlq_operator::dlq::replay::MAX_IN_FLIGHT,
     }
 }
 
@@ -238,7 +239,8 @@ async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
         "the fanout's other queue gets nothing"
     );
 
-    // --to original-exchange re-publishes through the fanout: both queues get it.
+    // --to original-exchange through the fanout would also reach the other queue (whose
+    // consumer had the message already): skipped, naming that queue, and kept.
     publish(&ch, &dlq, "f2", failed("f2")).await;
     let mut opts = options(&["class=f2"]);
     opts.target = Target::OriginalExchange;
@@ -252,36 +254,183 @@ async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
     )
     .await
     .expect("replay");
-    assert_eq!(report.replayed, 1, "{report:?}");
-    assert_eq!(drain_ids(&ch, &q).await, ["f2"]);
-    assert_eq!(drain_ids(&ch, &other).await, ["f2"]);
-    assert_eq!(drain_ids(&ch, &dlq).await, ["x1"]);
+    assert_eq!(
+        (report.replayed, report.skipped_total()),
+        (0, 1),
+        "{report:?}"
+    );
+    assert!(
+        report
+            .skipped
+            .keys()
+            .any(|k| k.contains(&format!("also reaches \"{other}\""))),
+        "{report:?}"
+    );
+    assert_eq!(ready(&ch, &q).await, 0);
+    assert_eq!(
+        ready(&ch, &other).await,
+        0,
+        "nothing sent to the other queue"
+    );
+    assert_eq!(drain_ids(&ch, &dlq).await, ["f2", "x1"]);
+    let _ = ch
+        .queue_delete(other.as_str().into(), Default::default())
+        .await;
+    let _ = ch
+        .exchange_delete(fanout.as_str().into(), Default::default())
+        .await;
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}
 
-    // An exchange that is gone: skipped and kept, and the rest of the run goes on; a
-    // message of another queue is skipped with this target too.
+/// Declares exchange `name` of `kind` (with `args`) and binds each (queue, key).
+async fn exchange_with(
+    ch: &lapin::Channel,
+    name: &str,
+    kind: ExchangeKind,
+    args: FieldTable,
+    bindings: &[(&str, &str)],
+) {
+    ch.exchange_declare(name.into(), kind, ExchangeDeclareOptions::default(), args)
+        .await
+        .expect("exchange");
+    for (queue, key) in bindings {
+        ch.queue_bind(
+            (*queue).into(),
+            name.into(),
+            (*key).into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("bind");
+    }
+}
+
+/// Publishes dead letter `id` of source queue `q` to `dlq`, first published to `exchange`
+/// with `key`.
+async fn letter(ch: &lapin::Channel, dlq: &str, q: &str, id: &str, exchange: &str, key: &str) {
     publish(
-        &ch,
-        &dlq,
-        "g1",
+        ch,
+        dlq,
+        id,
         header(&[
-            ("dlq-original-queue", text(&q)),
-            ("dlq-original-exchange", text(&format!("{q}-gone"))),
-            ("dlq-original-routing-key", text("")),
+            ("dlq-original-queue", text(q)),
+            ("dlq-original-exchange", text(exchange)),
+            ("dlq-original-routing-key", text(key)),
         ]),
     )
     .await;
+}
+
+/// `--to original-exchange` publishes a copy only where the broker's bindings route it to
+/// the source queue alone: a route that also (or only) reaches another queue — a topic
+/// pattern, a direct key, the default exchange, a `CC` header — is skipped with the queue
+/// named, and so is what cannot be resolved (a headers exchange, an exchange-to-exchange
+/// binding, a missing exchange, no queue at all). Each of those copies used to be
+/// delivered (or fail as unroutable), since only `dlq-original-queue` was checked.
+#[tokio::test]
+async fn replay_to_the_original_exchange_reaches_the_source_queue_only() {
+    let q = common::unique("t-replay-route");
+    let t = applied(&q, None).await;
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    let other = format!("{q}-other");
+    ch.queue_declare(
+        other.as_str().into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .expect("other queue");
+    let (topic, direct, headers, hop, with_ae) = (
+        format!("{q}-topic"),
+        format!("{q}-direct"),
+        format!("{q}-headers"),
+        format!("{q}-hop"),
+        format!("{q}-ae"),
+    );
+    let none = FieldTable::default();
+    exchange_with(
+        &ch,
+        &topic,
+        ExchangeKind::Topic,
+        none.clone(),
+        &[(&q, "orders.created.*"), (&other, "orders.#.eu")],
+    )
+    .await;
+    exchange_with(
+        &ch,
+        &direct,
+        ExchangeKind::Direct,
+        none.clone(),
+        &[(&q, "k1"), (&other, "k2")],
+    )
+    .await;
+    exchange_with(
+        &ch,
+        &headers,
+        ExchangeKind::Headers,
+        none.clone(),
+        &[(&q, "")],
+    )
+    .await;
+    // An alternate exchange routing to the other queue: used only for what the exchange
+    // itself cannot route, so a copy that reaches the source queue never goes there.
+    exchange_with(
+        &ch,
+        &with_ae,
+        ExchangeKind::Direct,
+        header(&[("alternate-exchange", text(&direct))]),
+        &[(&q, "k1")],
+    )
+    .await;
+    exchange_with(&ch, &hop, ExchangeKind::Direct, none.clone(), &[(&q, "k1")]).await;
+    ch.exchange_bind(
+        direct.as_str().into(),
+        hop.as_str().into(),
+        "k1".into(),
+        Default::default(),
+        FieldTable::default(),
+    )
+    .await
+    .expect("exchange-to-exchange binding");
+    letter(&ch, &dlq, &q, "ok-topic", &topic, "orders.created.us").await;
+    letter(&ch, &dlq, &q, "ok-direct", &direct, "k1").await;
+    letter(&ch, &dlq, &q, "ok-ae", &with_ae, "k1").await;
+    letter(&ch, &dlq, &q, "ok-default", "", &q).await;
+    letter(&ch, &dlq, &q, "both-topic", &topic, "orders.created.eu").await;
+    letter(&ch, &dlq, &q, "other-direct", &direct, "k2").await;
+    letter(&ch, &dlq, &q, "other-default", "", &other).await;
+    letter(&ch, &dlq, &q, "headers", &headers, "").await;
+    letter(&ch, &dlq, &q, "hop", &hop, "k1").await;
+    letter(&ch, &dlq, &q, "nowhere", &direct, "k9").await;
+    letter(&ch, &dlq, &q, "gone", &format!("{q}-gone"), "k1").await;
     publish(
         &ch,
         &dlq,
         "o1",
         header(&[
             ("dlq-original-queue", text(&other)),
-            ("dlq-original-exchange", text(&fanout)),
-            ("dlq-original-routing-key", text("")),
+            ("dlq-original-exchange", text(&direct)),
+            ("dlq-original-routing-key", text("k2")),
         ]),
     )
     .await;
-    publish(&ch, &dlq, "f3", failed("f3")).await;
+    publish(
+        &ch,
+        &dlq,
+        "cc",
+        header(&[
+            ("dlq-original-queue", text(&q)),
+            ("dlq-original-exchange", text(&direct)),
+            ("dlq-original-routing-key", text("k1")),
+            ("CC", AMQPValue::FieldArray(vec![text("k2")].into())),
+        ]),
+    )
+    .await;
+
+    let stop = AtomicBool::new(false);
     let mut opts = options(&[]);
     opts.target = Target::OriginalExchange;
     let report = replay(
@@ -293,32 +442,101 @@ async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
         &mut |_: &ReplayReport| {},
     )
     .await
-    .expect("a missing exchange does not abort the run");
+    .expect("replay");
+    assert_eq!(report.outcome, Outcome::Succeeded, "{report:?}");
     assert_eq!(
         (
             report.replayed,
             report.skipped_total(),
             report.failed_total()
         ),
-        (1, 2, 0),
+        (4, 9, 0),
         "{report:?}"
     );
-    assert!(
-        report.skipped.keys().any(|k| k.contains("does not exist")),
+    let count = |needle: &str| -> u64 {
+        report
+            .skipped
+            .iter()
+            .filter(|(k, _)| k.contains(needle))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    assert_eq!(count(&format!("also reaches \"{other}\"")), 4, "{report:?}");
+    assert_eq!(count("headers exchange"), 1, "{report:?}");
+    assert_eq!(
+        count(&format!("routes on to exchange \"{direct}\"")),
+        1,
         "{report:?}"
     );
-    assert!(
-        report.skipped.keys().any(|k| k.contains(other.as_str())),
+    assert_eq!(count("reaches no queue"), 1, "{report:?}");
+    assert_eq!(count("does not exist"), 1, "{report:?}");
+    assert_eq!(
+        count("is not this DeadLetterQueue's source queue"),
+        1,
         "{report:?}"
     );
-    assert_eq!(drain_ids(&ch, &q).await, ["f3"]);
-    assert_eq!(drain_ids(&ch, &other).await, ["f3"]);
-    assert_eq!(drain_ids(&ch, &dlq).await, ["g1", "o1"]);
+    assert_eq!(
+        ready(&ch, &other).await,
+        0,
+        "nothing reached the other queue"
+    );
+    assert_eq!(
+        drain_ids(&ch, &q).await,
+        ["ok-ae", "ok-default", "ok-direct", "ok-topic"]
+    );
+    assert_eq!(
+        drain_ids(&ch, &dlq).await,
+        [
+            "both-topic",
+            "cc",
+            "gone",
+            "headers",
+            "hop",
+            "nowhere",
+            "o1",
+            "other-default",
+            "other-direct"
+        ]
+    );
+
+    // The default target too: a CC header would add the other queue to the default
+    // exchange's route.
+    publish(
+        &ch,
+        &dlq,
+        "cc-default",
+        header(&[
+            ("dlq-original-queue", text(&q)),
+            ("CC", AMQPValue::FieldArray(vec![text(&other)].into())),
+        ]),
+    )
+    .await;
+    // (Publishing it here reached the other queue too, by its CC header.)
+    assert_eq!(drain_ids(&ch, &other).await, ["cc-default"]);
+    let report = replay(
+        &connection(),
+        &t,
+        &options(&[]),
+        now_ms(),
+        &stop,
+        &mut |_: &ReplayReport| {},
+    )
+    .await
+    .expect("replay");
+    assert_eq!(
+        (report.replayed, report.skipped_total()),
+        (0, 1),
+        "{report:?}"
+    );
+    assert_eq!(ready(&ch, &other).await, 0);
+    assert_eq!(drain_ids(&ch, &dlq).await, ["cc-default"]);
+    for x in [&topic, &direct, &headers, &hop, &with_ae] {
+        let _ = ch
+            .exchange_delete(x.as_str().into(), Default::default())
+            .await;
+    }
     let _ = ch
         .queue_delete(other.as_str().into(), Default::default())
-        .await;
-    let _ = ch
-        .exchange_delete(fanout.as_str().into(), Default::default())
         .await;
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;
@@ -463,6 +681,68 @@ async fn cli_replay_survives_sigkill_and_refuses_bad_input() {
     assert_eq!(seen, all, "every message id is present at least once");
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;
+}
+
+/// SIGKILL of a replay with a small crash window (`--max-in-flight`), at several points
+/// of a run of 2,000: the copies that arrived while their originals are still in the
+/// dead-letter queue — duplicates — are at most the window, and nothing is lost; a window
+/// out of range is refused before anything is touched. (With the default window of 1,000
+/// the breaker saw 134–880 duplicates.)
+#[tokio::test]
+async fn cli_sigkill_duplicates_at_most_the_max_in_flight_window() {
+    for (run, (window, kill_at)) in [(5_u32, 150_u32), (5, 700), (1, 400)]
+        .into_iter()
+        .enumerate()
+    {
+        let q = common::unique("t-replay-window");
+        let (_dir, path) = common::dlq::applied_manifests(&q);
+        let dlq = format!("{q}.dlq");
+        let (conn, ch) = confirm_channel().await;
+        let all: BTreeSet<String> = (0..2000).map(|i| format!("w{i:04}")).collect();
+        for id in &all {
+            publish(&ch, &dlq, id, header(&[("dlq-original-queue", text(&q))])).await;
+        }
+        if run == 0 {
+            for bad in ["0", "1001"] {
+                let out = common::cli(&[
+                    "dlq",
+                    "replay",
+                    "--standalone",
+                    "-f",
+                    &path,
+                    "--name",
+                    "d",
+                    "--max-in-flight",
+                    bad,
+                ]);
+                let t = common::text(&out);
+                assert_eq!(out.status.code(), Some(2), "{bad}: {t}");
+                assert!(t.contains("--max-in-flight"), "{bad}: {t}");
+            }
+            assert_eq!(ready(&ch, &dlq).await, 2000, "refused runs touch nothing");
+        }
+        let window_arg = window.to_string();
+        let mut child = spawn_replay(&path, &["--max-in-flight", &window_arg], false);
+        until_source_holds(&ch, &q, kill_at).await;
+        child.kill().expect("SIGKILL");
+        let _ = child.wait();
+        // The held messages return to the DLQ when the broker sees the connection gone.
+        let in_source = ready(&ch, &q).await;
+        let in_dlq = ready(&ch, &dlq).await;
+        assert!(in_source < 2000, "killed before the end ({in_source})");
+        let duplicates = (in_source + in_dlq)
+            .checked_sub(2000)
+            .unwrap_or_else(|| panic!("lost: source {in_source} + DLQ {in_dlq} < 2000"));
+        assert!(
+            duplicates <= window,
+            "--max-in-flight {window}: {duplicates} duplicated (source {in_source}, DLQ {in_dlq})"
+        );
+        let mut seen: BTreeSet<String> = drain_ids(&ch, &q).await.into_iter().collect();
+        seen.extend(drain_ids(&ch, &dlq).await);
+        assert_eq!(seen, all, "every message id is present at least once");
+        let _ = conn.close(200, "bye".into()).await;
+        cleanup(&q).await;
+    }
 }
 
 /// Ctrl-C (SIGINT) stops a replay cleanly: the copies in flight are settled, the report
@@ -875,6 +1155,9 @@ async fn a_copy_refused_by_the_broker_fails_alone_and_loses_nothing() {
         publish(&ch, &dlq, &id, header(&h)).await;
         all.push(id);
     }
+    // Bound, so that the route reaches the source queue and the copy is published; the
+    // broker refuses a publish to an internal exchange by closing the channel.
+    bind_to_trace(&ch, &q, "x").await;
     let stop = AtomicBool::new(false);
     let mut opts = options(&["class=timeout"]);
     opts.target = Target::OriginalExchange;
@@ -902,6 +1185,22 @@ async fn a_copy_refused_by_the_broker_fails_alone_and_loses_nothing() {
     assert_eq!(drain_ids(&ch, &dlq).await, all);
     drop(conn);
     cleanup(&q).await;
+}
+
+/// Binds `queue` to the internal exchange `amq.rabbitmq.trace` (a topic exchange) with
+/// `key`: a copy's route then reaches the source queue, and the broker refuses the publish
+/// itself (clients may not publish to an internal exchange). The binding goes with the
+/// queue.
+async fn bind_to_trace(ch: &lapin::Channel, queue: &str, key: &str) {
+    ch.queue_bind(
+        queue.into(),
+        "amq.rabbitmq.trace".into(),
+        key.into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .expect("bind to amq.rabbitmq.trace");
 }
 
 /// The batch a checkpoint announces (what a crash may leave in doubt, and a resume takes
@@ -965,6 +1264,7 @@ async fn one_refused_copy_among_many_fails_alone() {
         )
         .await;
     }
+    bind_to_trace(&ch, &q, &q).await;
     let stop = AtomicBool::new(false);
     let mut opts = options(&[]);
     opts.target = Target::OriginalExchange;

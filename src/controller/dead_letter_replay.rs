@@ -64,7 +64,9 @@ use crate::crd::{
     InvalidSpec, ReplayPhase, ReplayTarget,
 };
 use crate::dlq::filter::Filter;
-use crate::dlq::replay::{replay, Observer, Outcome, ReplayOptions, ReplayReport, Target};
+use crate::dlq::replay::{
+    replay, Observer, Outcome, ReplayOptions, ReplayReport, Target, MAX_IN_FLIGHT,
+};
 use crate::manifest::object_key;
 use crate::metrics::ReplayDelta;
 use crate::reconcile::{Prepared, ReconcileError};
@@ -195,11 +197,13 @@ impl Tally {
 
 /// `status.reasons` of a run: `skipped: <why>: N` then `failed: <why>: N`, in the
 /// engine's order. The engine names its CLI flag; the resource's field is named instead.
+/// Escaped ([`crate::printable::escape`]): a reason quotes the message (its original
+/// queue, exchange, routing key) or the broker, and kubectl prints it to a terminal.
 pub fn reasons(report: &ReplayReport) -> Vec<String> {
     let line = |kind: &str, why: &str, n: u64| {
         format!(
             "{kind}: {}: {n}",
-            why.replace("--max-replays", "spec.maxReplays")
+            crate::printable::escape(&why.replace("--max-replays", "spec.maxReplays"))
         )
     };
     report
@@ -287,12 +291,14 @@ fn epoch_ms(t: &Time) -> u64 {
     u64::try_from(t.0.as_millisecond()).unwrap_or(0)
 }
 
+/// The `Complete` condition; its message escaped ([`crate::printable::escape`]): it may
+/// quote the broker or messages, and `kubectl describe` prints it to a terminal.
 fn complete(status: ConditionStatus, reason: &'static str, message: String) -> Desired {
     Desired {
         type_: COMPLETE,
         status,
         reason,
-        message,
+        message: crate::printable::escape(&message).into_owned(),
     }
 }
 
@@ -552,7 +558,8 @@ pub fn pending_reason(e: &ReconcileError) -> &'static str {
 }
 
 /// The engine's options for `spec` (validated): filter, limit of this run, rate,
-/// target, `maxReplays`, dry run, replay id.
+/// target, `maxReplays`, dry run, replay id, `maxInFlight` (default
+/// [`MAX_IN_FLIGHT`]).
 ///
 /// # Errors
 /// [`InvalidSpec`] naming `spec.filter` when the filter does not parse.
@@ -578,6 +585,9 @@ pub fn options_for(
         },
         max_replays: u64::from(spec.max_replays),
         replay_id: replay_id.to_string(),
+        max_in_flight: spec.max_in_flight.map_or(MAX_IN_FLIGHT, |n| {
+            usize::try_from(n).unwrap_or(MAX_IN_FLIGHT)
+        }),
     })
 }
 
@@ -1441,6 +1451,29 @@ mod tests {
     }
 
     #[test]
+    fn reasons_and_condition_messages_quoting_messages_are_escaped() {
+        let r = report(
+            2,
+            2,
+            0,
+            &[("original queue x\u{1b}]0;t\u{7}y\u{202e} is not …", 1)],
+            &[("the broker refused the copy: \u{9b}2J", 1)],
+            Outcome::Failed,
+        );
+        let lines = reasons(&r);
+        assert_eq!(
+            lines,
+            [
+                "skipped: original queue x\\u{1b}]0;t\\u{7}y\\u{202e} is not …: 1",
+                "failed: the broker refused the copy: \\u{9b}2J: 1",
+            ]
+        );
+        let c = complete(ConditionStatus::True, "Failed", lines.join("; "));
+        assert!(!c.message.chars().any(char::is_control), "{}", c.message);
+        assert!(!c.message.contains('\u{202e}'), "{}", c.message);
+    }
+
+    #[test]
     fn in_doubt_after_an_engine_error_is_the_unsettled_rest_of_the_last_batch() {
         let t = |replayed, failed| Tally {
             replayed,
@@ -1673,8 +1706,9 @@ mod tests {
     fn options_follow_the_spec() {
         let s = spec(serde_json::json!({"deadLetterQueueRef": {"name": "orders"},
             "filter": ["class=Timeout", "age>1h"], "rate": 20, "maxReplays": 2,
-            "target": "OriginalExchange", "dryRun": true}));
+            "target": "OriginalExchange", "dryRun": true, "maxInFlight": 7}));
         let o = options_for(&s, "uid-1", Some(5)).expect("options");
+        assert_eq!(o.max_in_flight, 7);
         assert_eq!(o.filter.terms.len(), 2);
         assert_eq!(o.limit, Some(5));
         assert_eq!(o.rate, Some(20.0));
@@ -1682,6 +1716,9 @@ mod tests {
         assert_eq!(o.target, Target::OriginalExchange);
         assert!(o.dry_run);
         assert_eq!(o.replay_id, "uid-1");
+        let default = spec(serde_json::json!({"deadLetterQueueRef": {"name": "orders"}}));
+        let o = options_for(&default, "u", None).expect("options");
+        assert_eq!(o.max_in_flight, MAX_IN_FLIGHT);
         let bad = spec(serde_json::json!({"deadLetterQueueRef": {"name": "orders"},
             "filter": ["colour=red"]}));
         let err = options_for(&bad, "u", None).expect_err("bad filter");

@@ -230,7 +230,12 @@ pub async fn publish(ctx: &Context, obj: &DynamicObject, resource: &ApiResource,
     let event = Event {
         type_: note.type_,
         reason: note.reason.clone(),
-        note: Some(truncate_note(&note.note, MAX_NOTE_BYTES)),
+        // kubectl prints notes to terminals; they may quote messages (a replay's skip
+        // reasons) or the broker.
+        note: Some(truncate_note(
+            &crate::printable::escape(&note.note),
+            MAX_NOTE_BYTES,
+        )),
         action: note.action,
         secondary: None,
     };

@@ -61,6 +61,13 @@ pub struct DeadLetterReplaySpec {
     /// Count what would be replayed, publish nothing (default false).
     #[serde(default)]
     pub dry_run: bool,
+    /// At most this many copies in flight whose originals the broker has not yet been
+    /// seen to remove: what an operator crash can duplicate (unset: 1000, the fastest;
+    /// 1: each original removed before the next copy is published, the slowest). The
+    /// `dlq replay --max-in-flight` option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_in_flight: Option<u32>,
 }
 
 fn default_max_replays() -> u32 {
@@ -76,7 +83,9 @@ pub enum ReplayTarget {
     #[default]
     OriginalQueue,
     /// The exchange and routing key the message was first published with
-    /// (`dlq-original-exchange`/`-routing-key`, else `x-death`).
+    /// (`dlq-original-exchange`/`-routing-key`, else `x-death`), only when the exchange's
+    /// bindings route it to the source queue and to no other queue; otherwise the message
+    /// is skipped and stays.
     OriginalExchange,
 }
 
@@ -145,7 +154,8 @@ pub struct DeadLetterReplayStatus {
     #[serde(default)]
     pub replayed: u64,
     /// Matched messages not replayed on purpose (already replayed `maxReplays` times,
-    /// another original queue, a missing exchange; `reasons` says which).
+    /// another original queue, a missing exchange, a route reaching another queue;
+    /// `reasons` says which).
     #[serde(default)]
     pub skipped: u64,
     /// Matched messages whose copy the broker refused or could not route (they stay).
@@ -164,7 +174,8 @@ pub struct DeadLetterReplayStatus {
 
 impl DeadLetterReplaySpec {
     /// Checks what the schema cannot: the filter terms parse
-    /// ([`crate::dlq::filter::Filter::parse`]).
+    /// ([`crate::dlq::filter::Filter::parse`]); and again the ranges the schema has, which
+    /// an API server may not have applied (`limit`, `rate`, `maxReplays`, `maxInFlight`).
     ///
     /// # Errors
     /// [`InvalidSpec`] naming `spec.filter[i]` and the parser's reason.
@@ -188,6 +199,18 @@ impl DeadLetterReplaySpec {
         if self.max_replays == 0 {
             errors.push("spec.maxReplays", "must be at least 1");
         }
+        if let Some(n) = self.max_in_flight {
+            if n == 0 || usize::try_from(n).map_or(true, |n| n > crate::dlq::replay::MAX_IN_FLIGHT)
+            {
+                errors.push(
+                    "spec.maxInFlight",
+                    format!(
+                        "{n} is out of range: must be 1 to {} (copies in flight)",
+                        crate::dlq::replay::MAX_IN_FLIGHT
+                    ),
+                );
+            }
+        }
         errors.finish()
     }
 }
@@ -207,6 +230,7 @@ mod tests {
             target: ReplayTarget::default(),
             max_replays: 3,
             dry_run: false,
+            max_in_flight: None,
         }
     }
 
@@ -229,6 +253,7 @@ mod tests {
         zero.limit = Some(0);
         zero.rate = Some(0);
         zero.max_replays = 0;
+        zero.max_in_flight = Some(0);
         let fields: Vec<String> = zero
             .validate()
             .expect_err("zeros")
@@ -236,7 +261,21 @@ mod tests {
             .into_iter()
             .map(|e| e.field)
             .collect();
-        assert_eq!(fields, ["spec.limit", "spec.rate", "spec.maxReplays"]);
+        assert_eq!(
+            fields,
+            [
+                "spec.limit",
+                "spec.rate",
+                "spec.maxReplays",
+                "spec.maxInFlight"
+            ]
+        );
+        let mut big = spec(&[]);
+        big.max_in_flight = Some(1001);
+        let err = big.validate().expect_err("too big");
+        assert_eq!(err.0[0].field, "spec.maxInFlight");
+        big.max_in_flight = Some(1000);
+        assert!(big.validate().is_ok());
     }
 
     #[test]

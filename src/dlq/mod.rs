@@ -15,6 +15,7 @@ pub mod browse;
 pub mod filter;
 pub mod purge;
 pub mod replay;
+pub mod route;
 pub mod target;
 
 use std::collections::BTreeMap;
@@ -23,6 +24,8 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use serde::Serialize;
 use serde_json::{json, Value};
+
+use crate::printable::PREVIEW_BYTES;
 
 use crate::client::headers::{
     as_u64, ERROR_CLASS, FIRST_FAILED_AT, LAST_DELAY_MS, LAST_ERROR, LAST_FAILED_AT,
@@ -268,18 +271,12 @@ fn to_json(v: &AMQPValue) -> Value {
     }
 }
 
-/// At most `max` bytes of `body` as UTF-8 (lossy), cut on a character boundary, and
-/// whether it was cut.
+/// At most `max` bytes of `body` as UTF-8 (lossy), cut on a character boundary
+/// ([`crate::printable::cut`]), and whether it was cut.
 fn preview(body: &[u8], max: usize) -> (String, bool) {
     let text = String::from_utf8_lossy(body);
-    if text.len() <= max {
-        return (text.into_owned(), false);
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    (text[..end].to_string(), true)
+    let (kept, cut) = crate::printable::cut(&text, max);
+    (kept.to_string(), cut)
 }
 
 /// How inspection gives a message back to its queue.
@@ -385,12 +382,25 @@ impl Inspection {
 
 impl Inspection {
     /// The report as a human-readable table: counts, ages, then the sample (headers and
-    /// body preview).
+    /// body preview). Every text that comes from a message or the broker (queue names,
+    /// classes, reasons, message ids, header names and values, bodies) is escaped, and cut
+    /// to [`PREVIEW_BYTES`] where it is not the body ([`crate::printable::shown`]): a
+    /// header value as its JSON text, a string one as the string, quoted.
     pub fn table(&self) -> String {
+        use crate::printable::{escape, shown};
         use std::fmt::Write as _;
         let mut out = String::new();
-        let _ = writeln!(out, "DeadLetterQueue  {}", self.resource);
-        let _ = writeln!(out, "queues           {}", self.queues.join(", "));
+        let _ = writeln!(
+            out,
+            "DeadLetterQueue  {}",
+            shown(&self.resource, PREVIEW_BYTES)
+        );
+        let queues: Vec<String> = self
+            .queues
+            .iter()
+            .map(|q| shown(q, PREVIEW_BYTES))
+            .collect();
+        let _ = writeln!(out, "queues           {}", queues.join(", "));
         let _ = writeln!(
             out,
             "messages         {} (read {}{}{})",
@@ -416,7 +426,7 @@ impl Inspection {
         let section = |out: &mut String, title: &str, rows: Vec<(String, u64)>| {
             let _ = writeln!(out, "\n{title}");
             for (k, n) in rows {
-                let _ = writeln!(out, "  {n:>8}  {k}");
+                let _ = writeln!(out, "  {n:>8}  {}", shown(&k, PREVIEW_BYTES));
             }
         };
         let rows = |m: &BTreeMap<String, u64>| m.iter().map(|(k, n)| (k.clone(), *n)).collect();
@@ -437,21 +447,42 @@ impl Inspection {
                 "\nSAMPLE {} of {}: message_id {}  queue {}",
                 i + 1,
                 self.sample.len(),
-                m.message_id.as_deref().unwrap_or("-"),
-                m.queue
+                m.message_id
+                    .as_deref()
+                    .map_or_else(|| "-".to_string(), |id| shown(id, PREVIEW_BYTES)),
+                shown(&m.queue, PREVIEW_BYTES)
             );
             for (k, v) in &m.headers {
-                let _ = writeln!(out, "  {k}: {v}");
+                let _ = writeln!(out, "  {}: {}", shown(k, PREVIEW_BYTES), header_shown(v));
             }
             let _ = writeln!(
                 out,
                 "  body ({} bytes{}): {}",
                 m.body_bytes,
                 if m.body_truncated { ", truncated" } else { "" },
-                m.body_preview
+                escape(&m.body_preview)
             );
         }
         out
+    }
+}
+
+/// A header value for the table: a string quoted (JSON) and cut to [`PREVIEW_BYTES`]
+/// before the quote, with `… (N bytes)` after it when cut; any other value as its JSON
+/// text, cut the same way. Escaped ([`crate::printable`]).
+fn header_shown(v: &Value) -> String {
+    use crate::printable::{cut, escape, shown};
+    match v {
+        Value::String(s) => {
+            let (kept, was_cut) = cut(s, PREVIEW_BYTES);
+            let quoted = escape(&Value::String(kept.to_string()).to_string()).into_owned();
+            if was_cut {
+                format!("{quoted}… ({} bytes)", s.len())
+            } else {
+                quoted
+            }
+        }
+        other => shown(&other.to_string(), PREVIEW_BYTES),
     }
 }
 

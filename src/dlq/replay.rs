@@ -7,7 +7,8 @@
 //! original is acked only after the broker confirmed the copy: a crash in between leaves
 //! a duplicate, never a loss (at-least-once; consumers deduplicate on `message_id` +
 //! `dlq-replay-id`). Up to [`CONFIRM_WINDOW`] copies are in flight at once, in batches of
-//! [`CHECKPOINT_BATCH`] with an [`Observer::checkpoint`] before each. Every other message
+//! [`CHECKPOINT_BATCH`] with an [`Observer::checkpoint`] before each; a crash duplicates
+//! at most [`crash_bound`] copies (`max_in_flight`, 1,000 by default). Every other message
 //! is held unacknowledged like [`super::browse::inspect`] holds it, and given back at the
 //! end by the inspection rule ([`release_for`]): skipped and failed ones stay in the
 //! dead-letter queue. Held messages fill the prefetch window; when they fill half of it,
@@ -21,7 +22,10 @@
 //! exchange, so a message that failed in one of several queues bound to a fanout or topic
 //! exchange reaches that queue only; with [`Target::OriginalExchange`] the exchange and
 //! routing key it was first published with. A message whose original queue is another
-//! queue is skipped, never sent elsewhere.
+//! queue is skipped, never sent elsewhere; so is a copy whose route — resolved from the
+//! broker's bindings before it is published ([`super::route`]), `CC`/`BCC` headers
+//! included — would reach any queue but the source queue, or cannot be resolved for
+//! certain.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,10 +43,13 @@ use serde::Serialize;
 
 use super::browse::{guard, keep, open_for_reading, prepare_channel, requeue_all, Held};
 use super::filter::Filter;
+use super::route::Routes;
 use super::{release_for, replay_properties, DeadLetter, Release};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
+use crate::broker::rabbitmq::management::ManagementClient;
 use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
+use crate::printable::{shown, PREVIEW_BYTES};
 use crate::topology::DesiredTopology;
 
 /// The longest pause between two copies that `--rate` can ask for (a day).
@@ -61,6 +68,10 @@ pub const PREFETCH: u16 = 3000;
 /// Copies per checkpoint ([`Observer::checkpoint`]) at full speed; at a limited rate,
 /// one second's worth.
 pub const CHECKPOINT_BATCH: u64 = 1000;
+
+/// The crash window a replay keeps by default (`--max-in-flight`, `spec.maxInFlight`), and
+/// the largest it takes: [`CONFIRM_WINDOW`].
+pub const MAX_IN_FLIGHT: usize = CONFIRM_WINDOW;
 
 /// Copies in flight at most when a queue is read one message at a time (a quorum queue
 /// with a delivery limit): their originals are exposed to a crash like the message in
@@ -117,7 +128,8 @@ pub enum Target {
     OriginalQueue,
     /// The exchange and routing key of the first failed delivery (`dlq-original-*`, else
     /// `x-death`); only for messages whose original queue is the DeadLetterQueue's source
-    /// queue, like the default.
+    /// queue, like the default, and only when that exchange routes the copy to the source
+    /// queue and no other ([`super::route`]).
     OriginalExchange,
 }
 
@@ -139,6 +151,38 @@ pub struct ReplayOptions {
     pub max_replays: u64,
     /// The id stamped in `dlq-replay-id`.
     pub replay_id: String,
+    /// The crash window, 1 to [`MAX_IN_FLIGHT`] (the default): at most this many copies
+    /// are published whose originals the broker has not yet been seen to remove, so a
+    /// crash duplicates at most this many ([`crash_bound`]). Smaller is slower: at 1, each
+    /// original's removal is confirmed by a round trip before the next copy goes out.
+    pub max_in_flight: usize,
+}
+
+/// Copies per checkpoint for `rate` (messages per second; `None`: as fast as confirms
+/// come): [`CHECKPOINT_BATCH`], or one second's worth at a limited rate (at least 1).
+pub fn checkpoint_batch(rate: Option<f64>) -> u64 {
+    rate.map_or(CHECKPOINT_BATCH, |r| {
+        (r.ceil() as u64).clamp(1, CHECKPOINT_BATCH)
+    })
+}
+
+/// The most copies a crash of a replay with `max_in_flight`, `rate` and `limit` can
+/// duplicate (a SIGKILL, a lost connection: copies that arrived while their originals
+/// went back to the dead-letter queue, to be replayed again). A copy counts from its
+/// publish until a reply of the broker on the consuming channel shows its original's ack
+/// handled (a channel handles its methods in order); before more than `max_in_flight`
+/// copies would count, the copies in flight are settled, the acks written (also the
+/// deferred `multiple` one) and that reply awaited. The same happens before each
+/// checkpoint batch ([`checkpoint_batch`]), and a replay sends at most `limit` copies. So
+/// the bound is the least of the three. The prefetch window adds nothing: a delivered
+/// message without a copy returns to the queue on a crash, undecided, and is not
+/// duplicated.
+pub fn crash_bound(max_in_flight: usize, rate: Option<f64>, limit: Option<u64>) -> u64 {
+    let window = u64::try_from(max_in_flight).unwrap_or(u64::MAX);
+    window
+        .min(checkpoint_batch(rate))
+        .min(limit.unwrap_or(u64::MAX))
+        .max(1)
 }
 
 /// How a replay ended.
@@ -193,12 +237,14 @@ impl ReplayReport {
 }
 
 /// Where `m` goes under `target` for a resource whose source queue is `source`, or why it
-/// is skipped.
+/// is skipped (a reason quoting the message's text escaped and cut:
+/// [`crate::printable::shown`]).
 pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String, String), String> {
     if m.original_queue != source && m.original_queue != "unknown" {
         return Err(format!(
-            "original queue {} is not this DeadLetterQueue's source queue {source}",
-            m.original_queue
+            "original queue {} is not this DeadLetterQueue's source queue {}",
+            shown(&m.original_queue, PREVIEW_BYTES),
+            shown(source, PREVIEW_BYTES)
         ));
     }
     match target {
@@ -220,7 +266,7 @@ pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String
 /// [`BrokerError::NotFound`] for a missing dead-letter queue (every one is looked up
 /// before anything is read, so nothing is replayed then); connection and AMQP errors
 /// (held messages return to their queue; copies already confirmed are replayed; at most
-/// the copies in flight are duplicated).
+/// [`crash_bound`] copies are duplicated).
 pub async fn replay(
     conn: &BrokerConnection,
     topology: &DesiredTopology,
@@ -230,6 +276,10 @@ pub async fn replay(
     observer: &mut dyn Observer,
 ) -> Result<ReplayReport, BrokerError> {
     let broker = RabbitMq::new(conn)?;
+    // Where each copy goes is resolved from the broker's bindings (`route`), once per
+    // (exchange, routing key) for the whole replay.
+    let mgmt = ManagementClient::new(conn)?;
+    let mut routes = Routes::default();
     let mut report = ReplayReport {
         resource: topology.owner.clone(),
         replay_id: opts.replay_id.clone(),
@@ -261,7 +311,7 @@ pub async fn replay(
                 .map_err(|e| map_error(conn, &e))?;
             let run = Run {
                 conn,
-                connection: &connection,
+                mgmt: &mgmt,
                 vhost: &topology.vhost,
                 channel: &channel,
                 queue,
@@ -272,7 +322,7 @@ pub async fn replay(
                 stop,
                 interrupted: &interrupted,
             };
-            let done = run.queue(&mut report, observer).await;
+            let done = run.queue(&mut report, observer, &mut routes).await;
             let _ = channel.close(200, "replayed".into()).await;
             done?;
         }
@@ -292,8 +342,9 @@ pub async fn replay(
 /// One dead-letter queue's replay.
 struct Run<'a> {
     conn: &'a BrokerConnection,
-    connection: &'a lapin::Connection,
-    /// The vhost (for the publishing connection).
+    /// The management API (where copies would go: [`Routes`]).
+    mgmt: &'a ManagementClient,
+    /// The vhost (for the publishing connection and the routes).
     vhost: &'a str,
     channel: &'a Channel,
     queue: &'a str,
@@ -361,10 +412,13 @@ impl InFlight {
 }
 
 impl Run<'_> {
+    /// Replays this dead-letter queue; `routes` holds the routes resolved so far in this
+    /// replay, and those resolved here on return.
     async fn queue(
         &self,
         report: &mut ReplayReport,
         observer: &mut dyn Observer,
+        routes: &mut Routes,
     ) -> Result<(), BrokerError> {
         let amqp = |e: lapin::Error| map_error(self.conn, &e);
         let ch = self.channel;
@@ -382,9 +436,7 @@ impl Run<'_> {
                 .min(MAX_PAUSE)
         });
         // At a limited rate, a checkpoint about once a second; otherwise every batch.
-        let batch = self.opts.rate.map_or(CHECKPOINT_BATCH, |r| {
-            (r.ceil() as u64).clamp(1, CHECKPOINT_BATCH)
-        });
+        let batch = checkpoint_batch(self.opts.rate);
         let prefetch = self.opts.rate.map_or(PREFETCH, |r| {
             let window = (r.ceil() as u64).saturating_mul(2);
             u16::try_from(window.clamp(100, u64::from(PREFETCH))).unwrap_or(PREFETCH)
@@ -415,13 +467,14 @@ impl Run<'_> {
             ack_upto: None,
             deferred: 0,
             requeue: Vec::new(),
-            exchanges: BTreeMap::new(),
+            routes: std::mem::take(routes),
             // The messages there at the start: copies rotated on the way go behind them
             // and are not read again (nor is a failed one retried in the same run).
             to_read: count,
             read: 0,
             next_slot: None,
             batch_left: 0,
+            unproven: 0,
         };
         let result = self
             .scan(&mut state, report, observer, pause, batch, prefetch)
@@ -432,6 +485,7 @@ impl Run<'_> {
             Ok(()) => self.finish(&mut state, report, observer).await,
             Err(e) => Err(e),
         };
+        *routes = std::mem::take(&mut state.routes);
         if let Some(p) = state.publisher.take() {
             let _ = p.close(200, "replayed".into()).await;
         }
@@ -529,23 +583,28 @@ impl Run<'_> {
             state.read += 1;
             report.scanned += 1;
             let route = match self.decide(&letter, report) {
-                Some((exchange, _))
-                    if !self
-                        .exchange_exists(&exchange, &mut state.exchanges)
-                        .await? =>
-                {
-                    *report
-                        .skipped
-                        .entry(format!("exchange {exchange:?} does not exist"))
-                        .or_default() += 1;
-                    None
+                Some(route) => {
+                    let headers = delivery.properties.headers().as_ref();
+                    let reach = (route.0.as_str(), route.1.as_str());
+                    match state
+                        .routes
+                        .check(self.mgmt, self.vhost, reach, headers, self.source)
+                        .await?
+                    {
+                        Err(why) => {
+                            // Never sent where it does not belong: skipped, it stays.
+                            *report.skipped.entry(why).or_default() += 1;
+                            None
+                        }
+                        Ok(()) if self.opts.dry_run => {
+                            // Would be replayed: counted, and it stays.
+                            report.replayed += 1;
+                            None
+                        }
+                        Ok(()) => Some(route),
+                    }
                 }
-                Some(_) if self.opts.dry_run => {
-                    // Would be replayed: counted, and it stays.
-                    report.replayed += 1;
-                    None
-                }
-                route => route,
+                None => None,
             };
             match route {
                 None => {
@@ -561,10 +620,7 @@ impl Run<'_> {
                 Some((exchange, routing_key)) => {
                     if state.batch_left == 0 {
                         // Every earlier copy settled, then the checkpoint, then the batch.
-                        while !state.in_flight.is_empty() {
-                            self.settle_oldest(state, report).await?;
-                        }
-                        self.flush_acks(state).await?;
+                        self.settle_all(state, report).await?;
                         // Never more than `--limit` still allows: the batch is what a crash
                         // may leave in doubt, and a resume subtracts it from the limit.
                         let this_batch = self
@@ -583,7 +639,12 @@ impl Run<'_> {
                         }
                         state.batch_left = this_batch;
                     }
+                    if state.unproven >= self.opts.max_in_flight.max(1) {
+                        // The crash window is full ([`crash_bound`]).
+                        self.settle_all(state, report).await?;
+                    }
                     state.batch_left -= 1;
+                    state.unproven += 1;
                     let route = (exchange, routing_key);
                     let confirm = self
                         .publish_copy(state, &route, &delivery.properties, &delivery.data)
@@ -762,44 +823,6 @@ impl Run<'_> {
             }
             tokio::time::sleep((until - now).min(Duration::from_millis(100))).await;
         }
-    }
-
-    /// Whether exchange `name` exists (the default exchange always does), from a passive
-    /// declare on a channel of its own — a missing exchange closes the channel it is asked
-    /// on, and must not close the one holding the messages. Remembered in `known`.
-    async fn exchange_exists(
-        &self,
-        name: &str,
-        known: &mut BTreeMap<String, bool>,
-    ) -> Result<bool, BrokerError> {
-        if name.is_empty() {
-            return Ok(true);
-        }
-        if let Some(exists) = known.get(name) {
-            return Ok(*exists);
-        }
-        let side = self
-            .connection
-            .create_channel()
-            .await
-            .map_err(|e| map_error(self.conn, &e))?;
-        let exists = side
-            .exchange_declare(
-                name.into(),
-                lapin::ExchangeKind::Direct,
-                lapin::options::ExchangeDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .is_ok();
-        if exists {
-            let _ = side.close(200, "checked".into()).await;
-        }
-        known.insert(name.to_string(), exists);
-        Ok(exists)
     }
 
     /// Whether `--limit` is reached, counting the copies in flight.
@@ -1043,6 +1066,24 @@ impl Run<'_> {
         self.send_ack(state, tag, false).await
     }
 
+    /// Settles every copy in flight, writes every ack and waits for the broker's reply to
+    /// a passive declare on the consuming channel: the broker has then handled every ack
+    /// sent before it (a channel handles its methods in order), so no copy published so
+    /// far can be duplicated by a crash any more ([`crash_bound`]).
+    async fn settle_all(
+        &self,
+        state: &mut Scan,
+        report: &mut ReplayReport,
+    ) -> Result<(), BrokerError> {
+        while !state.in_flight.is_empty() {
+            self.settle_oldest(state, report).await?;
+        }
+        self.flush_acks(state).await?;
+        self.ready().await?;
+        state.unproven = 0;
+        Ok(())
+    }
+
     /// Sends the deferred multiple ack, if any.
     async fn send_deferred(&self, state: &mut Scan) -> Result<(), BrokerError> {
         if let Some(upto) = state.ack_upto.take() {
@@ -1124,8 +1165,8 @@ struct Scan {
     in_flight: VecDeque<InFlight>,
     /// Delivery tags of the messages that stay, requeued at the end in read order.
     requeue: Vec<u64>,
-    /// Exchanges already checked (name → exists).
-    exchanges: BTreeMap<String, bool>,
+    /// Routes resolved in this replay ([`Routes`]).
+    routes: Routes,
     /// Messages to read: those there at the start.
     to_read: u64,
     /// Messages read so far.
@@ -1134,4 +1175,29 @@ struct Scan {
     next_slot: Option<tokio::time::Instant>,
     /// Copies this batch may still publish before the next checkpoint.
     batch_left: u64,
+    /// Copies published since the broker last showed every ack before handled
+    /// ([`Run::settle_all`]): what a crash could duplicate now.
+    unproven: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crash_duplicates_at_most_the_window_the_batch_or_the_limit() {
+        // The default: the confirm window, which is also the checkpoint batch.
+        assert_eq!(crash_bound(MAX_IN_FLIGHT, None, None), 1000);
+        assert_eq!(MAX_IN_FLIGHT as u64, CHECKPOINT_BATCH);
+        assert_eq!(crash_bound(1, None, None), 1);
+        assert_eq!(crash_bound(5, None, None), 5);
+        // At a limited rate, one second's worth is settled before each checkpoint.
+        assert_eq!(crash_bound(MAX_IN_FLIGHT, Some(2.0), None), 2);
+        assert_eq!(crash_bound(MAX_IN_FLIGHT, Some(0.5), None), 1);
+        assert_eq!(crash_bound(10, Some(300.0), None), 10);
+        assert_eq!(crash_bound(MAX_IN_FLIGHT, Some(1e9), None), 1000);
+        // No more than the limit is ever sent.
+        assert_eq!(crash_bound(MAX_IN_FLIGHT, None, Some(20)), 20);
+        assert_eq!(crash_bound(0, None, None), 1, "a window of 0 acts as 1");
+    }
 }
