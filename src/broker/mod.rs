@@ -794,13 +794,16 @@ impl fmt::Display for ApplyReport {
 /// What the reconcile core needs from a broker.
 #[allow(async_fn_in_trait)]
 pub trait Broker {
-    /// Applies a plan: declares what is missing, updates operator-owned policies that
-    /// differ, reports conflicts without touching the conflicting objects, and drains
-    /// obsolete retry tiers. Idempotent: a second apply of the same plan writes nothing.
+    /// Applies a plan: refuses it when another DeadLetterQueue owns one of its names
+    /// (nothing written), records its ownership, declares what is missing, updates
+    /// operator-owned policies that differ, reports conflicts without touching the
+    /// conflicting objects, drains obsolete retry tiers and retires dead-letter queues
+    /// the plan no longer has. Idempotent: a second apply of the same plan writes nothing.
     ///
     /// # Errors
-    /// Transport, authentication and vhost errors ([`BrokerError`]); per-object problems
-    /// are reported as [`Outcome`]s in the [`ApplyReport`] instead.
+    /// Transport, authentication and vhost errors, [`BrokerError::NameOwned`] for another
+    /// owner's name; per-object problems are reported as [`Outcome`]s in the
+    /// [`ApplyReport`] instead.
     async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError>;
 
     /// Depths of every queue of `vhost`, by queue name, read in one call.

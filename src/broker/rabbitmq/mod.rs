@@ -13,6 +13,10 @@
 //!   docs, "Policies": "Policy priorities"). Higher or equal-priority policies that match
 //!   the queue shadow ours ([`Outcome::Shadowed`]); the keys of lower-priority ones that
 //!   we do not set are merged into ours so nothing the user configured is lost.
+//! - Each queue and exchange belongs to one DeadLetterQueue, recorded on the broker
+//!   ([`ownership`]): another owner's record stops an apply before any write.
+//! - A dead-letter queue the spec no longer names is unbound from the dead-letter exchange
+//!   and kept while it holds dead letters (module `retire`).
 //! - Obsolete retry tiers are unbound first, then deleted only once empty
 //!   (`DELETE /api/queues/{vhost}/{name}?if-empty=true&if-unused=true`, the broker refuses
 //!   a non-empty queue). RabbitMQ 3.x quorum queues do not support `if-empty`: they are
