@@ -124,6 +124,29 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// Whether this is RabbitMQ's answer to credentials it does not accept (unknown user,
+    /// wrong password): HTTP 401 with `"error": "not_authorized"` (American spelling) —
+    /// RabbitMQ 3.x adds the reason "Login failed", 4.x "Not_Authorized" — or an empty
+    /// body. A user it knows but that lacks a permission gets 401 with
+    /// `"error": "not_authorised"` (British spelling) and a reason such as "User not
+    /// authorised to access virtual host" or "Not management user" (tried on 3.10.8 and
+    /// 4.0.5): not an authentication failure.
+    pub fn is_login_failure(&self) -> bool {
+        if self.status != StatusCode::UNAUTHORIZED {
+            return false;
+        }
+        let body: Option<Value> = serde_json::from_str(&self.body).ok();
+        let field = |k: &str| {
+            body.as_ref()
+                .and_then(|v| v.get(k))
+                .and_then(Value::as_str)
+                .map(str::to_ascii_lowercase)
+        };
+        self.body.trim().is_empty()
+            || field("error").as_deref() == Some("not_authorized")
+            || field("reason").is_some_and(|r| r.contains("login failed"))
+    }
+
     /// The `reason` field of a JSON error body, or the body itself.
     pub fn reason(&self) -> String {
         serde_json::from_str::<Value>(&self.body)
@@ -250,11 +273,10 @@ impl ManagementClient {
         let body = resp.text().await.map_err(|e| self.transport_error(&e))?;
         let answer = Answer { status, body };
         if status == StatusCode::UNAUTHORIZED {
-            // RabbitMQ answers 401 both for a failed login ("Login failed") and for a
-            // user without permission on the vhost or object ("Access refused"): only
-            // the first is an authentication failure.
-            let reason = answer.reason();
-            if reason.is_empty() || reason.to_ascii_lowercase().contains("login failed") {
+            // RabbitMQ answers 401 both for a failed login and for a user without
+            // permission on the vhost or object: only the first is an authentication
+            // failure (`Answer::is_login_failure`).
+            if answer.is_login_failure() {
                 return Err(BrokerError::AuthFailed {
                     endpoint: self.conn.redacted_management_uri(),
                     user: self.conn.username().to_string(),
@@ -416,4 +438,36 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer {
+            status: StatusCode::from_u16(status).expect("status"),
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn login_failures_of_3x_and_4x_are_told_apart_from_missing_permissions() {
+        // The bodies RabbitMQ 3.10.8 and 4.0.5 answered (docs/ARCHITECTURE.md, "Errors").
+        for login in [
+            r#"{"error":"not_authorized","reason":"Login failed"}"#,
+            r#"{"error":"not_authorized","reason":"Not_Authorized"}"#,
+            "",
+        ] {
+            assert!(answer(401, login).is_login_failure(), "{login}");
+        }
+        for permission in [
+            r#"{"error":"not_authorised","reason":"User not authorised to access virtual host"}"#,
+            r#"{"error":"not_authorised","reason":"Not management user"}"#,
+            r#"{"error":"not_authorised","reason":"User not authorised to access object"}"#,
+        ] {
+            assert!(!answer(401, permission).is_login_failure(), "{permission}");
+        }
+        assert!(!answer(403, r#"{"error":"not_authorized"}"#).is_login_failure());
+    }
 }
