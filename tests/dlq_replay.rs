@@ -160,6 +160,84 @@ async fn replay_with_a_filter_moves_exactly_the_matching_messages_once() {
     cleanup(&q).await;
 }
 
+/// The acks of replayed originals, the nacks of the kept messages and the channel's close
+/// reach the broker in one piece (a proxy holds them until the replay waits for a reply on
+/// that connection), as from a fast replay on a broker that commits slowly. Once 32 of a
+/// quorum queue channel's commands await their Raft commit, the channel keeps further acks
+/// back until commits are reported, and a channel closed before then drops them (RabbitMQ
+/// 3.10): without a wait for the acks before the close, all but the first 33 originals
+/// stayed in the dead-letter queue beside their copies — in most rounds, so three rounds.
+#[tokio::test]
+async fn every_replayed_original_is_removed_even_when_the_acks_reach_the_broker_at_once() {
+    for round in 0..3 {
+        let (rest, duplicated) = replay_through_a_burst_proxy(round).await;
+        assert_eq!(
+            (rest, duplicated),
+            (50, 0),
+            "round {round}: replayed originals left in the dead-letter queue beside their copies"
+        );
+    }
+}
+
+/// Replays 100 of 150 dead letters (a kept one after every two that match: one ack each)
+/// through a [`common::proxy::Coalescing`] proxy; returns how many messages the dead-letter
+/// queue holds after it, and how many of those were replayed.
+async fn replay_through_a_burst_proxy(round: u32) -> (usize, usize) {
+    let q = common::unique(&format!("t-replay-burst{round}"));
+    let t = applied(&q, None).await;
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    let mut expected = BTreeSet::new();
+    for i in 0..150 {
+        let id = format!("m{i:03}");
+        let class = if i % 3 == 2 { "parse" } else { "timeout" };
+        if class == "timeout" {
+            expected.insert(id.clone());
+        }
+        let headers = header(&[
+            ("dlq-error-class", text(class)),
+            ("dlq-original-queue", text(&q)),
+        ]);
+        publish(&ch, &dlq, &id, headers).await;
+    }
+    // The first connection (the one that reads) is held; the one that publishes is not.
+    let proxy =
+        common::proxy::Coalescing::start("127.0.0.1:5672", std::time::Duration::from_millis(200));
+    let data: std::collections::BTreeMap<String, Vec<u8>> = [
+        ("uri", format!("amqp://guest:guest@{}/%2f", proxy.addr)),
+        ("managementUri", common::MGMT.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_bytes()))
+    .collect();
+    let through_proxy = dlq_operator::broker::BrokerConnection::from_secret_data("rabbitmq", &data)
+        .expect("secret");
+    let report = replay(
+        &through_proxy,
+        &t,
+        &options(&["class=timeout"]),
+        now_ms(),
+        &AtomicBool::new(false),
+        &mut |_: &ReplayReport| {},
+    )
+    .await
+    .expect("replay");
+    drop(proxy);
+    assert_eq!(report.outcome, Outcome::Succeeded, "{report:?}");
+    assert_eq!(
+        (report.total, report.matched, report.replayed),
+        (150, 100, 100)
+    );
+    let arrived = drain_ids(&ch, &q).await;
+    assert_eq!(arrived.len(), 100, "one copy each");
+    assert_eq!(arrived.into_iter().collect::<BTreeSet<_>>(), expected);
+    let rest = drain_ids(&ch, &dlq).await;
+    let duplicated = rest.iter().filter(|id| expected.contains(*id)).count();
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+    (rest.len(), duplicated)
+}
+
 #[tokio::test]
 async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
     let q = common::unique("t-replay-fanout");

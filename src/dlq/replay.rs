@@ -495,18 +495,28 @@ impl Run<'_> {
         result
     }
 
-    /// The end of a scan: the consumer cancelled, the copies in flight settled, the
-    /// deliveries not taken kept, the acks written, every held message given back.
+    /// The end of a scan: the copies in flight settled and their acks written, then the
+    /// consumer cancelled, the deliveries not taken kept, every held message given back.
+    ///
+    /// The acks go before the cancel because, on a quorum queue, the cancel is what gets
+    /// them through: once 32 of a channel's commands await their Raft commit, the channel
+    /// keeps further acks and nacks back until commits are reported, and a channel closed
+    /// before then drops them (RabbitMQ 3.10; replayed originals stayed beside their
+    /// copies). The cancel waits for its own commit, which the queue reports after those
+    /// of every command before it, so the channel sends what it kept before it reads the
+    /// next frame. Read one at a time, each `basic.get` waits the same way, and at most
+    /// [`CONFIRM_WINDOW_ONE_AT_A_TIME`] acks follow the last one.
     async fn finish(
         &self,
         state: &mut Scan,
         report: &mut ReplayReport,
         observer: &mut dyn Observer,
     ) -> Result<(), BrokerError> {
-        self.stop_consuming(state).await?;
         while !state.in_flight.is_empty() {
             self.settle_oldest(state, report).await?;
         }
+        self.flush_acks(state).await?;
+        self.stop_consuming(state).await?;
         while let Some(d) = state.pending.pop_front() {
             let letter = DeadLetter::read(self.queue, &d.properties, &d.data, 0);
             self.keep_in(

@@ -1,6 +1,7 @@
 //! A TCP proxy in front of a real endpoint (the RabbitMQ management API), so a test can
 //! take "the broker" away from the operator and bring it back on the same address
 //! without stopping the shared broker other tests use.
+//! [`Coalescing`] instead holds what a client sends until it waits for a reply.
 
 use std::net::SocketAddr;
 
@@ -69,5 +70,116 @@ async fn serve(listener: TcpListener, target: String) {
         });
         // Reap finished connections.
         while connections.try_join_next().is_some() {}
+    }
+}
+
+/// A proxy to `target` on a thread of its own that holds what a client sends on the
+/// first connection until the client has been quiet for `quiet`, then passes it on in one
+/// piece; replies, and later connections, pass at once. Whatever a client sends on that
+/// connection without waiting for a reply there (acks, nacks, then `channel.close`)
+/// reaches the broker in one read, as from a fast client whose broker commits slowly.
+/// Every request on it that waits for a reply takes `quiet` longer.
+pub struct Coalescing {
+    /// Where it listens (`127.0.0.1:<port>`).
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Coalescing {
+    /// Starts one to `target` (`host:port`) on a free local port.
+    pub fn start(target: &str, quiet: std::time::Duration) -> Coalescing {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let target = target.to_string();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("proxy runtime");
+            runtime.block_on(async move {
+                let listener = TcpListener::from_std(listener).expect("listener");
+                tokio::select! {
+                    () = serve_coalescing(listener, target, quiet) => {}
+                    _ = stopped => {}
+                }
+            });
+        });
+        Coalescing {
+            addr,
+            stop: Some(stop),
+        }
+    }
+}
+
+impl Drop for Coalescing {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn serve_coalescing(listener: TcpListener, target: String, quiet: std::time::Duration) {
+    let mut connections = JoinSet::new();
+    let mut first = true;
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            continue;
+        };
+        let target = target.clone();
+        let held = std::mem::take(&mut first);
+        connections.spawn(async move {
+            let Ok(mut outbound) = TcpStream::connect(&target).await else {
+                return;
+            };
+            if !held {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                return;
+            }
+            let (mut client_in, mut client_out) = inbound.into_split();
+            let (mut broker_in, mut broker_out) = outbound.into_split();
+            let replies =
+                tokio::spawn(async move { tokio::io::copy(&mut broker_in, &mut client_out).await });
+            hold_until_quiet(&mut client_in, &mut broker_out, quiet).await;
+            let _ = replies.await;
+        });
+        while connections.try_join_next().is_some() {}
+    }
+}
+
+/// Copies `from` to `to`, each burst once `from` has sent nothing for `quiet`.
+async fn hold_until_quiet(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    quiet: std::time::Duration,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut held = Vec::new();
+    loop {
+        let read = if held.is_empty() {
+            from.read(&mut buf).await
+        } else {
+            match tokio::time::timeout(quiet, from.read(&mut buf)).await {
+                Ok(read) => read,
+                Err(_quiet) => {
+                    if to.write_all(&held).await.is_err() {
+                        return;
+                    }
+                    held.clear();
+                    continue;
+                }
+            }
+        };
+        match read {
+            Ok(n) if n > 0 => held.extend_from_slice(&buf[..n]),
+            _ => {
+                let _ = to.write_all(&held).await;
+                let _ = to.shutdown().await;
+                return;
+            }
+        }
     }
 }
