@@ -39,6 +39,12 @@ pub enum DurationError {
         "invalid duration {0:?}: expected one or more <integer><unit> with units ms, s, m, h, d, w (e.g. 500ms, 1m30s, 7d)"
     )]
     Syntax(String),
+    /// A number of more than nine digits with a valid unit (e.g. `99999999999ms`): the
+    /// syntax is right, the value too large.
+    #[error(
+        "duration {0:?} is too large: each number has at most 9 digits (999999999), so write a larger unit (e.g. 7d, not 604800000000ms); no queue TTL the operator sets (retention, retry tiers, maxDelay) exceeds 365d"
+    )]
+    TooLarge(String),
 }
 
 /// Parses a duration string into milliseconds.
@@ -47,9 +53,10 @@ pub enum DurationError {
 /// `d` is 24 h and `w` is 7 d (so `7d` is 604,800,000 ms).
 ///
 /// # Errors
-/// [`DurationError`] when the string is empty, longer than [`DURATION_MAX_LENGTH`], or not
-/// of the form of [`DURATION_PATTERN`] (signs, spaces, fractions and unknown units are
-/// rejected).
+/// [`DurationError`] when the string is empty, longer than [`DURATION_MAX_LENGTH`], has a
+/// number of more than nine digits ([`DurationError::TooLarge`] when it is followed by a
+/// unit), or is not of the form of [`DURATION_PATTERN`] (signs, spaces, fractions and
+/// unknown units are rejected).
 pub fn parse_ms(s: &str) -> Result<u64, DurationError> {
     if s.is_empty() {
         return Err(DurationError::Empty);
@@ -67,8 +74,17 @@ pub fn parse_ms(s: &str) -> Result<u64, DurationError> {
             i += 1;
         }
         let digits = i - start;
-        if digits == 0 || digits > 9 {
+        if digits == 0 {
             return Err(syntax());
+        }
+        if digits > 9 {
+            // Right syntax, too many digits: too large, unless no unit follows.
+            let unit = bytes.get(i).is_some_and(|b| b"smhdw".contains(b));
+            return Err(if unit {
+                DurationError::TooLarge(s.to_string())
+            } else {
+                syntax()
+            });
         }
         // At most nine ASCII digits: always fits in u64.
         let value: u64 = s[start..i].parse().map_err(|_| syntax())?;
@@ -234,6 +250,26 @@ mod tests {
         ] {
             assert!(parse_ms(s).is_err(), "{s:?} should be rejected");
         }
+    }
+
+    /// A number that is too long is named as too large (with the way out), not as a
+    /// syntax error: `99999999999999999999999ms` is well formed.
+    #[test]
+    fn too_many_digits_is_too_large_not_a_syntax_error() {
+        let s = "99999999999999999999999ms";
+        assert_eq!(parse_ms(s), Err(DurationError::TooLarge(s.into())));
+        let message = parse_ms(s).map_err(|e| e.to_string()).unwrap_err();
+        assert!(message.contains("too large"), "{message}");
+        assert!(message.contains("999999999"), "{message}");
+        assert!(message.contains("365d"), "{message}");
+        assert!(matches!(
+            parse_ms("1234567890"),
+            Err(DurationError::Syntax(_))
+        ));
+        assert!(matches!(
+            parse_ms("1234567890x"),
+            Err(DurationError::Syntax(_))
+        ));
     }
 
     #[test]

@@ -679,3 +679,58 @@ fn a_signal_ends_a_command_blocked_reading_its_manifests() {
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert_names(&t, &["interrupted before any message was read"]);
 }
+
+/// A multiplier far beyond its range (`1e308`) is named as too large, in a number a
+/// person reads (not 309 digits), with the valid range; NaN and small ones likewise.
+#[test]
+fn an_out_of_range_multiplier_is_readable_and_states_the_range() {
+    for (value, shown, why) in [
+        ("1e308", "1e308", "is too large"),
+        (".nan", ".nan", "is not a number"),
+        ("0.5", "0.5", "is too small"),
+    ] {
+        let policy = policy_yaml(
+            "p",
+            &format!("  maxRetries: 2\n  backoff:\n    multiplier: {value}\n"),
+        );
+        let dir = manifests(&[("p.yaml", &policy)]);
+        let (ok, t) = apply_dir(&dir);
+        assert!(!ok, "{value}: {t}");
+        assert_names(
+            &t,
+            &[
+                "p.yaml (document 1)",
+                "RetryPolicy default/p",
+                "spec.backoff.multiplier",
+                &format!("{shown} {why}"),
+                "the valid range is 1 to 1000",
+            ],
+        );
+        assert!(!t.contains("0000000000"), "{value}: digits printed:\n{t}");
+    }
+}
+
+/// A duration whose number has too many digits is well-formed but too large: the error
+/// says so and gives the limits, instead of calling the syntax wrong.
+#[test]
+fn an_overflowing_duration_is_too_large_not_a_syntax_error() {
+    let policy = policy_yaml(
+        "p",
+        "  backoff:\n    initialDelay: 99999999999999999999999ms\n",
+    );
+    let dir = manifests(&[("p.yaml", &policy)]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok, "{t}");
+    assert_names(
+        &t,
+        &[
+            "p.yaml (document 1)",
+            "RetryPolicy default/p",
+            "spec.backoff.initialDelay",
+            "is too large",
+            "at most 9 digits",
+            "365d",
+        ],
+    );
+    assert!(!t.contains("expected one or more"), "{t}");
+}

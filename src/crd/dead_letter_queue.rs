@@ -372,16 +372,19 @@ impl MonitoringSpec {
             );
         }
         if let Some(f) = m.threshold_factor {
-            if !f.is_finite() || f <= 0.0 || f > MAX_THRESHOLD_FACTOR {
+            if let Some(why) = super::out_of_range(f, 0.0, false, MAX_THRESHOLD_FACTOR) {
                 errs.push(
                     "spec.monitoring.thresholdFactor",
-                    format!("{f} must be a number greater than 0 and at most 1000000"),
+                    format!(
+                        "{} {why}: must be a number greater than 0 and at most 1000000",
+                        super::readable_number(f)
+                    ),
                 );
             } else if m.baseline.mode == BaselineMode::Static && f <= 1.0 {
                 // As for an absolute threshold: T = f × B must lie above a static B.
                 errs.push(
                     "spec.monitoring.thresholdFactor",
-                    format!("{f} must be greater than 1 with a static baseline (threshold = factor × baseline)"),
+                    format!("{} must be greater than 1 with a static baseline (threshold = factor × baseline)", super::readable_number(f)),
                 );
             }
         }
@@ -398,10 +401,13 @@ impl MonitoringSpec {
             errs.push("spec.monitoring.minHeadroom", "must be at least 1");
         }
         if let Some(g) = m.growth_per_minute {
-            if !g.is_finite() || g <= 0.0 {
+            if let Some(why) = super::out_of_range(g, 0.0, false, f64::MAX) {
                 errs.push(
                     "spec.monitoring.growthPerMinute",
-                    format!("{g} must be a number greater than 0 (0 would always alert)"),
+                    format!(
+                        "{} {why}: must be a finite number of messages per minute greater than 0 (0 would always alert)",
+                        super::readable_number(g)
+                    ),
                 );
             }
         }

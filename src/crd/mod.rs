@@ -50,6 +50,39 @@ impl fmt::Display for InvalidSpec {
     }
 }
 
+/// A number as a person reads it in a message: plain for ordinary sizes (`0.5`, `1000`),
+/// in exponent form beyond them (`1e308`, `1e-9`) instead of hundreds of digits, and
+/// `.nan` / `.inf` / `-.inf` as YAML writes those.
+pub fn readable_number(x: f64) -> String {
+    if x.is_nan() {
+        return ".nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { ".inf" } else { "-.inf" }.into();
+    }
+    let a = x.abs();
+    if a != 0.0 && !(1e-4..1e9).contains(&a) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// Where `x` lies against a range from `min` (`min_inclusive` or not) to `max`
+/// (inclusive): `None` inside it, else `"is not a number"`, `"is too small"` or `"is too
+/// large"` (infinities included), for a message that then states the range.
+pub fn out_of_range(x: f64, min: f64, min_inclusive: bool, max: f64) -> Option<&'static str> {
+    if x.is_nan() {
+        Some("is not a number")
+    } else if x < min || (x == min && !min_inclusive) {
+        Some("is too small")
+    } else if x > max {
+        Some("is too large")
+    } else {
+        None
+    }
+}
+
 /// Collects field errors during validation.
 #[derive(Default)]
 pub(crate) struct Errors(Vec<FieldError>);

@@ -384,20 +384,26 @@ impl RetryPolicySpec {
                 );
             }
         }
-        if !b.multiplier.is_finite() || b.multiplier < 1.0 || b.multiplier > 1000.0 {
+        if let Some(why) = super::out_of_range(b.multiplier, 1.0, true, 1000.0) {
             errs.push(
                 "spec.backoff.multiplier",
-                format!("{} is out of range 1..=1000 (must be >= 1)", b.multiplier),
+                format!(
+                    "{} {why}: the valid range is 1 to 1000 (each delay is the previous one times the multiplier)",
+                    super::readable_number(b.multiplier)
+                ),
             );
         }
         if let Some(j) = &b.jitter {
             errs.duration("spec.backoff.jitter", j);
         }
         if let Some(r) = b.jitter_ratio {
-            if !(0.0..=1.0).contains(&r) {
+            if let Some(why) = super::out_of_range(r, 0.0, true, 1.0) {
                 errs.push(
                     "spec.backoff.jitterRatio",
-                    format!("{r} is out of range 0..=1"),
+                    format!(
+                        "{} {why}: the valid range is 0 to 1 (a fraction of the delay)",
+                        super::readable_number(r)
+                    ),
                 );
             }
         }
