@@ -76,12 +76,12 @@ pub enum ManifestError {
     /// A directory without any `*.yaml`/`*.yml` file.
     #[error("{0}: no *.yaml or *.yml files in this directory")]
     Empty(PathBuf),
-    /// YAML syntax error.
-    #[error("{file}: invalid YAML: {message}")]
+    /// YAML syntax error, or a value no manifest can hold (an integer beyond 64 bits).
+    #[error("{at}: invalid YAML: {message}")]
     Yaml {
-        /// The file.
-        file: PathBuf,
-        /// Parser message with line and column.
+        /// Where: the file and the document the parser stopped in.
+        at: SourceRef,
+        /// Parser message with the field, line and column.
         message: String,
     },
     /// A document that is not an object we know.
@@ -265,10 +265,8 @@ pub fn load_str(file: &Path, text: &str, out: &mut Manifests) -> Result<(), Mani
             file: file.to_path_buf(),
             document: i + 1,
         };
-        let value = serde_yaml_ng::Value::deserialize(doc).map_err(|e| ManifestError::Yaml {
-            file: file.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        let value =
+            serde_yaml_ng::Value::deserialize(doc).map_err(|e| value_error(&source, text, e))?;
         if value.is_null() {
             continue;
         }
@@ -316,6 +314,97 @@ pub fn load_str(file: &Path, text: &str, out: &mut Manifests) -> Result<(), Mani
         }
     }
     Ok(())
+}
+
+/// The error for a document that does not even read as a YAML value: a syntax error, or
+/// an integer beyond 64 bits (serde_yaml_ng says "invalid type: integer `…` as u128,
+/// expected any YAML value"), which is named as too large or too small, on the resource
+/// and field when the document says which, and never with its value in a Secret.
+fn value_error(source: &SourceRef, text: &str, e: serde_yaml_ng::Error) -> ManifestError {
+    let message = e.to_string();
+    let Some((sign, rest)) = [("+", " as u128, "), ("-", " as i128, ")]
+        .into_iter()
+        .find_map(|(sign, marker)| message.split_once(marker).map(|(_, r)| (sign, r)))
+    else {
+        return ManifestError::Yaml {
+            at: source.clone(),
+            message,
+        };
+    };
+    let field = message
+        .split_once(": invalid type: integer")
+        .map_or("", |(path, _)| path)
+        .to_string();
+    let place = rest.split_once(" at ").map_or("", |(_, p)| p);
+    let (kind, name) = document_head(text, source.document);
+    let (what, limit) = if sign == "+" {
+        (
+            "too large",
+            format!("the largest integer a manifest holds is {}", u64::MAX),
+        )
+    } else {
+        (
+            "too small",
+            format!("the smallest integer a manifest holds is {}", i64::MIN),
+        )
+    };
+    let message = if kind == Some("Secret") {
+        format!(
+            "an integer is {what} (at {place}; value not shown: Secret values are never printed): {limit}; quote it to make it a string, as Secret values must be"
+        )
+    } else {
+        let digits = message.split('`').nth(1).unwrap_or("?");
+        format!(
+            "integer {digits} is {what} (at {place}): {limit}; give a value within the field's range (the resource's reference in README.md)"
+        )
+    };
+    match kind {
+        Some(kind) if !field.is_empty() => ManifestError::Field {
+            at: source.clone(),
+            kind,
+            name,
+            field,
+            message,
+        },
+        _ => ManifestError::Document {
+            at: source.clone(),
+            message: format!("{field}: {message}"),
+        },
+    }
+}
+
+/// The kind (one of ours) and `namespace/name` of document `document` (1-based) of
+/// `text`, read leniently (other fields ignored unread), for an error message.
+fn document_head(text: &str, document: usize) -> (Option<&'static str>, String) {
+    #[derive(Deserialize)]
+    struct Meta {
+        name: Option<String>,
+        namespace: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct Head {
+        kind: Option<String>,
+        metadata: Option<Meta>,
+    }
+    let head = serde_yaml_ng::Deserializer::from_str(text)
+        .nth(document.saturating_sub(1))
+        .and_then(|doc| Head::deserialize(doc).ok());
+    let Some(head) = head else {
+        return (None, String::new());
+    };
+    let kind = ["RetryPolicy", "DeadLetterQueue", "Secret"]
+        .into_iter()
+        .find(|k| head.kind.as_deref() == Some(*k));
+    let (namespace, name) = head
+        .metadata
+        .map_or((None, None), |m| (m.namespace, m.name));
+    let namespace = namespace.filter(|n| !n.is_empty());
+    let name = format!(
+        "{}/{}",
+        namespace.as_deref().unwrap_or("default"),
+        name.as_deref().unwrap_or("<unnamed>")
+    );
+    (kind, name)
 }
 
 /// Name of a document for messages, read leniently before typing.

@@ -734,3 +734,49 @@ fn an_overflowing_duration_is_too_large_not_a_syntax_error() {
     );
     assert!(!t.contains("expected one or more"), "{t}");
 }
+
+/// An integer beyond 64 bits is named as too large (or too small) on its document,
+/// resource and field, with the limit, instead of serde's "as u128, expected any YAML
+/// value" and no document; in a Secret its digits are not printed.
+#[test]
+fn an_integer_beyond_64_bits_is_named_with_its_document_and_limit() {
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let policy = policy_yaml("p", GOOD_POLICY);
+    let dlq = dlq_yaml(
+        "d",
+        "huge-q",
+        "p",
+        "s",
+        "  deadLetter:\n    maxLength: 99999999999999999999999\n",
+    );
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok, "{t}");
+    assert_names(
+        &t,
+        &[
+            "all.yaml (document 3)",
+            "DeadLetterQueue default/d",
+            "spec.deadLetter.maxLength",
+            "integer 99999999999999999999999 is too large",
+            "18446744073709551615",
+        ],
+    );
+    assert!(!t.contains("u128"), "{t}");
+
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  uri: amqp://127.0.0.1\n  password: -98765432109876543210987\n";
+    let dir = manifests(&[("s.yaml", secret)]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok, "{t}");
+    assert_names(
+        &t,
+        &[
+            "s.yaml (document 1)",
+            "Secret default/s",
+            "stringData.password",
+            "is too small",
+            "not shown",
+        ],
+    );
+    assert!(!t.contains("98765432109876543210987"), "leaked:\n{t}");
+}
