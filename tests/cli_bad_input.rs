@@ -780,3 +780,31 @@ fn an_integer_beyond_64_bits_is_named_with_its_document_and_limit() {
     );
     assert!(!t.contains("98765432109876543210987"), "leaked:\n{t}");
 }
+
+/// A password written raw into a Secret's `uri` with `@ : / %` in it: the error says to
+/// percent-encode it or use the Secret's `username`/`password` keys, and never shows it.
+/// With only `/` in it the URI parsed, as a wrong host and port: that is refused too.
+#[test]
+fn a_raw_password_in_the_uri_gets_the_way_out_and_is_not_shown() {
+    let policy = policy_yaml("p", GOOD_POLICY);
+    for password in ["p@ss:w/o%rd", "12/34"] {
+        let secret = secret_yaml("s", "guest", password, MGMT);
+        let dlq = dlq_yaml("d", "raw-pw-q", "p", "s", "");
+        let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+        let o = cli(&["render", "-f", &dir.path().display().to_string()]);
+        let t = text(&o);
+        assert!(!o.status.success(), "{password}: {t}");
+        assert_names(
+            &t,
+            &[
+                "all.yaml (document 1)",
+                "Secret default/s",
+                "data.uri",
+                "percent-encoded",
+                "%40",
+                "`username` and `password` keys",
+            ],
+        );
+        assert!(!t.contains(password), "{password} leaked:\n{t}");
+    }
+}

@@ -169,6 +169,9 @@ fn http_base(value: &str, suffix: &str, hint: &str) -> Result<Url, String> {
     Ok(url)
 }
 
+/// What to do about a user name or password written raw into a Secret's `uri`.
+const RAW_CREDENTIAL_HINT: &str = "a user name or password holding any of @ : / ? # % must be percent-encoded in the URI (@ as %40, : as %3A, / as %2F, ? as %3F, # as %23, % as %25), or given in the Secret's `username` and `password` keys instead";
+
 /// Default user name of the AMQP URI specification when a URI carries none
 /// (RabbitMQ docs, "URI Specification").
 const DEFAULT_USER: &str = "guest";
@@ -194,7 +197,9 @@ impl BrokerConnection {
     ///
     /// # Errors
     /// [`BrokerError::InvalidSecret`] naming the secret and the key: missing required
-    /// key, value not UTF-8, unparsable URI, wrong scheme, only one of `tls.crt`/`tls.key`,
+    /// key, value not UTF-8, unparsable URI (with the advice to percent-encode a raw user
+    /// name or password, or to use the `username`/`password` keys), an `@` after the
+    /// URI's host (such a credential cut short), wrong scheme, only one of `tls.crt`/`tls.key`,
     /// a PEM key without a PEM block. Values of credentials are never included.
     pub fn from_secret_data(
         secret_name: &str,
@@ -222,10 +227,32 @@ impl BrokerConnection {
         };
 
         let uri = required("uri")?;
-        let mut amqp =
-            Url::parse(&uri).map_err(|e| invalid("uri", &format!("not a valid URI ({e})")))?;
+        let mut amqp = Url::parse(&uri).map_err(|e| {
+            // A raw credential with `/ ? #` cuts the authority short (the rest reads as
+            // a port, "invalid port number"): say so, as the URI itself is not shown.
+            let hint = if uri.contains('@') {
+                format!("; {RAW_CREDENTIAL_HINT}")
+            } else {
+                String::new()
+            };
+            invalid("uri", &format!("not a valid URI ({e}){hint}"))
+        })?;
         if !matches!(amqp.scheme(), "amqp" | "amqps") {
             return Err(invalid("uri", "not an amqp(s) URI"));
+        }
+        // `amqp://user:12/34@host/` parses, as host `user`, port 12 and path `/34@host/`:
+        // an `@` after the authority is a credential cut short, not a vhost to use.
+        if [Some(amqp.path()), amqp.query(), amqp.fragment()]
+            .into_iter()
+            .flatten()
+            .any(|part| part.contains('@'))
+        {
+            return Err(invalid(
+                "uri",
+                &format!(
+                    "an '@' follows the host: the user name or password before it probably holds '/', '?' or '#'; {RAW_CREDENTIAL_HINT} (an '@' in the vhost is written %40)"
+                ),
+            ));
         }
         if amqp.host_str().is_none_or(str::is_empty) {
             return Err(invalid("uri", "URI has no host"));
