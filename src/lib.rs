@@ -20,6 +20,7 @@ pub mod duration;
 pub mod manifest;
 pub mod metrics;
 pub mod monitor;
+pub mod nesting;
 pub mod printable;
 pub mod reconcile;
 pub mod standalone;

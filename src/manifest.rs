@@ -258,8 +258,25 @@ fn read_manifest(file: &Path) -> Result<String, ManifestError> {
 /// Reads the documents of one file's text into `out`.
 ///
 /// # Errors
-/// As [`load_paths`].
+/// As [`load_paths`]; a text with flow collections nested deeper than
+/// [`crate::nesting::MAX_DEPTH`] is refused before it is parsed
+/// ([`ManifestError::Document`] with the line and column).
 pub fn load_str(file: &Path, text: &str, out: &mut Manifests) -> Result<(), ManifestError> {
+    // Before the parser: its time grows with the square of the flow nesting depth.
+    if let Some(deep) = crate::nesting::find_too_deep(text, crate::nesting::MAX_DEPTH) {
+        return Err(ManifestError::Document {
+            at: SourceRef {
+                file: file.to_path_buf(),
+                document: deep.document,
+            },
+            message: format!(
+                "nested more than {} levels deep in [ ] or {{ }} (at line {} column {}); not read further: no resource of this operator nests deeper than about 10 levels, so look for brackets that are never closed or a generator gone wrong",
+                crate::nesting::MAX_DEPTH,
+                deep.line,
+                deep.column
+            ),
+        });
+    }
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let source = SourceRef {
             file: file.to_path_buf(),

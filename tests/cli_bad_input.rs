@@ -808,3 +808,29 @@ fn a_raw_password_in_the_uri_gets_the_way_out_and_is_not_shown() {
         assert!(!t.contains(password), "{password} leaked:\n{t}");
     }
 }
+
+/// Flow collections nested 50,000 deep (`{a: ` repeated, 200 KB) are refused before the
+/// YAML parser sees them, with the file, the document, the place and what to look for.
+/// The parser would spend seconds of CPU on them (time quadratic in the depth) and then
+/// say only "recursion limit exceeded".
+#[test]
+fn deeply_nested_flow_collections_are_refused_before_parsing() {
+    let deep = format!(
+        "{}---\n{}",
+        policy_yaml("p", GOOD_POLICY),
+        "{a: ".repeat(50_000)
+    );
+    let dir = manifests(&[("deep.yaml", &deep)]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok, "{t}");
+    assert_names(
+        &t,
+        &[
+            "deep.yaml (document 2)",
+            "nested more than 128 levels deep",
+            "line 13 column 513",
+            "brackets that are never closed",
+        ],
+    );
+    assert!(!t.contains("recursion limit"), "{t}");
+}
