@@ -9,7 +9,7 @@ use rand::{rngs::StdRng, SeedableRng};
 use dlq_operator::backoff::{simulate, Backoff, SimulationResult};
 use dlq_operator::crd::{self, BackoffSpec, BackoffStrategy};
 use dlq_operator::duration::{format_ms, parse_ms, Duration};
-use dlq_operator::standalone;
+use dlq_operator::{manifest, standalone};
 
 /// Standard output for the commands' results. A reader that went away
 /// (`dlq-operator crdgen | head`) is not an error: the rest of the output is dropped, the
@@ -60,6 +60,36 @@ fn err(line: &str) {
     use std::io::Write;
     let line = dlq_operator::printable::escape_lines(line);
     let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// clap parser of a whole-number flag that must be at least `MIN`: one error that says
+/// so for a negative number (`--limit -1`), where clap would suggest `-- -1`, which then
+/// fails too.
+fn count_at_least<const MIN: u64>(value: &str) -> Result<u64, String> {
+    match value.trim().parse::<u64>() {
+        Ok(n) if n >= MIN => Ok(n),
+        _ => Err(format!("must be a whole number >= {MIN}")),
+    }
+}
+
+/// clap parser of an age (`--older-than`): a duration of 0 or more in milliseconds.
+fn age(value: &str) -> Result<u64, String> {
+    if value.starts_with('-') {
+        return Err(
+            "must be a positive duration (e.g. 7d, 12h, 30m): an age is never negative".into(),
+        );
+    }
+    parse_ms(value).map_err(|e| format!("{e}; must be a positive duration (e.g. 7d, 12h, 30m)"))
+}
+
+/// clap parser of a listening address: IP:port only, with the example a host name
+/// (`localhost:8080`) is missing.
+fn socket_address(value: &str) -> Result<std::net::SocketAddr, String> {
+    value.parse().map_err(|_| {
+        let port = value.rsplit_once(':').map_or("8080", |(_, p)| p);
+        let port = if port.parse::<u16>().is_ok() { port } else { "8080" };
+        format!("takes IP:port, e.g. 127.0.0.1:{port}, 0.0.0.0:{port} or [::1]:{port} (a host name such as localhost is not resolved)")
+    })
 }
 
 #[derive(Parser)]
@@ -145,8 +175,9 @@ enum Command {
         /// Identity in the Lease and in Events (default: $POD_NAME, or host name and pid).
         #[arg(long, env = "POD_NAME")]
         identity: Option<String>,
-        /// Address of /metrics, /healthz and /readyz.
-        #[arg(long, default_value = "0.0.0.0:8080")]
+        /// Address of /metrics, /healthz and /readyz: IP:port (e.g. 127.0.0.1:8080,
+        /// [::1]:8080); host names are not resolved.
+        #[arg(long, default_value = "0.0.0.0:8080", value_parser = socket_address)]
         metrics_bind_address: std::net::SocketAddr,
         /// Reconciles running at once per controller.
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -226,14 +257,14 @@ enum DlqCommand {
     Inspect {
         #[command(flatten)]
         which: Which,
-        /// Messages shown whole in the sample.
-        #[arg(long, default_value_t = 5)]
-        sample: usize,
+        /// Messages shown whole in the sample (0 or more).
+        #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = count_at_least::<0>)]
+        sample: u64,
         /// Print sampled bodies in full (default: the first 256 bytes).
         #[arg(long)]
         show_payload: bool,
         /// Read at most this many messages (the counts then cover those).
-        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 10_000, allow_negative_numbers = true, value_parser = count_at_least::<1>)]
         max_messages: u64,
         /// Report format.
         #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
@@ -253,8 +284,8 @@ enum DlqCommand {
         /// (also !=), age>D or age<D (e.g. 1h, 7d), header.NAME=V (also !=).
         #[arg(long)]
         filter: Vec<String>,
-        /// Replay at most N messages.
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        /// Replay at most N messages (at least 1).
+        #[arg(long, allow_negative_numbers = true, value_parser = count_at_least::<1>)]
         limit: Option<u64>,
         /// At most this many messages per second (at least 0.001).
         #[arg(long, allow_negative_numbers = true)]
@@ -270,7 +301,7 @@ enum DlqCommand {
         #[arg(long, value_enum, default_value_t = ReplayTarget::OriginalQueue)]
         to: ReplayTarget,
         /// Skip a message already replayed this many times (at least 1).
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = count_at_least::<1>)]
         max_replays: u64,
         /// At most N copies published whose originals the broker has not yet been seen to
         /// remove: what a crash can duplicate (1 to 1000). Smaller is slower: 1 removes
@@ -288,8 +319,8 @@ enum DlqCommand {
         #[command(flatten)]
         which: Which,
         /// Remove only messages dead-lettered more than this long ago (e.g. 7d, 12h).
-        #[arg(long, required = true)]
-        older_than: String,
+        #[arg(long, required = true, allow_hyphen_values = true, value_parser = age)]
+        older_than: u64,
         /// More terms, as for `dlq replay --filter`.
         #[arg(long)]
         filter: Vec<String>,
@@ -448,7 +479,7 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             let prepared = unless_stopped(&stop, resolve(which)).await?;
             let opts = browse::InspectOptions {
                 max_messages,
-                sample_size: sample,
+                sample_size: usize::try_from(sample).unwrap_or(usize::MAX),
                 preview_bytes: if show_payload {
                     usize::MAX
                 } else {
@@ -571,10 +602,9 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             yes,
             output,
         } => {
-            let older_than_ms = parse_ms(&older_than).map_err(|e| format!("--older-than: {e}"))?;
             let filter = Filter::parse(&filter)
                 .map_err(|e| e.to_string())?
-                .older_than(older_than_ms);
+                .older_than(older_than);
             if !dry_run && !yes {
                 return Err(
                     "dlq purge removes messages for good: add --yes (or --dry-run to count them first)"
@@ -725,6 +755,15 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
         } => {
             if files.is_empty() {
                 return Err("run --standalone needs -f PATH (manifest file or directory)".into());
+            }
+            if files
+                .iter()
+                .any(|f| f.as_path() == std::path::Path::new(manifest::STDIN))
+            {
+                return Err(
+                    "run --standalone -f -: standard input can be read only once, and run --standalone re-reads its manifests every interval; save them to a file and give -f FILE"
+                        .into(),
+                );
             }
             let interval = interval
                 .map(|s| {

@@ -1,7 +1,10 @@
 //! Reading resources from manifest files (the standalone driver's input).
 //!
-//! A path is a file or a directory (its `*.yaml` / `*.yml` files, sorted by name, not
-//! recursive). Each file holds one or more YAML documents (`---`); each document is a
+//! A path is a file, `-` (standard input) or a directory (its `*.yaml` / `*.yml` files,
+//! sorted by name, not recursive; an entry that is not a regular file, or a link that
+//! cannot be followed, is an error, not skipped). A read that blocks (a FIFO) is
+//! announced on stderr after a second. A text nested too deep is refused before parsing
+//! ([`crate::nesting`]). Each file holds one or more YAML documents (`---`); each document is a
 //! `RetryPolicy`, a `DeadLetterQueue` or a `Secret` (other kinds are an error, empty
 //! documents are skipped). Every error names the file, the document, the resource and
 //! the field — unknown fields included, as `kubectl apply --validate=strict` would.
@@ -19,7 +22,7 @@ use crate::crd::{DeadLetterQueue, InvalidSpec, RetryPolicy, API_GROUP, API_VERSI
 /// Where an object was read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceRef {
-    /// File path as given (or found in the directory).
+    /// File path as given (or found in the directory); [`STDIN`] for standard input.
     pub file: PathBuf,
     /// 1-based index of the YAML document in the file.
     pub document: usize,
@@ -27,7 +30,11 @@ pub struct SourceRef {
 
 impl fmt::Display for SourceRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (document {})", self.file.display(), self.document)
+        if self.file == Path::new(STDIN) {
+            write!(f, "standard input (document {})", self.document)
+        } else {
+            write!(f, "{} (document {})", self.file.display(), self.document)
+        }
     }
 }
 
@@ -163,17 +170,26 @@ pub fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Objec
         .unwrap_or("default")
 }
 
-/// Lists the manifest files of a path: the file itself, or a directory's `*.yaml` and
-/// `*.yml` files sorted by name.
+/// The path that stands for standard input (`-f -`, as kubectl has it).
+pub const STDIN: &str = "-";
+
+/// Lists the manifest files of a path: the file itself (any kind of file: a FIFO or
+/// `/dev/stdin` named on its own is read; [`STDIN`] is standard input), or a directory's
+/// `*.yaml` and `*.yml` files sorted by name. Subdirectories are not read.
 ///
 /// # Errors
 /// [`ManifestError::Io`] when the path cannot be read, [`ManifestError::Empty`] for a
-/// directory without manifest files.
+/// directory without manifest files, [`ManifestError::Unreadable`] for a `*.yaml` entry
+/// of a directory that is a symbolic link that cannot be followed (a loop, a missing
+/// target) or not a regular file (a FIFO, socket or device: reading it may block).
 pub fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, ManifestError> {
     let io = |source| ManifestError::Io {
         path: path.to_path_buf(),
         source,
     };
+    if path == Path::new(STDIN) {
+        return Ok(vec![path.to_path_buf()]);
+    }
     let meta = std::fs::metadata(path).map_err(io)?;
     if !meta.is_dir() {
         return Ok(vec![path.to_path_buf()]);
@@ -185,15 +201,81 @@ pub fn manifest_files(path: &Path) -> Result<Vec<PathBuf>, ManifestError> {
             .extension()
             .and_then(|e| e.to_str())
             .is_some_and(|e| e == "yaml" || e == "yml");
-        if is_yaml && p.is_file() {
+        if is_yaml {
             files.push(p);
         }
     }
     files.sort();
+    let mut read = Vec::with_capacity(files.len());
+    for p in files {
+        if directory_entry_is_a_file(&p)? {
+            read.push(p);
+        }
+    }
+    let files = read;
     if files.is_empty() {
         return Err(ManifestError::Empty(path.to_path_buf()));
     }
     Ok(files)
+}
+
+/// Whether a `*.yaml` entry of a directory is read: yes for a regular file (or a link to
+/// one), no for a directory. Anything else is an error rather than a silent skip, so no
+/// manifest the user expects applied goes missing without a word.
+///
+/// # Errors
+/// [`ManifestError::Unreadable`] naming the entry and why, with what to do.
+fn directory_entry_is_a_file(p: &Path) -> Result<bool, ManifestError> {
+    let unreadable = |reason: String| ManifestError::Unreadable {
+        path: p.to_path_buf(),
+        reason,
+    };
+    let meta = match std::fs::metadata(p) {
+        Ok(meta) => meta,
+        Err(e) => {
+            let link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+            return Err(unreadable(if link {
+                format!("a symbolic link that cannot be followed (a loop, or a missing target): {e}; fix the link or remove it")
+            } else {
+                format!("cannot be read ({e})")
+            }));
+        }
+    };
+    if meta.is_dir() {
+        return Ok(false);
+    }
+    if !meta.is_file() {
+        return Err(unreadable(format!(
+            "not a regular file but {}: reading it could block without end, so a directory's entries must be regular files; move it out of the directory, or name it on its own with -f to read it",
+            file_kind(&meta)
+        )));
+    }
+    Ok(true)
+}
+
+/// What kind of file `meta` describes, for a message (`a FIFO`, `a socket`, …).
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+    }
+    if meta.is_dir() {
+        "a directory"
+    } else if meta.is_file() {
+        "a regular file"
+    } else {
+        "a special file"
+    }
 }
 
 /// Reads every resource under `paths` (files or directories).
@@ -208,8 +290,13 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Manifests, ManifestError> {
     let mut seen = std::collections::BTreeSet::new();
     for path in paths {
         for file in manifest_files(path)? {
-            // The same file named twice (e.g. `-f dir -f dir/a.yaml`) is read once.
-            let canonical = std::fs::canonicalize(&file).unwrap_or_else(|_| file.clone());
+            // The same file named twice (e.g. `-f dir -f dir/a.yaml`, or `-f - -f -`) is
+            // read once.
+            let canonical = if file == Path::new(STDIN) {
+                file.clone()
+            } else {
+                std::fs::canonicalize(&file).unwrap_or_else(|_| file.clone())
+            };
             if !seen.insert(canonical) {
                 continue;
             }
@@ -225,19 +312,29 @@ pub fn load_paths(paths: &[PathBuf]) -> Result<Manifests, ManifestError> {
 /// gets a clear error instead of exhausting memory.
 pub const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
 
+/// How long a read of a FIFO, a device or standard input may wait before a notice says
+/// what it waits for.
+const READ_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reads one manifest file (or standard input for [`STDIN`]) as UTF-8 text, at most
+/// [`MAX_MANIFEST_BYTES`], without a leading byte-order mark.
+///
+/// A regular file is read at once. Anything else (a FIFO, `/dev/stdin`, standard input)
+/// can block until something writes to it: it is read on a thread of its own, and when
+/// that has not ended after [`READ_NOTICE_AFTER`] a warning says what the command waits
+/// for (it still waits: a signal ends it).
 fn read_manifest(file: &Path) -> Result<String, ManifestError> {
-    use std::io::Read;
     let io = |source| ManifestError::Io {
         path: file.to_path_buf(),
         source,
     };
-    // Pipes and /dev/stdin are fine; whatever it is, read at most the limit.
-    let mut bytes = Vec::new();
-    std::fs::File::open(file)
-        .map_err(io)?
-        .take(MAX_MANIFEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
+    let stdin = file == Path::new(STDIN);
+    let regular = !stdin && std::fs::metadata(file).map_err(io)?.is_file();
+    let bytes = if regular {
+        read_limited(std::fs::File::open(file).map_err(io)?).map_err(io)?
+    } else {
+        read_in_background(file, stdin).map_err(io)?
+    };
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(ManifestError::Unreadable {
             path: file.to_path_buf(),
@@ -253,6 +350,59 @@ fn read_manifest(file: &Path) -> Result<String, ManifestError> {
         .strip_prefix('\u{feff}')
         .map(str::to_string)
         .unwrap_or(text))
+}
+
+/// At most [`MAX_MANIFEST_BYTES`] + 1 bytes of `reader` (one more tells it is too large).
+fn read_limited(reader: impl std::io::Read) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Reads a FIFO, a device or standard input on a thread of its own, warning once when it
+/// is still blocked after [`READ_NOTICE_AFTER`]. A thread left blocked when the command
+/// gives up (a signal) ends with the process.
+fn read_in_background(file: &Path, stdin: bool) -> std::io::Result<Vec<u8>> {
+    use std::io::IsTerminal;
+    let what = if stdin {
+        "standard input".to_string()
+    } else {
+        format!("{:?}", file.display().to_string())
+    };
+    if stdin && std::io::stdin().is_terminal() {
+        tracing::warn!(
+            "reading the manifests from standard input (a terminal): end them with Ctrl-D"
+        );
+    }
+    let path = file.to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let read = if stdin {
+            read_limited(std::io::stdin().lock())
+        } else {
+            std::fs::File::open(&path).and_then(read_limited)
+        };
+        let _ = tx.send(read);
+    });
+    let gone = || std::io::Error::other("the reading thread ended without a result");
+    match rx.recv_timeout(READ_NOTICE_AFTER) {
+        Ok(read) => read,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            let kind = if stdin {
+                String::new()
+            } else {
+                std::fs::metadata(file).map_or(String::new(), |m| format!(" ({})", file_kind(&m)))
+            };
+            tracing::warn!(
+                "waiting for {what}{kind} to be written: its read blocks until a writer opens it and closes it (Ctrl-C stops)"
+            );
+            rx.recv().map_err(|_| gone())?
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(gone()),
+    }
 }
 
 /// Reads the documents of one file's text into `out`.

@@ -834,3 +834,217 @@ fn deeply_nested_flow_collections_are_refused_before_parsing() {
     );
     assert!(!t.contains("recursion limit"), "{t}");
 }
+
+/// A `*.yaml` entry of a directory that is a FIFO (reading it would block without end)
+/// or a symbolic link that cannot be followed (a loop, a missing target) is an error
+/// naming it and saying what to do; both used to be skipped without a word.
+#[cfg(unix)]
+#[test]
+fn a_fifo_or_a_broken_link_in_a_directory_is_named_not_skipped() {
+    let dir = manifests(&[
+        ("p.yaml", &policy_yaml("p", GOOD_POLICY)),
+        ("s.yaml", &secret_yaml("s", "guest", "guest", MGMT)),
+        ("d.yaml", &dlq_yaml("d", "dir-entries-q", "p", "s", "")),
+    ]);
+    let fifo = dir.path().join("x.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success(), "mkfifo");
+    let o = cli(&["render", "-f", &dir.path().display().to_string()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert_names(
+        &t,
+        &["x.yaml", "not a regular file but a FIFO", "move it out"],
+    );
+    std::fs::remove_file(&fifo).expect("remove FIFO");
+
+    let looped = dir.path().join("loop.yaml");
+    std::os::unix::fs::symlink(&looped, &looped).expect("symlink");
+    let o = cli(&["render", "-f", &dir.path().display().to_string()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert_names(
+        &t,
+        &[
+            "loop.yaml",
+            "symbolic link that cannot be followed",
+            "fix the link or remove it",
+        ],
+    );
+}
+
+/// `-f FIFO` with no writer yet: after a second a warning on stderr says what the
+/// command waits for; once something writes the manifests the command goes on.
+#[cfg(unix)]
+#[test]
+fn a_blocked_fifo_read_is_announced_and_then_read() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("blocked.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success(), "mkfifo");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["render", "-f"])
+        .arg(&fifo)
+        .args(["-f", "examples/"])
+        .current_dir(root())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    // A failure guard, not a speed target: the notice comes after about a second.
+    let notice = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("no notice while the FIFO read blocks");
+        });
+    assert!(notice.contains("waiting for"), "{notice}");
+    assert!(notice.contains("blocked.yaml"), "{notice}");
+    assert!(notice.contains("a FIFO"), "{notice}");
+    let policy = std::fs::read_to_string(root().join("examples/order-events.yaml"))
+        .expect("example")
+        .replace("order-events", "fifo-events");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .and_then(|mut w| w.write_all(policy.as_bytes()))
+        .expect("write the FIFO");
+    let o = child.wait_with_output().expect("wait");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("deadLetterQueue: default/fifo-events"),
+        "{out}"
+    );
+}
+
+/// `-f -` reads the manifests from standard input (as kubectl does), named "standard
+/// input" in messages; `run --standalone -f -` refuses it, since it re-reads its files
+/// every interval.
+#[test]
+fn dash_reads_standard_input_and_run_standalone_refuses_it() {
+    use std::io::Write;
+    let run = |args: &[&str], input: &str| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let input = input.to_string();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(input.as_bytes());
+        });
+        let o = child.wait_with_output().expect("wait");
+        writer.join().expect("writer");
+        o
+    };
+    let policy =
+        std::fs::read_to_string(root().join("examples/order-events.yaml")).expect("example");
+    let secret =
+        std::fs::read_to_string(root().join("examples/rabbitmq-secret.yaml")).expect("example");
+    let o = run(&["render", "-f", "-"], &format!("{policy}\n---\n{secret}"));
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("order-events.retry.5s"), "{t}");
+
+    let o = run(&["render", "-f", "-"], &policy);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert_names(
+        &t,
+        &[
+            "standard input (document 2)",
+            "Secret default/rabbitmq-local",
+        ],
+    );
+
+    let o = run(&["run", "--standalone", "-f", "-"], &policy);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert_names(&t, &["standard input can be read only once", "-f FILE"]);
+}
+
+/// Negative numbers for the counts and ages of `dlq inspect/replay/purge` get one clear
+/// error naming the flag and what it takes; clap used to suggest `-- -1`, which then
+/// failed too. An address with a host name gets the IP:port form it takes.
+#[test]
+fn negative_counts_and_ages_and_host_name_addresses_get_one_clear_error() {
+    for (args, needle) in [
+        (
+            vec!["dlq", "replay", "--limit", "-1"],
+            "'--limit <LIMIT>': must be a whole number >= 1",
+        ),
+        (
+            vec!["dlq", "inspect", "--sample", "-1"],
+            "'--sample <SAMPLE>': must be a whole number >= 0",
+        ),
+        (
+            vec!["dlq", "inspect", "--max-messages", "-5"],
+            "must be a whole number >= 1",
+        ),
+        (
+            vec!["dlq", "purge", "--older-than", "-1s"],
+            "'--older-than <OLDER_THAN>': must be a positive duration",
+        ),
+        (
+            vec!["dlq", "purge", "--older-than", "-1"],
+            "must be a positive duration",
+        ),
+        (
+            vec![
+                "run",
+                "--standalone",
+                "-f",
+                "examples/",
+                "--metrics-bind-address",
+                "localhost:18393",
+            ],
+            "takes IP:port, e.g. 127.0.0.1:18393",
+        ),
+    ] {
+        let mut args = args.clone();
+        if args[0] == "dlq" {
+            args.extend_from_slice(&["--standalone", "-f", "examples/", "--name", "order-events"]);
+        }
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .args(&args)
+            .current_dir(root())
+            .output()
+            .expect("run");
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.contains(needle), "{args:?}: expected {needle:?} in:\n{t}");
+        assert!(!t.contains("-- -1"), "{args:?}: {t}");
+    }
+}
+
+/// A file name holding an escape sequence reaches the terminal escaped in an error.
+#[test]
+fn control_characters_in_an_error_are_escaped() {
+    let dir = manifests(&[("bad\u{1b}[31m.yaml", "a: [unclosed\n")]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok, "{t}");
+    assert!(!t.contains('\u{1b}'), "raw escape in:\n{t}");
+    assert_names(&t, &["bad\\u{1b}[31m.yaml", "invalid YAML"]);
+}
