@@ -408,7 +408,10 @@ pub struct RunOptions {
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
-/// Keeps reconciling: re-reads the manifests every interval and applies them again when
+/// Keeps reconciling: re-reads the manifests every interval (on a blocking thread: a read
+/// that is slow or blocked, such as a FIFO without a writer, delays no depth poll and no
+/// metric; the polls go on with the last valid manifests, and no new read starts before
+/// it ends) and applies them again when
 /// they changed, when the last apply was not ready, when a poll finds a planned queue
 /// missing, or every `resync`; polls depths with one management-API call per broker and
 /// vhost, logging a status line per DeadLetterQueue. Returns when `shutdown` completes.
@@ -445,9 +448,20 @@ pub async fn run(
     let mut missing = false;
     let mut last_apply = tokio::time::Instant::now();
     let mut last_poll = None;
+    let mut reading = None;
     let result = loop {
-        match load_and_plan(&opts.paths) {
-            Ok((m, p)) => {
+        // The files are read on a blocking thread while the depth polls go on: a slow or
+        // blocked read (a FIFO, a hung mount, a huge file) delays no poll and no metric.
+        let read =
+            match next_read(&mut reading, &opts.paths, planned.is_empty(), &mut shutdown).await {
+                Some(read) => read,
+                None => {
+                    tracing::info!("shutting down");
+                    break Ok(());
+                }
+            };
+        match read {
+            Read::Done(Ok((m, p))) => {
                 let fp = fingerprint(&m);
                 let changed = last_fingerprint.is_some() && Some(fp) != last_fingerprint;
                 let due = last_apply.elapsed() >= opts.resync;
@@ -472,7 +486,11 @@ pub async fn run(
                     planned = p;
                 }
             }
-            Err(e) => tracing::error!("{e} (keeping the last valid manifests)"),
+            Read::Done(Err(e)) => tracing::error!("{e} (keeping the last valid manifests)"),
+            Read::Pending { first_time: true } => tracing::warn!(
+                "the manifests are still being read (a slow or blocked file); polling with the last valid ones meanwhile"
+            ),
+            Read::Pending { first_time: false } => {}
         }
         let interval = opts.interval.unwrap_or_else(|| {
             planned
@@ -505,6 +523,60 @@ pub async fn run(
         }
     }
     result
+}
+
+/// The result of one read of the manifests (validated and planned), as the run loop
+/// sees it.
+enum Read {
+    /// The read ended: the manifests, or why they cannot be used.
+    Done(Result<(Manifests, Vec<Planned>), ManifestError>),
+    /// Still reading; `first_time` on the first poll that finds it so.
+    Pending {
+        /// Whether this is the first time this read is found unfinished.
+        first_time: bool,
+    },
+}
+
+/// A read of the manifests in flight on a blocking thread, and whether the loop already
+/// said it is slow.
+type Reading = (
+    tokio::task::JoinHandle<Result<(Manifests, Vec<Planned>), ManifestError>>,
+    bool,
+);
+
+/// Starts a read of `paths` when none is in flight and takes its result when it has
+/// ended. With `wait` (nothing to poll yet: no valid manifests so far) it waits for the
+/// read; otherwise it never waits, so the polls go on. Returns `None` when `shutdown`
+/// completes while it waits.
+async fn next_read(
+    reading: &mut Option<Reading>,
+    paths: &[PathBuf],
+    wait: bool,
+    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> Option<Read> {
+    let (handle, announced) = reading.get_or_insert_with(|| {
+        let paths = paths.to_vec();
+        (
+            tokio::task::spawn_blocking(move || load_and_plan(&paths)),
+            false,
+        )
+    });
+    if !wait && !handle.is_finished() {
+        let first_time = !*announced;
+        *announced = true;
+        return Some(Read::Pending { first_time });
+    }
+    let joined = tokio::select! {
+        joined = handle => joined,
+        () = shutdown.as_mut() => return None,
+    };
+    *reading = None;
+    Some(Read::Done(joined.unwrap_or_else(|e| {
+        Err(ManifestError::Unreadable {
+            path: paths.first().cloned().unwrap_or_default(),
+            reason: format!("reading the manifests failed: {e}"),
+        })
+    })))
 }
 
 /// Milliseconds since the Unix epoch.

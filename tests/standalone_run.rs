@@ -400,3 +400,119 @@ async fn run_standalone_keeps_running_when_its_stdout_reader_is_gone() {
     let status = status.expect("run did not stop on SIGTERM");
     assert!(status.success(), "exit {status:?}:\n{err}");
 }
+
+/// `run --standalone -f DIR -f FIFO`: once a re-read of the FIFO blocks (nothing writes
+/// it any more), the depth polls and `/metrics` go on with the last valid manifests and
+/// a warning says the manifests are still being read. The read used to run on the loop
+/// itself: every poll stopped while `/healthz` still said 200.
+#[cfg(unix)]
+#[tokio::test]
+async fn run_standalone_keeps_polling_while_a_manifest_read_blocks() {
+    use std::io::{BufRead, Write};
+    let q = unique("run-fifo");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let policy = policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n");
+    let dlq = classic_dlq_yaml(&q, "  monitoring:\n    interval: 300ms\n");
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let fifo_dir = tempfile::tempdir().expect("tempdir");
+    let fifo = fifo_dir.path().join("extra.yaml");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo");
+    // The FIFO is written (an empty document, which may arrive merged with the next)
+    // until the loop has polled once; after that, its reads block.
+    let writer_path = fifo.clone();
+    let stop_writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = stop_writing.clone();
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            // A reader that closed between our open and our write (EPIPE): write again.
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&writer_path)
+                .and_then(|mut w| w.write_all(b"---\n# filler\n"));
+        }
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["run", "--standalone", "--metrics-bind-address"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("-f")
+        .arg(dir.path())
+        .arg("-f")
+        .arg(&fifo)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    // Failure guards, not speed targets: polls come every 300 ms.
+    let mut seen = Vec::new();
+    let next_line = |seen: &mut Vec<String>| {
+        let line = rx.recv_timeout(Duration::from_secs(60)).ok()?;
+        seen.push(line.clone());
+        Some(line)
+    };
+    let mut polled = false;
+    while let Some(line) = next_line(&mut seen) {
+        if line.contains("default/d: source=") {
+            polled = true;
+            break;
+        }
+    }
+    stop_writing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut blocked = false;
+    while let Some(line) = polled.then(|| next_line(&mut seen)).flatten() {
+        if line.contains("still being read") {
+            blocked = true;
+            break;
+        }
+    }
+    let mut polls_after = 0;
+    while blocked && polls_after < 3 {
+        match next_line(&mut seen) {
+            Some(line) if line.contains("default/d: source=") => polls_after += 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    // The reader's own notice comes a second into the blocked read.
+    let mut announced = false;
+    while let Some(line) = blocked.then(|| next_line(&mut seen)).flatten() {
+        if line.contains("waiting for") && line.contains("extra.yaml") {
+            announced = line.contains("a FIFO");
+            break;
+        }
+    }
+    let depth = scrape(
+        &format!("http://127.0.0.1:{port}/metrics"),
+        "dlq_queue_depth",
+        &[&format!("queue=\"{q}.dlq\"")],
+    )
+    .await;
+    let status = sigterm_and_wait(&mut child);
+    cleanup(&q).await;
+    let log = seen.join("\n");
+    assert!(polled, "no first poll:\n{log}");
+    assert!(blocked, "no warning that the read blocks:\n{log}");
+    assert_eq!(
+        polls_after, 3,
+        "the polls stopped while the read blocked:\n{log}"
+    );
+    assert!(announced, "no notice naming the blocked FIFO:\n{log}");
+    assert_eq!(depth, Some(0.0), "no depth series while the read blocked");
+    let status = status.expect("run did not stop on SIGTERM");
+    assert!(status.success(), "exit {status:?}:\n{log}");
+}
