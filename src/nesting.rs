@@ -51,6 +51,11 @@ pub fn find_too_deep(text: &str, max: usize) -> Option<TooDeep> {
         space_before: true,
         document: 0,
         in_document: false,
+        line_head: true,
+        plain_open: false,
+        token_col: 0,
+        anchor_col: None,
+        continuation: None,
     };
     scan.run(max)
 }
@@ -73,6 +78,19 @@ struct Scan<'a> {
     space_before: bool,
     document: usize,
     in_document: bool,
+    /// Block context: the first byte of a line that is neither blank nor a comment is
+    /// still ahead on this line.
+    line_head: bool,
+    /// Block context: the line so far ends in a plain scalar (which may go on in the
+    /// next lines).
+    plain_open: bool,
+    /// Block context: the column of the token that began the node being written on this
+    /// line, and that of the last key or `-`/`?` entry of the line.
+    token_col: usize,
+    anchor_col: Option<usize>,
+    /// Block context: a plain scalar goes on at the start of a line indented at least
+    /// this far (the parser's rule: deeper than the collection it belongs to).
+    continuation: Option<usize>,
 }
 
 impl Scan<'_> {
@@ -83,6 +101,10 @@ impl Scan<'_> {
     /// White space, a line break or the end of the text at `i`.
     fn blank(&self, i: usize) -> bool {
         matches!(self.at(i), None | Some(b' ' | b'\t' | b'\r' | b'\n'))
+    }
+
+    fn column(&self) -> usize {
+        self.i - self.line_start
     }
 
     fn run(&mut self, max: usize) -> Option<TooDeep> {
@@ -96,13 +118,7 @@ impl Scan<'_> {
             }
             match b {
                 b'\n' => {
-                    self.i += 1;
-                    self.line += 1;
-                    self.line_start = self.i;
-                    self.space_before = true;
-                    if self.depth == 0 {
-                        self.node_start = true;
-                    }
+                    self.line_break();
                     continue;
                 }
                 b' ' | b'\t' | b'\r' => {
@@ -110,7 +126,14 @@ impl Scan<'_> {
                     self.space_before = true;
                     continue;
                 }
-                b'#' if self.space_before => self.skip_line(),
+                _ if self.line_head => self.line_head(b),
+                _ => {}
+            }
+            match b {
+                b'#' if self.space_before => {
+                    self.plain_open = false;
+                    self.skip_line();
+                }
                 b'[' | b'{' if self.depth > 0 || self.node_start => {
                     self.depth += 1;
                     if self.depth > max {
@@ -119,6 +142,7 @@ impl Scan<'_> {
                     self.i += 1;
                     self.node_start = true;
                     self.after_node = false;
+                    self.plain_open = false;
                 }
                 b']' | b'}' if self.depth > 0 => {
                     self.depth -= 1;
@@ -131,6 +155,53 @@ impl Scan<'_> {
             self.space_before = false;
         }
         None
+    }
+
+    /// A line break: in block context, what may start on the next line depends on
+    /// whether a plain scalar was left open (it may go on there).
+    fn line_break(&mut self) {
+        if self.depth == 0 {
+            // A blank or comment line changes nothing; a continuation line keeps the rule
+            // of the scalar's first line; a scalar that began on this line may go on
+            // deeper than its key or entry, or (a line of text alone) as deep as it.
+            if !self.line_head {
+                self.continuation = match (self.plain_open, self.continuation) {
+                    (true, Some(min)) => Some(min),
+                    (true, None) => Some(self.anchor_col.map_or(self.token_col, |c| c + 1)),
+                    (false, _) => None,
+                };
+            }
+            self.node_start = true;
+            self.line_head = true;
+            self.plain_open = false;
+            self.anchor_col = None;
+        }
+        self.i += 1;
+        self.new_line_at(self.i);
+        self.space_before = true;
+    }
+
+    /// The first byte of a line in block context that is not white space: a comment ends
+    /// a plain scalar; a line indented as far as [`Scan::continuation`] says goes on with
+    /// it (its text is no syntax); any other line starts a node.
+    fn line_head(&mut self, b: u8) {
+        if self.depth > 0 {
+            self.line_head = false;
+            return;
+        }
+        if b == b'#' {
+            self.continuation = None;
+            return;
+        }
+        self.line_head = false;
+        let col = self.column();
+        self.token_col = col;
+        if self.continuation.is_some_and(|min| col >= min) {
+            self.node_start = false;
+            self.plain_open = true;
+        } else {
+            self.continuation = None;
+        }
     }
 
     /// At a line start: `---` or `...` (a document starts or ends: flow levels end
@@ -149,6 +220,9 @@ impl Scan<'_> {
             self.i += 3;
             self.node_start = true;
             self.space_before = false;
+            self.line_head = false;
+            self.plain_open = false;
+            self.continuation = None;
             return true;
         }
         if rest.first() == Some(&b'%') && !self.in_document {
@@ -162,11 +236,15 @@ impl Scan<'_> {
     fn token(&mut self, b: u8) {
         let flow = self.depth > 0;
         let indicator = |s: &Self| s.blank(s.i + 1);
+        if self.node_start && !flow && !matches!(b, b'-' | b'?' | b':') {
+            self.token_col = self.column();
+        }
         match b {
             b'"' | b'\'' if self.node_start => {
                 self.skip_quoted(b);
                 self.node_start = false;
                 self.after_node = true;
+                self.plain_open = false;
                 return;
             }
             b'&' | b'!' if self.node_start => {
@@ -192,9 +270,18 @@ impl Scan<'_> {
                         ))) =>
             {
                 self.node_start = true;
+                self.plain_open = false;
+                self.anchor_col = Some(self.token_col);
             }
-            b'-' | b'?' if indicator(self) => self.node_start = true,
-            _ => self.node_start = false,
+            b'-' | b'?' if self.node_start && indicator(self) => {
+                self.node_start = true;
+                self.plain_open = false;
+                self.anchor_col = Some(self.column());
+            }
+            _ => {
+                self.node_start = false;
+                self.plain_open = !flow;
+            }
         }
         self.after_node = false;
         self.i += 1;
@@ -261,6 +348,7 @@ impl Scan<'_> {
             self.skip_line();
         }
         self.node_start = true;
+        self.plain_open = false;
     }
 
     fn here(&self) -> TooDeep {
@@ -322,6 +410,9 @@ mod tests {
             "a: 1 # [[[[\n",
             "# [[[[\na: 1\n",
             "a: \"multi\n  line [[[[\"\n",
+            "a\n[[[[\n",
+            "a: text\n  [[[[ more text\n\n  [[[[\n",
+            "- - text\n    [[[[\n",
         ] {
             assert!(depth_ok(text, 2), "{text:?}");
         }
@@ -339,6 +430,9 @@ mod tests {
             "- - [[[[\n",
             "a: [b, [c, [d, [e]]]]\n",
             "%YAML 1.1\n--- [[[[\n",
+            "- key: text\n  other: [[[[\n",
+            "a: text\n[[[[\n",
+            "a: text # comment\n  [[[[\n",
         ] {
             assert!(!depth_ok(text, 3), "{text:?}");
         }
