@@ -489,9 +489,9 @@ pub fn load_str(file: &Path, text: &str, out: &mut Manifests) -> Result<(), Mani
 /// and field when the document says which, and never with its value in a Secret.
 fn value_error(source: &SourceRef, text: &str, e: serde_yaml_ng::Error) -> ManifestError {
     let message = e.to_string();
-    let Some((sign, rest)) = [("+", " as u128, "), ("-", " as i128, ")]
+    let Some(sign) = [("+", " as u128, "), ("-", " as i128, ")]
         .into_iter()
-        .find_map(|(sign, marker)| message.split_once(marker).map(|(_, r)| (sign, r)))
+        .find_map(|(sign, marker)| message.contains(marker).then_some(sign))
     else {
         return ManifestError::Yaml {
             at: source.clone(),
@@ -502,7 +502,9 @@ fn value_error(source: &SourceRef, text: &str, e: serde_yaml_ng::Error) -> Manif
         .split_once(": invalid type: integer")
         .map_or("", |(path, _)| path)
         .to_string();
-    let place = rest.split_once(" at ").map_or("", |(_, p)| p);
+    let place = e.location().map_or_else(String::new, |l| {
+        format!(" (at line {} column {})", l.line(), l.column())
+    });
     let (kind, name) = document_head(text, source.document);
     let (what, limit) = if sign == "+" {
         (
@@ -517,12 +519,12 @@ fn value_error(source: &SourceRef, text: &str, e: serde_yaml_ng::Error) -> Manif
     };
     let message = if kind == Some("Secret") {
         format!(
-            "an integer is {what} (at {place}; value not shown: Secret values are never printed): {limit}; quote it to make it a string, as Secret values must be"
+            "an integer is {what}{place}: {limit}; quote it to make it a string, as Secret values must be (value not shown: Secret values are never printed)"
         )
     } else {
         let digits = message.split('`').nth(1).unwrap_or("?");
         format!(
-            "integer {digits} is {what} (at {place}): {limit}; give a value within the field's range (the resource's reference in README.md)"
+            "integer {digits} is {what}{place}: {limit}; give a value within the field's range (the resource's reference in README.md)"
         )
     };
     match kind {
@@ -531,6 +533,10 @@ fn value_error(source: &SourceRef, text: &str, e: serde_yaml_ng::Error) -> Manif
             kind,
             name,
             field,
+            message,
+        },
+        _ if field.is_empty() => ManifestError::Document {
+            at: source.clone(),
             message,
         },
         _ => ManifestError::Document {
