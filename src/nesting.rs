@@ -56,6 +56,7 @@ pub fn find_too_deep(text: &str, max: usize) -> Option<TooDeep> {
         token_col: 0,
         anchor_col: None,
         continuation: None,
+        in_collection: false,
     };
     scan.run(max)
 }
@@ -91,6 +92,9 @@ struct Scan<'a> {
     /// Block context: a plain scalar goes on at the start of a line indented at least
     /// this far (the parser's rule: deeper than the collection it belongs to).
     continuation: Option<usize>,
+    /// The document has a block collection (a key or an entry) so far: a scalar without
+    /// one is the document's root, which goes on at any indentation.
+    in_collection: bool,
 }
 
 impl Scan<'_> {
@@ -167,7 +171,11 @@ impl Scan<'_> {
             if !self.line_head {
                 self.continuation = match (self.plain_open, self.continuation) {
                     (true, Some(min)) => Some(min),
-                    (true, None) => Some(self.anchor_col.map_or(self.token_col, |c| c + 1)),
+                    (true, None) => Some(match self.anchor_col {
+                        Some(c) => c + 1,
+                        None if self.in_collection => self.token_col,
+                        None => 0,
+                    }),
                     (false, _) => None,
                 };
             }
@@ -223,6 +231,7 @@ impl Scan<'_> {
             self.line_head = false;
             self.plain_open = false;
             self.continuation = None;
+            self.in_collection = false;
             return true;
         }
         if rest.first() == Some(&b'%') && !self.in_document {
@@ -272,11 +281,13 @@ impl Scan<'_> {
                 self.node_start = true;
                 self.plain_open = false;
                 self.anchor_col = Some(self.token_col);
+                self.in_collection |= !flow;
             }
             b'-' | b'?' if self.node_start && indicator(self) => {
                 self.node_start = true;
                 self.plain_open = false;
                 self.anchor_col = Some(self.column());
+                self.in_collection |= !flow;
             }
             _ => {
                 self.node_start = false;
@@ -411,6 +422,7 @@ mod tests {
             "# [[[[\na: 1\n",
             "a: \"multi\n  line [[[[\"\n",
             "a\n[[[[\n",
+            "  a\n[[[[\n",
             "a: text\n  [[[[ more text\n\n  [[[[\n",
             "- - text\n    [[[[\n",
         ] {
