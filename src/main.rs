@@ -72,7 +72,11 @@ fn count_at_least<const MIN: u64>(value: &str) -> Result<u64, String> {
     }
 }
 
-/// clap parser of an age (`--older-than`): a duration of 0 or more in milliseconds.
+/// An age (`--older-than`, taken with hyphen values so that `-1s` reaches this one
+/// error): a duration of 0 or more, in milliseconds.
+///
+/// # Errors
+/// A negative or invalid duration, with what it must be.
 fn age(value: &str) -> Result<u64, String> {
     if value.starts_with('-') {
         return Err(
@@ -319,8 +323,8 @@ enum DlqCommand {
         #[command(flatten)]
         which: Which,
         /// Remove only messages dead-lettered more than this long ago (e.g. 7d, 12h).
-        #[arg(long, required = true, allow_hyphen_values = true, value_parser = age)]
-        older_than: u64,
+        #[arg(long, required = true, allow_hyphen_values = true)]
+        older_than: String,
         /// More terms, as for `dlq replay --filter`.
         #[arg(long)]
         filter: Vec<String>,
@@ -602,6 +606,8 @@ async fn dlq(command: DlqCommand) -> Result<ExitCode, String> {
             yes,
             output,
         } => {
+            let older_than =
+                age(&older_than).map_err(|e| format!("--older-than {:?}: {e}", older_than))?;
             let filter = Filter::parse(&filter)
                 .map_err(|e| e.to_string())?
                 .older_than(older_than);

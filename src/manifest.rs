@@ -83,7 +83,7 @@ pub enum ManifestError {
     /// A directory without any `*.yaml`/`*.yml` file.
     #[error("{0}: no *.yaml or *.yml files in this directory")]
     Empty(PathBuf),
-    /// YAML syntax error, or a value no manifest can hold (an integer beyond 64 bits).
+    /// YAML syntax error (the parser's message, with line and column).
     #[error("{at}: invalid YAML: {message}")]
     Yaml {
         /// Where: the file and the document the parser stopped in.
