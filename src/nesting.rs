@@ -256,8 +256,20 @@ impl Scan<'_> {
                 self.plain_open = false;
                 return;
             }
-            b'&' | b'!' if self.node_start => {
-                // A property: the node follows it.
+            b'&' if self.node_start => {
+                // An anchor (letters, digits, `-`, `_`, as libyaml reads it): the node
+                // follows it.
+                self.i += 1;
+                while self
+                    .at(self.i)
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+                {
+                    self.i += 1;
+                }
+                return;
+            }
+            b'!' if self.node_start => {
+                // A tag: the node follows it.
                 while !self.blank(self.i)
                     && !matches!(self.at(self.i), Some(b',' | b'[' | b']' | b'{' | b'}'))
                 {
@@ -421,6 +433,7 @@ mod tests {
             "a: 1 # [[[[\n",
             "# [[[[\na: 1\n",
             "a: \"multi\n  line [[[[\"\n",
+            "&a:[[[[\n",
             "a\n[[[[\n",
             "  a\n[[[[\n",
             "a: text\n  [[[[ more text\n\n  [[[[\n",
