@@ -11,12 +11,15 @@
 //!
 //! It reads just enough YAML to tell a flow collection from text: quoted scalars,
 //! comments, block scalars (`|`, `>`), node properties (`&anchor`, `!tag`), and brackets
-//! inside a plain scalar of block context (`a: x[1]`) are not nesting. Block nesting
-//! (indentation) costs the parser linear time and is left to it. The scan may miss
-//! nesting in text the parser would refuse anyway, and could count brackets of a plain
-//! scalar continued on a line that starts with `[`; it never counts fewer levels than a
-//! real flow collection of a valid document has, so everything deeper than
-//! [`MAX_DEPTH`] is caught.
+//! of a plain scalar in block context, on its first line (`a: x[1]`) or on the lines it
+//! goes on (indented deeper than its key or entry, as the parser's rule has it), are not
+//! nesting. Block nesting (indentation) costs the parser linear time and is left to it.
+//! Where the scan could differ from the parser, it errs towards counting, and only in
+//! text the parser refuses anyway. tests/fuzz.rs holds it to both sides: on any text the
+//! parser reads it never counts deeper than the parsed value is, and on flow text (JSON,
+//! alone or as a block value) it counts exactly the parsed depth. So no document
+//! serde_yaml_ng accepts is refused, and every flow collection deeper than [`MAX_DEPTH`]
+//! is caught before the parser sees it.
 
 /// Deepest flow nesting read (levels of `[ ]` / `{ }`): serde_yaml_ng's own recursion
 /// limit, so no document it would accept is refused. The resources of this operator

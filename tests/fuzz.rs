@@ -274,6 +274,67 @@ fn fuzz_manifest_reader() {
     });
 }
 
+/// A JSON value with strings full of YAML syntax (brackets, quotes, `#`, `: `).
+fn json_value() -> impl Strategy<Value = serde_json::Value> {
+    let text = "[\\[\\]{}#:,'\" \\\\a-z\n\t-]{0,12}";
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        text.prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(40, 200, 4, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            prop::collection::btree_map(text, inner, 0..4)
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Nesting depth of a JSON value, counted as [`depth`] counts a YAML one.
+fn json_depth(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Array(a) => 1 + a.iter().map(json_depth).max().unwrap_or(0),
+        serde_json::Value::Object(o) => 1 + o.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// On flow text (JSON: all its nesting is flow nesting), alone or as the value of a
+/// block key or entry after text that looks like brackets, the pre-scan counts exactly
+/// the parsed depth: it sees every level the parser sees, and no more.
+#[test]
+fn fuzz_nesting_pre_scan_on_flow_text() {
+    let layouts = prop::sample::select(vec![
+        "{}",
+        "spec: {}",
+        "- {}",
+        "a: \"[[\" # [[\nb: |\n  [[[[\nc: x[[\n  [[\nd: {}",
+        "---\nkind: x\n---\nspec:\n  deep: {}",
+    ]);
+    fuzz(
+        "nesting pre-scan (flow text)",
+        (json_value(), layouts),
+        |(value, layout)| {
+            let json = serde_json::to_string(&value).expect("JSON");
+            let text = layout.replace("{}", &json) + "\n";
+            let d = json_depth(&value);
+            prop_assert_eq!(
+                dlq_operator::nesting::find_too_deep(&text, d),
+                None,
+                "{}",
+                text
+            );
+            if d > 0 {
+                let found = dlq_operator::nesting::find_too_deep(&text, d - 1);
+                prop_assert!(found.is_some(), "depth {} not seen in {}", d, text);
+            }
+            Ok(())
+        },
+    );
+}
+
 /// `load_str` on text alone, without a file (what the reader does per file).
 #[test]
 fn fuzz_manifest_text() {
