@@ -408,11 +408,11 @@ fn read_in_background(file: &Path, stdin: bool) -> std::io::Result<Vec<u8>> {
 /// Reads the documents of one file's text into `out`.
 ///
 /// # Errors
-/// As [`load_paths`]; a text with flow collections nested deeper than
+/// As [`load_paths`]; a text with collections nested deeper than
 /// [`crate::nesting::MAX_DEPTH`] is refused before it is parsed
 /// ([`ManifestError::Document`] with the line and column).
 pub fn load_str(file: &Path, text: &str, out: &mut Manifests) -> Result<(), ManifestError> {
-    // Before the parser: its time grows with the square of the flow nesting depth.
+    // Before serde_yaml_ng: its time grows with the square of the flow nesting depth.
     if let Some(deep) = crate::nesting::find_too_deep(text, crate::nesting::MAX_DEPTH) {
         return Err(ManifestError::Document {
             at: SourceRef {
@@ -420,7 +420,7 @@ pub fn load_str(file: &Path, text: &str, out: &mut Manifests) -> Result<(), Mani
                 document: deep.document,
             },
             message: format!(
-                "nested more than {} levels deep in [ ] or {{ }} (at line {} column {}); not read further: no resource of this operator nests deeper than about 10 levels, so look for brackets that are never closed or a generator gone wrong",
+                "nested more than {} levels deep (sequences and mappings, at line {} column {}); not read further: no resource of this operator nests deeper than about 10 levels, so look for brackets that are never closed or a generator gone wrong",
                 crate::nesting::MAX_DEPTH,
                 deep.line,
                 deep.column

@@ -828,7 +828,7 @@ fn deeply_nested_flow_collections_are_refused_before_parsing() {
         &[
             "deep.yaml (document 2)",
             "nested more than 128 levels deep",
-            "line 13 column 513",
+            "line 13 column 1021",
             "brackets that are never closed",
         ],
     );
