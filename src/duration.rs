@@ -3,9 +3,16 @@
 //! A duration is one or more `<integer><unit>` components, units `ms`, `s`, `m`, `h`,
 //! `d` (24 h) and `w` (7 d), e.g. `500ms`, `1m30s`, `7d`. The CRD schema's `pattern`
 //! ([`DURATION_PATTERN`]) plus `maxLength` ([`DURATION_MAX_LENGTH`]) and [`parse_ms`] accept
-//! exactly the same strings (a property test holds them to it). Each component has at most
-//! nine digits and the string at most 64 characters, so the total always fits in a `u64`
-//! of milliseconds and no input overflows.
+//! exactly the same strings (a property test holds them to it).
+//!
+//! Each component is at most a few years ([`MAX_DIGITS`]: `99999999999ms`, `99999999s`,
+//! `999999m`, `9999h`, `999d`, `99w`) and the string at most 64 characters, so the total
+//! stays below 50 years. That bound matters to the API server: the CRDs' CEL rules compare
+//! durations with CEL's `duration()`, which reads Go durations and fails with "type
+//! conversion error" beyond about 292 years (`999999999h` did on Kubernetes 1.36). Every
+//! duration the schema accepts converts, so the server reports a wrong value in the
+//! field's own words (its `pattern`), never as a conversion error. No duration the
+//! operator takes is longer than a year (e.g. the 365-day cap on TTLs).
 
 use std::fmt;
 
@@ -14,7 +21,13 @@ use serde::{Deserialize, Serialize};
 
 /// ECMA-262 regular expression (as used by the Kubernetes OpenAPI `pattern`) that a
 /// duration string must match in full.
-pub const DURATION_PATTERN: &str = "^([0-9]{1,9}(ms|s|m|h|d|w))+$";
+pub const DURATION_PATTERN: &str =
+    "^([0-9]{1,11}ms|[0-9]{1,8}s|[0-9]{1,6}m|[0-9]{1,4}h|[0-9]{1,3}d|[0-9]{1,2}w)+$";
+
+/// Most digits of one component per unit (module documentation): each unit's largest
+/// number is a few years at most.
+pub const MAX_DIGITS: [(&str, usize); 6] =
+    [("ms", 11), ("s", 8), ("m", 6), ("h", 4), ("d", 3), ("w", 2)];
 
 /// Maximum length in characters of a duration string (schema `maxLength`).
 pub const DURATION_MAX_LENGTH: usize = 64;
@@ -39,12 +52,21 @@ pub enum DurationError {
         "invalid duration {0:?}: expected one or more <integer><unit> with units ms, s, m, h, d, w (e.g. 500ms, 1m30s, 7d)"
     )]
     Syntax(String),
-    /// A number of more than nine digits with a valid unit (e.g. `99999999999ms`): the
+    /// A number with more digits than its unit allows ([`MAX_DIGITS`], e.g. `10000h`): the
     /// syntax is right, the value too large.
     #[error(
-        "duration {0:?} is too large: each number has at most 9 digits (999999999), so write a larger unit (e.g. 7d, not 604800000000ms); no queue TTL the operator sets (retention, retry tiers, maxDelay) exceeds 365d"
+        "duration {value:?} is too large: a number of {unit} has at most {digits} digits ({largest}{unit}); no duration the operator takes is longer than a year (e.g. 365d, 8760h, 52w)"
     )]
-    TooLarge(String),
+    TooLarge {
+        /// The whole duration string.
+        value: String,
+        /// The unit of the component that is too long.
+        unit: &'static str,
+        /// The most digits that unit allows.
+        digits: usize,
+        /// The largest number of that unit (`digits` nines).
+        largest: String,
+    },
 }
 
 /// Parses a duration string into milliseconds.
@@ -54,9 +76,9 @@ pub enum DurationError {
 ///
 /// # Errors
 /// [`DurationError`] when the string is empty, longer than [`DURATION_MAX_LENGTH`], has a
-/// number of more than nine digits ([`DurationError::TooLarge`] when it is followed by a
-/// unit), or is not of the form of [`DURATION_PATTERN`] (signs, spaces, fractions and
-/// unknown units are rejected).
+/// number with more digits than its unit allows ([`DurationError::TooLarge`],
+/// [`MAX_DIGITS`]), or is not of the form of [`DURATION_PATTERN`] (signs, spaces,
+/// fractions and unknown units are rejected).
 pub fn parse_ms(s: &str) -> Result<u64, DurationError> {
     if s.is_empty() {
         return Err(DurationError::Empty);
@@ -77,46 +99,33 @@ pub fn parse_ms(s: &str) -> Result<u64, DurationError> {
         if digits == 0 {
             return Err(syntax());
         }
-        if digits > 9 {
-            // Right syntax, too many digits: too large, unless no unit follows.
-            let unit = bytes.get(i).is_some_and(|b| b"smhdw".contains(b));
-            return Err(if unit {
-                DurationError::TooLarge(s.to_string())
-            } else {
-                syntax()
-            });
-        }
-        // At most nine ASCII digits: always fits in u64.
-        let value: u64 = s[start..i].parse().map_err(|_| syntax())?;
-        let unit_ms: u64 = match bytes.get(i) {
-            Some(b'm') if bytes.get(i + 1) == Some(&b's') => {
-                i += 2;
-                1
-            }
-            Some(b's') => {
-                i += 1;
-                1_000
-            }
-            Some(b'm') => {
-                i += 1;
-                60_000
-            }
-            Some(b'h') => {
-                i += 1;
-                3_600_000
-            }
-            Some(b'd') => {
-                i += 1;
-                86_400_000
-            }
-            Some(b'w') => {
-                i += 1;
-                604_800_000
-            }
+        let (unit, unit_ms): (&'static str, u64) = match bytes.get(i) {
+            Some(b'm') if bytes.get(i + 1) == Some(&b's') => ("ms", 1),
+            Some(b's') => ("s", 1_000),
+            Some(b'm') => ("m", 60_000),
+            Some(b'h') => ("h", 3_600_000),
+            Some(b'd') => ("d", 86_400_000),
+            Some(b'w') => ("w", 604_800_000),
             _ => return Err(syntax()),
         };
-        // 64 characters hold at most six 9-digit week components (< 4e18 ms): no overflow,
-        // but stay saturating so no input can ever panic.
+        let most = MAX_DIGITS
+            .iter()
+            .find(|(u, _)| *u == unit)
+            .map_or(0, |(_, d)| *d);
+        if digits > most {
+            // Right syntax, too many digits for the unit.
+            return Err(DurationError::TooLarge {
+                value: s.to_string(),
+                unit,
+                digits: most,
+                largest: "9".repeat(most),
+            });
+        }
+        // At most eleven ASCII digits: always fits in u64.
+        let value: u64 = s[start..i].parse().map_err(|_| syntax())?;
+        i += unit.len();
+        // Bounded far below u64 (module documentation); saturating all the same, so no
+        // input can ever panic.
         total = total.saturating_add(value.saturating_mul(unit_ms));
     }
     Ok(total)
@@ -124,7 +133,9 @@ pub fn parse_ms(s: &str) -> Result<u64, DurationError> {
 
 /// Formats milliseconds as the shortest canonical duration string, largest units first
 /// (`90000` → `1m30s`, `1500` → `1s500ms`, `0` → `0s`). Weeks are not used so that
-/// `7d` stays `7d`. The result always parses back to the same value with [`parse_ms`].
+/// `7d` stays `7d`. Below 1,000 days the result parses back to the same value with
+/// [`parse_ms`]; longer (a worst-case retry duration in a status, say) it is for reading
+/// only (more than the 3 digits of days [`MAX_DIGITS`] allows).
 pub fn format_ms(ms: u64) -> String {
     if ms == 0 {
         return "0s".to_string();
@@ -257,11 +268,25 @@ mod tests {
     #[test]
     fn too_many_digits_is_too_large_not_a_syntax_error() {
         let s = "99999999999999999999999ms";
-        assert_eq!(parse_ms(s), Err(DurationError::TooLarge(s.into())));
+        assert!(matches!(
+            parse_ms(s),
+            Err(DurationError::TooLarge {
+                unit: "ms",
+                digits: 11,
+                ..
+            })
+        ));
         let message = parse_ms(s).map_err(|e| e.to_string()).unwrap_err();
         assert!(message.contains("too large"), "{message}");
-        assert!(message.contains("999999999"), "{message}");
+        assert!(message.contains("99999999999ms"), "{message}");
         assert!(message.contains("365d"), "{message}");
+        // Each unit has its own bound (a few years), which CEL's duration() can convert.
+        let message = parse_ms("999999999h")
+            .map_err(|e| e.to_string())
+            .unwrap_err();
+        assert!(message.contains("at most 4 digits (9999h)"), "{message}");
+        assert_eq!(parse_ms("9999h"), Ok(9_999 * 3_600_000));
+        assert_eq!(parse_ms("99w"), Ok(99 * 604_800_000));
         assert!(matches!(
             parse_ms("1234567890"),
             Err(DurationError::Syntax(_))

@@ -55,7 +55,13 @@ pub fn load_and_plan(paths: &[PathBuf]) -> Result<(Manifests, Vec<Planned>), Man
         return Err(ManifestError::NoDeadLetterQueue(
             paths
                 .iter()
-                .map(|p| p.display().to_string())
+                .map(|p| {
+                    if p == std::path::Path::new(manifest::STDIN) {
+                        "standard input".to_string()
+                    } else {
+                        p.display().to_string()
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join(", "),
         ));
@@ -449,17 +455,24 @@ pub async fn run(
     let mut last_apply = tokio::time::Instant::now();
     let mut last_poll = None;
     let mut reading = None;
+    let mut grace = READ_GRACE;
     let result = loop {
         // The files are read on a blocking thread while the depth polls go on: a slow or
         // blocked read (a FIFO, a hung mount, a huge file) delays no poll and no metric.
-        let read =
-            match next_read(&mut reading, &opts.paths, planned.is_empty(), &mut shutdown).await {
-                Some(read) => read,
-                None => {
-                    tracing::info!("shutting down");
-                    break Ok(());
-                }
-            };
+        let read = match next_read(
+            &mut reading,
+            &opts.paths,
+            (!planned.is_empty()).then_some(grace),
+            &mut shutdown,
+        )
+        .await
+        {
+            Some(read) => read,
+            None => {
+                tracing::info!("shutting down");
+                break Ok(());
+            }
+        };
         match read {
             Read::Done(Ok((m, p))) => {
                 let fp = fingerprint(&m);
@@ -499,6 +512,7 @@ pub async fn run(
                 .min()
                 .map_or(StdDuration::from_secs(15), StdDuration::from_millis)
         });
+        grace = READ_GRACE.min(interval / 2);
         // The real spacing of the polls (applies and slow listings make it longer than
         // the interval): the evaluator's gap tolerance counts missed polls, not slow ones.
         let spacing = last_poll.map_or(interval, |l: tokio::time::Instant| {
@@ -544,14 +558,19 @@ type Reading = (
     bool,
 );
 
+/// Longest wait of a poll for a manifest read before it goes on with the last valid
+/// manifests (and says the read is pending); at most half the poll interval too.
+const READ_GRACE: StdDuration = StdDuration::from_secs(2);
+
 /// Starts a read of `paths` when none is in flight and takes its result when it has
-/// ended. With `wait` (nothing to poll yet: no valid manifests so far) it waits for the
-/// read; otherwise it never waits, so the polls go on. Returns `None` when `shutdown`
-/// completes while it waits.
+/// ended. It waits at most `grace` for the read (a read of ordinary files ends within
+/// milliseconds), so the polls go on behind a slow or blocked read; with `None` (nothing
+/// to poll yet: no valid manifests so far) it waits for the read. Returns `None` when
+/// `shutdown` completes while it waits.
 async fn next_read(
     reading: &mut Option<Reading>,
     paths: &[PathBuf],
-    wait: bool,
+    grace: Option<StdDuration>,
     shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
 ) -> Option<Read> {
     let (handle, announced) = reading.get_or_insert_with(|| {
@@ -561,14 +580,19 @@ async fn next_read(
             false,
         )
     });
-    if !wait && !handle.is_finished() {
+    let joined = tokio::select! {
+        joined = async {
+            match grace {
+                Some(g) => tokio::time::timeout(g, &mut *handle).await.ok(),
+                None => Some((&mut *handle).await),
+            }
+        } => joined,
+        () = shutdown.as_mut() => return None,
+    };
+    let Some(joined) = joined else {
         let first_time = !*announced;
         *announced = true;
         return Some(Read::Pending { first_time });
-    }
-    let joined = tokio::select! {
-        joined = handle => joined,
-        () = shutdown.as_mut() => return None,
     };
     *reading = None;
     Some(Read::Done(joined.unwrap_or_else(|e| {

@@ -1181,7 +1181,8 @@ async fn a_second_owner_is_refused_by_the_record_on_the_broker_and_writes_nothin
                 assert!(message.contains("DeadLetterQueue team/a"), "{message}");
                 assert!(message.contains(role), "{message}");
                 assert!(
-                    message.contains("rabbitmqctl clear_global_parameter dlq-operator.owner."),
+                    message.contains("release the names with `")
+                        && message.contains("clear_global_parameter"),
                     "{message}"
                 );
             }
@@ -1437,5 +1438,60 @@ async fn apply_checks_the_amqp_uri_and_names_it_when_it_does_not_connect() {
         .await
         .iter()
         .any(|n| n.starts_with(&q)));
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn an_obsolete_tier_another_owner_still_records_is_left_alone() {
+    // Names released only in part: a takes over b's source queue, dead-letter queue,
+    // exchanges and 1 s tier, but b's record of its 2 s tier stays. That tier is obsolete
+    // for a's plan (one tier), yet not a's to unbind or delete.
+    let q = unique("partial");
+    let raw = Raw::new();
+    let b = plan("team/b", &spec(&q, json!({})), &resolved(&["1s", "2s"]));
+    RabbitMq::new(&conn())
+        .expect("client")
+        .apply(&b)
+        .await
+        .expect("apply b");
+    let old = format!("{q}.retry.2s");
+    for (kind, name) in b
+        .queues
+        .iter()
+        .map(|x| ("queue", x.name.clone()))
+        .chain(b.exchanges.iter().map(|x| ("exchange", x.name.clone())))
+        .filter(|(_, n)| *n != old)
+    {
+        raw.delete(&format!(
+            "global-parameters/{}",
+            ownership::record_name("/", kind, &name)
+        ))
+        .await;
+    }
+    let a = plan("team/a", &spec(&q, json!({})), &resolved(&["1s"]));
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let report = broker.apply(&a).await.expect("apply a");
+    match report.find(ObjectKind::Queue, &old).map(|x| &x.outcome) {
+        Some(Outcome::Retained(reason)) => {
+            assert!(reason.contains("DeadLetterQueue team/b"), "{reason}");
+            assert!(reason.contains("clear_global_parameter"), "{reason}");
+        }
+        other => panic!("expected retained, got {other:?}: {report}"),
+    }
+    assert!(
+        !report.actions.iter().any(|x| x.kind == ObjectKind::Binding
+            && x.name.contains(&old)
+            && x.outcome == Outcome::Deleted),
+        "{report}"
+    );
+    let (_, bindings) = raw.get(&format!("queues/%2F/{old}/bindings")).await;
+    assert!(
+        bindings
+            .as_array()
+            .expect("bindings")
+            .iter()
+            .any(|x| x["source"] == json!(format!("{q}.retry"))),
+        "b's tier keeps its binding"
+    );
     raw.cleanup(&q).await;
 }

@@ -728,7 +728,7 @@ fn an_overflowing_duration_is_too_large_not_a_syntax_error() {
             "RetryPolicy default/p",
             "spec.backoff.initialDelay",
             "is too large",
-            "at most 9 digits",
+            "a number of ms has at most 11 digits (99999999999ms)",
             "365d",
         ],
     );
@@ -983,6 +983,27 @@ fn dash_reads_standard_input_and_run_standalone_refuses_it() {
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert_names(&t, &["standard input can be read only once", "-f FILE"]);
+
+    // Nothing on standard input: named as such, not as "-".
+    let o = run(&["render", "-f", "-"], "");
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert_names(&t, &["error: standard input: no DeadLetterQueue"]);
+
+    // The example files one after another (`cat examples/*.yaml`): each starts with its
+    // own `---`, so they stay separate documents.
+    let mut all = String::new();
+    for f in [
+        "order-events.yaml",
+        "payment-callback.yaml",
+        "rabbitmq-secret.yaml",
+    ] {
+        all.push_str(&std::fs::read_to_string(root().join("examples").join(f)).expect("example"));
+    }
+    let o = run(&["render", "-f", "-"], &all);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("payment-callback.retry.1s"), "{t}");
 }
 
 /// Negative numbers for the counts and ages of `dlq inspect/replay/purge` get one clear

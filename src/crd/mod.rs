@@ -115,13 +115,63 @@ impl Errors {
     }
 }
 
-/// Every CRD of the operator, in a stable order (as written by `dlq-operator crdgen`).
+/// Every CRD of the operator, in a stable order (as written by `dlq-operator crdgen`),
+/// with only the integer formats the Kubernetes API server knows ([`known_formats`]).
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         DeadLetterQueue::crd(),
         DeadLetterReplay::crd(),
         RetryPolicy::crd(),
-    ]
+    ];
+    for crd in &mut crds {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                known_formats(schema);
+            }
+        }
+    }
+    crds
+}
+
+/// Rewrites schemars' unsigned integer formats (`uint64`, `uint32`, `uint16`, `uint8`,
+/// `uint`) as the OpenAPI formats the API server knows (`int64`, `int32`): a current
+/// server (tried on 1.36) warns `unrecognized format "uint64"` on every create of the CRDs
+/// and of each resource. The `minimum: 0` (or more) schemars writes with them keeps the
+/// values unsigned. Walks every nested schema.
+pub fn known_formats(
+    schema: &mut k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    };
+    schema.format = match schema.format.take().as_deref() {
+        Some("uint64") | Some("uint") => Some("int64".into()),
+        Some("uint32") | Some("uint16") | Some("uint8") => Some("int32".into()),
+        other => other.map(str::to_string),
+    };
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        known_formats(child);
+    }
+    for list in [&mut schema.all_of, &mut schema.any_of, &mut schema.one_of] {
+        for child in list.iter_mut().flatten() {
+            known_formats(child);
+        }
+    }
+    if let Some(not) = schema.not.as_mut() {
+        known_formats(not);
+    }
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(s)) => known_formats(s),
+        Some(JSONSchemaPropsOrArray::Schemas(list)) => list.iter_mut().for_each(known_formats),
+        None => {}
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(s)) = schema.additional_properties.as_mut() {
+        known_formats(s);
+    }
 }
 
 /// File name under `crds/` for a CRD (`<plural>.<group>.yaml`).

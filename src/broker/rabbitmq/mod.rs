@@ -426,7 +426,11 @@ impl Broker for RabbitMq {
         if recorded > 0 {
             actions.push(Action {
                 kind: ObjectKind::Ownership,
-                name: format!("for {recorded} names"),
+                name: if recorded == 1 {
+                    "for 1 name".to_string()
+                } else {
+                    format!("for {recorded} names")
+                },
                 outcome: Outcome::Created,
             });
         }

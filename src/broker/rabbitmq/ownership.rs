@@ -196,19 +196,64 @@ pub fn claims(plan: &DesiredTopology) -> Vec<Claim> {
     queues
 }
 
-/// What a user reads when `record` (another owner's) holds a name `claim` needs: who
-/// owns it, where that is recorded, and what to do.
-pub fn conflict_message(claim: &Claim, record: &OwnerRecord) -> String {
-    format!(
-        "{} {:?} belongs to DeadLetterQueue {} on this broker (its {}; ownership record: global parameter {}). Each queue and exchange belongs to one DeadLetterQueue: choose other names, or, if {} no longer exists, release the name with `rabbitmqctl clear_global_parameter {}`",
+/// What a user reads when other owners' records hold names a plan needs (`conflicts`,
+/// the plan's source queue first): every such name, who owns it and where that is
+/// recorded, and what to do — one command that releases them all when their owner is
+/// gone, so a takeover is one decision, not one apply per name.
+pub fn conflict_message(conflicts: &[(Claim, OwnerRecord)]) -> String {
+    let Some((claim, record)) = conflicts.first() else {
+        return String::new();
+    };
+    let mut out = format!(
+        "{} {:?} belongs to DeadLetterQueue {} on this broker (its {}; ownership record: global parameter {})",
         claim.kind,
         claim.name,
         record.owner,
         record.role,
-        record.parameter(),
-        record.owner,
         record.parameter()
-    )
+    );
+    let rest: Vec<String> = conflicts[1..]
+        .iter()
+        .map(|(c, r)| {
+            let whose = if r.owner == record.owner {
+                String::new()
+            } else {
+                format!("DeadLetterQueue {}, ", r.owner)
+            };
+            format!("{} {:?} ({whose}its {})", c.kind, c.name, r.role)
+        })
+        .collect();
+    if !rest.is_empty() {
+        out.push_str(&format!(
+            "; so do {} more name(s) this resource plans: {}",
+            rest.len(),
+            rest.join(", ")
+        ));
+    }
+    let mut owners: Vec<&str> = Vec::new();
+    for (_, r) in conflicts {
+        if !owners.contains(&r.owner.as_str()) {
+            owners.push(&r.owner);
+        }
+    }
+    let gone = if owners.len() == 1 {
+        format!("{} no longer exists", owners[0])
+    } else {
+        format!("{} no longer exist", owners.join(" and "))
+    };
+    let parameters: Vec<String> = conflicts.iter().map(|(_, r)| r.parameter()).collect();
+    let release = if parameters.len() == 1 {
+        format!("rabbitmqctl clear_global_parameter {}", parameters[0])
+    } else {
+        format!(
+            "for p in {}; do rabbitmqctl clear_global_parameter $p; done",
+            parameters.join(" ")
+        )
+    };
+    out.push_str(&format!(
+        ". Each queue and exchange belongs to one DeadLetterQueue: choose other names, or, if {gone}, release the names with `{release}`"
+    ));
+    out
 }
 
 /// A claim of a plan and the record found for it (`None`: no record yet).
@@ -304,8 +349,9 @@ impl RabbitMq {
     /// returns them with their claims.
     ///
     /// # Errors
-    /// [`BrokerError::NameOwned`] for the first claim whose record names another owner
-    /// (the caller must then write nothing); the errors of [`RabbitMq::owner_record`].
+    /// [`BrokerError::NameOwned`] when records name another owner, naming the field of the
+    /// first such claim and listing them all (the caller must then write nothing); the
+    /// errors of [`RabbitMq::owner_record`].
     pub async fn check_claims(&self, plan: &DesiredTopology) -> Result<Found, BrokerError> {
         self.check_claims_where(plan, |_| true).await
     }
@@ -321,19 +367,23 @@ impl RabbitMq {
         wanted: impl Fn(&Claim) -> bool,
     ) -> Result<Found, BrokerError> {
         let mut found = Vec::new();
+        let mut taken = Vec::new();
         for claim in claims(plan).into_iter().filter(|c| wanted(c)) {
             let record = self
                 .owner_record(&plan.vhost, claim.kind, &claim.name)
                 .await?;
-            if let Some(r) = record.as_ref().filter(|r| r.owner != plan.owner) {
-                return Err(BrokerError::NameOwned {
-                    field: claim.field,
-                    message: conflict_message(&claim, r),
-                });
+            match record {
+                Some(r) if r.owner != plan.owner => taken.push((claim, r)),
+                record => found.push((claim, record)),
             }
-            found.push((claim, record));
         }
-        Ok(found)
+        match taken.first() {
+            None => Ok(found),
+            Some((first, _)) => Err(BrokerError::NameOwned {
+                field: first.field,
+                message: conflict_message(&taken),
+            }),
+        }
     }
 
     /// Writes the records of `found` that are missing or name another role (keeping a
@@ -524,15 +574,44 @@ mod tests {
         assert_eq!(json["owner"], "default/orders");
         let back: OwnerRecord = serde_json::from_value(json).expect("back");
         assert_eq!(back, rec);
-        let msg = conflict_message(
-            claim,
-            &OwnerRecord {
-                owner: "team/other".into(),
-                ..rec.clone()
-            },
-        );
+        let other = OwnerRecord {
+            owner: "team/other".into(),
+            ..rec.clone()
+        };
+        let msg = conflict_message(&[(claim.clone(), other.clone())]);
         assert!(msg.contains("DeadLetterQueue team/other"), "{msg}");
-        assert!(msg.contains(&rec.parameter()), "{msg}");
-        assert!(msg.contains("rabbitmqctl clear_global_parameter"), "{msg}");
+        assert!(
+            msg.contains(&format!(
+                "`rabbitmqctl clear_global_parameter {}`",
+                rec.parameter()
+            )),
+            "{msg}"
+        );
+        // Every name at once, with one command that releases them all.
+        let all = claims(&p);
+        let second = all[1].record(&p);
+        let msg = conflict_message(&[
+            (claim.clone(), other.clone()),
+            (
+                all[1].clone(),
+                OwnerRecord {
+                    owner: "team/other".into(),
+                    ..second.clone()
+                },
+            ),
+        ]);
+        assert!(msg.contains("so do 1 more name(s)"), "{msg}");
+        assert!(
+            msg.contains(&format!("{:?} (its dead-letter queue)", all[1].name)),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&format!(
+                "for p in {} {}; do rabbitmqctl clear_global_parameter $p; done",
+                rec.parameter(),
+                second.parameter()
+            )),
+            "{msg}"
+        );
     }
 }

@@ -76,6 +76,26 @@ impl RabbitMq {
         for name in
             plan.obsolete_tier_queues(existing.iter().map(|q| (q.name.as_str(), &q.arguments)))
         {
+            // A tier another DeadLetterQueue's record still holds (its names were released
+            // one by one, or only in part) is not ours to unbind or delete.
+            if let Some(other) = self
+                .owner_record(vhost, QUEUE, &name)
+                .await?
+                .filter(|r| r.owner != plan.owner)
+            {
+                actions.push(Action {
+                    kind: ObjectKind::Queue,
+                    outcome: Outcome::Retained(format!(
+                        "an obsolete retry tier, but its ownership record names DeadLetterQueue {} ({}): left alone; release it with `rabbitmqctl clear_global_parameter {}` for {} to retire it",
+                        other.owner,
+                        other.role,
+                        other.parameter(),
+                        plan.owner
+                    )),
+                    name,
+                });
+                continue;
+            }
             for b in bindings.iter().filter(|b| {
                 b.source == retry_exchange && b.destination == name && b.destination_type == "queue"
             }) {
@@ -267,6 +287,27 @@ impl RabbitMq {
     }
 }
 
+/// The `rabbitmqctl` command of a dynamic shovel (RabbitMQ docs, "Dynamic Shovels") that
+/// moves every message of queue `from` to queue `to` in `vhost` over a direct connection
+/// (`amqp:///<vhost>`), keeping their headers, and deletes itself once `from` is empty
+/// (`src-delete-after: queue-length`). Tried on RabbitMQ 3.10.8.
+fn shovel_command(vhost: &str, from: &str, to: &str) -> String {
+    let uri = format!("amqp:///{}", enc(vhost));
+    let definition = serde_json::json!({
+        "src-uri": uri,
+        "src-queue": from,
+        "dest-uri": uri,
+        "dest-queue": to,
+        "src-delete-after": "queue-length",
+    });
+    format!(
+        "rabbitmqctl set_parameter -p '{}' shovel 'dlq-operator-move-{}' '{}'",
+        vhost.replace('\'', "'\\''"),
+        from.replace('\'', "'\\''"),
+        definition.to_string().replace('\'', "'\\''")
+    )
+}
+
 /// Why retired dead-letter queue `name` (holding `held` messages by the statistics) is
 /// still there, and what to do.
 fn retired_reason(plan: &DesiredTopology, name: &str, held: u64, quorum: bool) -> String {
@@ -278,15 +319,20 @@ fn retired_reason(plan: &DesiredTopology, name: &str, held: u64, quorum: bool) -
     let delete = format!(
         "delete it (`rabbitmqctl delete_queue {name}`: RabbitMQ cannot delete a quorum queue only-if-empty); the operator then removes its policy and ownership record"
     );
-    let plural = if held == 1 { "" } else { "s" };
+    let (left, them) = if held == 1 {
+        ("1 dead letter left".to_string(), "it")
+    } else {
+        (format!("{held} dead letters left"), "them")
+    };
+    let shovel = shovel_command(&plan.vhost, name, current);
     match (held, quorum) {
         (0, true) => format!("{why}; empty: {delete}"),
         (0, false) => format!("{why}; deleted once empty"),
         (_, true) => format!(
-            "{why}; {held} dead letter{plural} left: move them to {current} (e.g. a shovel with src-queue {name}, dest-queue {current}, src-delete-after queue-length), then {delete}"
+            "{why}; {left}: move {them} to {current} (a shovel that removes itself when done: {shovel}), then {delete}"
         ),
         (_, false) => format!(
-            "{why}; {held} dead letter{plural} left: move them to {current} (e.g. a shovel with src-queue {name}, dest-queue {current}, src-delete-after queue-length); deleted once empty"
+            "{why}; {left}: move {them} to {current} (a shovel that removes itself when done: {shovel}); deleted once empty"
         ),
     }
 }
