@@ -72,6 +72,14 @@ fn count_at_least<const MIN: u64>(value: &str) -> Result<u64, String> {
     }
 }
 
+/// clap parser of a whole-number flag between `MIN` and `MAX`, like [`count_at_least`].
+fn count_between<const MIN: u64, const MAX: u64>(value: &str) -> Result<u64, String> {
+    match value.trim().parse::<u64>() {
+        Ok(n) if (MIN..=MAX).contains(&n) => Ok(n),
+        _ => Err(format!("must be a whole number from {MIN} to {MAX}")),
+    }
+}
+
 /// An age (`--older-than`, taken with hyphen values so that `-1s` reaches this one
 /// error): a duration of 0 or more, in milliseconds.
 ///
@@ -311,7 +319,8 @@ enum DlqCommand {
         /// remove: what a crash can duplicate (1 to 1000). Smaller is slower: 1 removes
         /// each original, confirmed by a round trip, before the next copy is published.
         #[arg(long, value_name = "N", default_value_t = dlq_operator::dlq::replay::MAX_IN_FLIGHT as u64,
-              value_parser = clap::value_parser!(u64).range(1..=dlq_operator::dlq::replay::MAX_IN_FLIGHT as u64))]
+              allow_negative_numbers = true,
+              value_parser = count_between::<1, { dlq_operator::dlq::replay::MAX_IN_FLIGHT as u64 }>)]
         max_in_flight: u64,
         /// Report format.
         #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]

@@ -580,6 +580,42 @@ fn document_head(text: &str, document: usize) -> (Option<&'static str>, String) 
     (kind, name)
 }
 
+/// A `metadata.name` or `metadata.namespace` the Kubernetes API server would refuse
+/// (Kubernetes API conventions, "Object names and IDs": a name is an RFC 1123 subdomain of
+/// at most 253 characters, a namespace an RFC 1123 label of at most 63), as
+/// `(field, message)`. The standalone commands take the same names as a cluster: a
+/// DeadLetterQueue's `namespace/name` is its identity on the broker (its ownership
+/// records), which `a/b` + `c` and `a` + `b/c` would otherwise share.
+fn invalid_object_name(value: &serde_yaml_ng::Value) -> Option<(&'static str, String)> {
+    static SUBDOMAIN: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").ok()
+    });
+    static LABEL: std::sync::LazyLock<Option<regex::Regex>> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").ok());
+    let meta = value.get("metadata")?;
+    let text = |k: &str| meta.get(k).and_then(serde_yaml_ng::Value::as_str);
+    let valid = |re: &std::sync::LazyLock<Option<regex::Regex>>, s: &str, max: usize| {
+        s.len() <= max && re.as_ref().is_some_and(|re| re.is_match(s))
+    };
+    if let Some(name) = text("name") {
+        if !valid(&SUBDOMAIN, name, 253) {
+            return Some((
+                "metadata.name",
+                format!("{name:?} is not a valid name: lower-case letters, digits, '-' and '.', beginning and ending with a letter or digit, at most 253 characters (RFC 1123 subdomain, as the Kubernetes API server requires)"),
+            ));
+        }
+    }
+    if let Some(namespace) = text("namespace") {
+        if !valid(&LABEL, namespace, 63) {
+            return Some((
+                "metadata.namespace",
+                format!("{namespace:?} is not a valid namespace: lower-case letters, digits and '-', beginning and ending with a letter or digit, at most 63 characters (RFC 1123 label, as the Kubernetes API server requires)"),
+            ));
+        }
+    }
+    None
+}
+
 /// Name of a document for messages, read leniently before typing.
 fn raw_name(value: &serde_yaml_ng::Value) -> String {
     let meta = value.get("metadata");
@@ -612,6 +648,9 @@ fn typed<T: DeserializeOwned>(
         field,
         message,
     };
+    if let Some((field, message)) = invalid_object_name(&value) {
+        return Err(field_err(field.into(), message));
+    }
     let mut unknown: Vec<String> = Vec::new();
     let result: Result<T, _> = {
         let mut record = |path: serde_ignored::Path| {

@@ -265,23 +265,25 @@ impl std::fmt::Display for Counts {
 /// [`Summary`].
 pub async fn apply_all(planned: &[Planned], out: &mut impl Write) -> std::io::Result<Summary> {
     let mut summary = Summary::default();
+    // Names and reasons come from files and from the broker: control characters are
+    // escaped before they reach a terminal.
+    let mut line = |text: String| writeln!(out, "{}", crate::printable::escape(&text));
     for p in planned {
         let prep = &p.prepared;
-        writeln!(
-            out,
+        line(format!(
             "DeadLetterQueue {} from {} -> {} vhost {}",
             prep.key,
             p.source,
             prep.connection.redacted_management_uri(),
             prep.topology.vhost
-        )?;
+        ))?;
         let result = match RabbitMq::new(&prep.connection) {
             Ok(broker) => reconcile::apply(&broker, prep).await,
             Err(e) => Err(e.into()),
         };
         if let Ok(report) = &result {
             for a in &report.actions {
-                writeln!(out, "  {a}")?;
+                line(format!("  {a}"))?;
             }
         }
         // The verdict is the resource's Ready condition, as the controller writes it.
@@ -290,27 +292,25 @@ pub async fn apply_all(planned: &[Planned], out: &mut impl Write) -> std::io::Re
         match (ready.status, counts) {
             (conditions::ConditionStatus::True, Some(counts)) => {
                 summary.ready += 1;
-                writeln!(out, "  => ready ({counts})")?;
+                line(format!("  => ready ({counts})"))?;
             }
             (_, Some(counts)) => {
                 summary.not_ready += 1;
-                writeln!(
-                    out,
+                line(format!(
                     "  => NOT ready [{}]: {} ({counts})",
                     ready.reason, ready.message
-                )?;
+                ))?;
             }
             (_, None) => {
                 summary.not_ready += 1;
-                writeln!(out, "  => failed [{}]: {}", ready.reason, ready.message)?;
+                line(format!("  => failed [{}]: {}", ready.reason, ready.message))?;
             }
         }
     }
-    writeln!(
-        out,
+    line(format!(
         "{} DeadLetterQueue(s) ready, {} not ready",
         summary.ready, summary.not_ready
-    )?;
+    ))?;
     Ok(summary)
 }
 

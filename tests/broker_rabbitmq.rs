@@ -602,6 +602,19 @@ async fn obsolete_quorum_tier_is_unbound_and_retained_never_deleted() {
     ));
     assert_eq!(broker.request_counts().writes, before, "{report}");
     assert!(raw.names("queues/%2F?columns=name").await.contains(&old));
+    // Deleted by a person, as the reason says: its ownership record goes with the next
+    // apply (it used to stay for ever and refuse any later resource that plans the name).
+    assert!(raw.owner_record("queue", &old).await.is_some());
+    assert_eq!(raw.delete(&format!("queues/%2F/{old}")).await, 204);
+    let report = broker
+        .apply(&new_plan)
+        .await
+        .expect("apply after the deletion");
+    assert!(report.find(ObjectKind::Queue, &old).is_none(), "{report}");
+    assert!(raw.owner_record("queue", &old).await.is_none());
+    let before = broker.request_counts().writes;
+    broker.apply(&new_plan).await.expect("steady state");
+    assert_eq!(broker.request_counts().writes, before);
     raw.cleanup(&q).await;
 }
 
@@ -1493,5 +1506,172 @@ async fn an_obsolete_tier_another_owner_still_records_is_left_alone() {
             .any(|x| x["source"] == json!(format!("{q}.retry"))),
         "b's tier keeps its binding"
     );
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn the_source_queue_is_never_pointed_at_a_dead_letter_route_in_conflict() {
+    // The break test's data loss: a dead-letter queue (or exchange) in conflict was
+    // reported, but the source queue's policy was written all the same, pointing it at an
+    // exchange bound to nothing (every dead letter dropped) or at someone else's fanout.
+    let raw = Raw::new();
+    let q = unique("route");
+    assert_eq!(
+        raw.put(
+            &format!("queues/%2F/{q}.dlq"),
+            json!({"durable": true, "arguments": {"x-queue-type": "classic"}}),
+        )
+        .await,
+        201
+    );
+    let fan = format!("{q}-fan");
+    assert_eq!(
+        raw.put(
+            &format!("exchanges/%2F/{fan}"),
+            json!({"type": "fanout", "durable": true})
+        )
+        .await,
+        201
+    );
+    for plan in [
+        topo_of("team/a", &q, json!({})),
+        topo_of(
+            "team/a",
+            &format!("{q}-x"),
+            json!({"deadLetter": {"exchange": fan}}),
+        ),
+    ] {
+        let source = plan.routes.source_queue.clone();
+        let report = RabbitMq::new(&conn())
+            .expect("client")
+            .apply(&plan)
+            .await
+            .expect("apply");
+        assert!(!report.is_ready(), "{report}");
+        match report
+            .find(ObjectKind::Policy, &format!("dlq-operator.{source}"))
+            .map(|a| &a.outcome)
+        {
+            Some(Outcome::Conflict(reason)) => {
+                assert!(reason.contains("would drop its dead letters"), "{reason}")
+            }
+            other => panic!("expected the source policy refused, got {other:?}: {report}"),
+        }
+        let (status, _) = raw
+            .get(&format!("policies/%2F/dlq-operator.{source}"))
+            .await;
+        assert_eq!(status, 404, "source policy written: {report}");
+    }
+    // The foreign exchange is not recorded as the resource's.
+    assert!(raw.owner_record("exchange", &fan).await.is_none());
+    assert!(raw
+        .owner_record("queue", &format!("{q}.dlq"))
+        .await
+        .is_none());
+    raw.delete(&format!("exchanges/%2F/{fan}")).await;
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn a_source_exchange_another_resource_manages_is_refused() {
+    // Binding b's source queue to a's dead-letter exchange (with a's routing key) would
+    // deliver every dead letter of a to b's consumers.
+    let raw = Raw::new();
+    let q = unique("srcx");
+    let a = topo_of("team/a", &q, json!({}));
+    RabbitMq::new(&conn())
+        .expect("client")
+        .apply(&a)
+        .await
+        .expect("apply a");
+    let other = format!("{q}-b");
+    let b = topo_of(
+        "team/b",
+        &other,
+        json!({"source": {"queue": other, "exchange": format!("{q}.dlx"), "routingKey": q}}),
+    );
+    let broker = RabbitMq::new(&conn()).expect("client");
+    match broker.apply(&b).await {
+        Err(BrokerError::NameOwned { field, message }) => {
+            assert_eq!(field, "spec.source.exchange", "{message}");
+            assert!(
+                message.contains("DeadLetterQueue team/a's dead-letter exchange"),
+                "{message}"
+            );
+        }
+        other => panic!("expected NameOwned, got {other:?}"),
+    }
+    assert_eq!(broker.request_counts().writes, 0);
+    let (_, bindings) = raw
+        .get(&format!("exchanges/%2F/{q}.dlx/bindings/source"))
+        .await;
+    assert!(
+        !bindings
+            .as_array()
+            .expect("bindings")
+            .iter()
+            .any(|x| x["destination"] == json!(other)),
+        "no binding to b's source queue"
+    );
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn a_retired_list_naming_another_resources_queue_touches_nothing() {
+    // The dead-letter exchange's record lists b's (empty, classic) dead-letter queue as
+    // retired, edited by hand: a's apply must neither delete that queue nor its policy or
+    // record, only forget the entry.
+    let raw = Raw::new();
+    let q = unique("retlist");
+    let classic = |owner: &str, queue: &str| {
+        topo_of(
+            owner,
+            queue,
+            json!({"source": {"queue": queue, "queueType": "Classic"}}),
+        )
+    };
+    let a = classic("team/a", &q);
+    let b_queue = format!("{q}-b");
+    let b = classic("team/b", &b_queue);
+    let broker = RabbitMq::new(&conn()).expect("client");
+    broker.apply(&a).await.expect("apply a");
+    broker.apply(&b).await.expect("apply b");
+    let victim = format!("{b_queue}.dlq");
+    let mut dlx = raw
+        .owner_record("exchange", &format!("{q}.dlx"))
+        .await
+        .expect("a's dead-letter exchange record");
+    dlx["retired"] = json!([victim]);
+    assert_eq!(
+        raw.put(
+            &format!(
+                "global-parameters/{}",
+                ownership::record_name("/", "exchange", &format!("{q}.dlx"))
+            ),
+            json!({"value": dlx}),
+        )
+        .await,
+        204
+    );
+    let report = broker.apply(&a).await.expect("apply a again");
+    assert!(
+        report.find(ObjectKind::Queue, &victim).is_none(),
+        "{report}"
+    );
+    assert!(
+        ready_count(&victim).await.is_some(),
+        "b's dead-letter queue kept"
+    );
+    raw.policy(&format!("dlq-operator.{victim}")).await;
+    assert_eq!(
+        raw.owner_record("queue", &victim)
+            .await
+            .map(|r| r["owner"].clone()),
+        Some(json!("team/b"))
+    );
+    assert!(raw
+        .owner_record("exchange", &format!("{q}.dlx"))
+        .await
+        .is_some_and(|r| r.get("retired").is_none()));
     raw.cleanup(&q).await;
 }

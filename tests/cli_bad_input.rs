@@ -1026,6 +1026,11 @@ fn negative_counts_and_ages_and_host_name_addresses_get_one_clear_error() {
             2,
         ),
         (
+            dlq(&["replay", "--max-in-flight", "-1"]),
+            "'--max-in-flight <N>': must be a whole number from 1 to 1000",
+            2,
+        ),
+        (
             dlq(&["inspect", "--sample", "-1"]),
             "'--sample <SAMPLE>': must be a whole number >= 0",
             2,
@@ -1078,4 +1083,31 @@ fn control_characters_in_an_error_are_escaped() {
     assert!(!ok, "{t}");
     assert!(!t.contains('\u{1b}'), "raw escape in:\n{t}");
     assert_names(&t, &["bad\\u{1b}[31m.yaml", "invalid YAML"]);
+}
+
+/// A DeadLetterQueue's `namespace/name` is its identity on the broker (its ownership
+/// records): names the API server would refuse are refused here too, or `a/b` + `c` and
+/// `a` + `b/c` would be one owner and take over each other's queues.
+#[test]
+fn names_the_api_server_refuses_are_refused() {
+    for (meta, field) in [
+        ("  name: b/c\n  namespace: a\n", "metadata.name"),
+        ("  name: c\n  namespace: a/b\n", "metadata.namespace"),
+        ("  name: \"\"\n  namespace: default\n", "metadata.name"),
+        ("  name: Orders\n  namespace: default\n", "metadata.name"),
+        (
+            "  name: \"x\\e]0;t\\a\"\n  namespace: default\n",
+            "metadata.name",
+        ),
+        ("  name: ok\n  namespace: team.a\n", "metadata.namespace"),
+    ] {
+        let doc = format!(
+            "apiVersion: dlqoperator.io/v1alpha1\nkind: RetryPolicy\nmetadata:\n{meta}spec:\n{GOOD_POLICY}"
+        );
+        let dir = manifests(&[("p.yaml", &doc)]);
+        let (ok, t) = apply_dir(&dir);
+        assert!(!ok, "{t}");
+        assert_names(&t, &["p.yaml (document 1)", field, "RFC 1123"]);
+        assert!(!t.contains('\u{1b}'), "raw escape in {t:?}");
+    }
 }

@@ -124,6 +124,27 @@ async fn apply_fails_on_a_wrong_amqp_address_and_names_it() {
     );
 }
 
+#[tokio::test]
+async fn apply_output_escapes_control_characters_in_queue_names() {
+    // A queue name may hold a bidi override (U+202E) or a zero-width character: printed
+    // raw, it reorders or hides what the terminal shows.
+    let q = unique("esc");
+    let name = format!("{q}\u{202e}x");
+    let secret = secret_yaml("s", "guest", "guest", MGMT);
+    let policy = policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n");
+    let dlq = classic_dlq_yaml(&format!("\"{name}\""), "");
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let o = cli(&["apply", "-f", &dir.path().display().to_string()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(!t.contains('\u{202e}'), "raw U+202E in {t:?}");
+    assert!(
+        t.contains(&format!("queue {q}\\u{{202e}}x: created")),
+        "{t}"
+    );
+    cleanup(&q).await;
+}
+
 #[test]
 fn render_needs_no_broker() {
     // The Secret points at a closed port: render must not touch it.

@@ -32,7 +32,7 @@ pub enum BrokerError {
         reason: String,
     },
     /// The broker rejected the credentials (HTTP 401, AMQP `ACCESS_REFUSED`).
-    #[error("authentication failed at {endpoint} for user {user:?}")]
+    #[error("authentication failed at {endpoint} for user {user:?}: check the user and password of the Secret's `uri`, or its `username` / `password` keys")]
     AuthFailed {
         /// Redacted endpoint URI.
         endpoint: String,

@@ -72,7 +72,9 @@ pub async fn inspect_until(
         resource: topology.owner.clone(),
         ..Inspection::default()
     };
-    let Some((queues, connection)) = open_for_reading(conn, &broker, topology, stop).await? else {
+    let Some((queues, connection)) =
+        open_for_reading(conn, &broker, topology, Access::Read, stop).await?
+    else {
         out.interrupted = true;
         return Ok(out);
     };
@@ -189,27 +191,42 @@ pub(super) async fn prepare_channel(channel: &Channel, queue: &str) -> Result<u6
     Ok(u64::from(declared.message_count()))
 }
 
+/// What a `dlq` command does to the messages it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    /// Reads and gives every message back (`inspect`).
+    Read,
+    /// Moves or removes messages (`replay`, `purge`).
+    Write,
+}
+
 /// Each dead-letter queue of `topology` with its [`QueueLimits`], all looked up before any
 /// is touched, so that a command that reads them (inspect, replay, purge) finds a missing
 /// one before it has done anything, not after it replayed or removed messages of the
 /// others.
 ///
 /// # Errors
-/// [`BrokerError::NameOwned`] when another DeadLetterQueue's ownership record holds one
-/// of these dead-letter queues or the source queue; [`BrokerError::NotFound`] naming the
+/// [`BrokerError::NameOwned`] when `access` is [`Access::Write`] and another
+/// DeadLetterQueue's ownership record holds one of these dead-letter queues or the
+/// source queue; [`BrokerError::NotFound`] naming the
 /// first missing dead-letter queue; the management API's errors.
 pub(super) async fn limits_of_all<'t>(
     broker: &RabbitMq,
     topology: &'t DesiredTopology,
+    access: Access,
 ) -> Result<Vec<(&'t str, QueueLimits)>, BrokerError> {
-    // Never read or write queues another DeadLetterQueue owns (its record on the
-    // broker): the dead-letter queues read, and the source queue replay writes to.
-    broker
-        .check_claims_where(topology, |c| {
-            use crate::broker::rabbitmq::ownership::{QUEUE, SOURCE_ROLE};
-            c.kind == QUEUE && (c.field == "spec.deadLetter.queue" || c.role == SOURCE_ROLE)
-        })
-        .await?;
+    // A command that moves or removes messages never acts on queues another
+    // DeadLetterQueue owns (its record on the broker): the dead-letter queues read, and
+    // the source queue replay writes to. Inspection gives every message back, and must
+    // work for a user without the tag that reads the records.
+    if access == Access::Write {
+        broker
+            .check_claims_where(topology, |c| {
+                use crate::broker::rabbitmq::ownership::{QUEUE, SOURCE_ROLE};
+                c.kind == QUEUE && (c.field == "spec.deadLetter.queue" || c.role == SOURCE_ROLE)
+            })
+            .await?;
+    }
     let mut all = Vec::new();
     for queue in topology.dead_letter_queues() {
         all.push((queue, broker.queue_limits(&topology.vhost, queue).await?));
@@ -229,10 +246,11 @@ pub(super) async fn open_for_reading<'t>(
     conn: &BrokerConnection,
     broker: &RabbitMq,
     topology: &'t DesiredTopology,
+    access: Access,
     stop: &AtomicBool,
 ) -> Result<Option<(Vec<(&'t str, QueueLimits)>, lapin::Connection)>, BrokerError> {
     let open = async {
-        let queues = limits_of_all(broker, topology).await?;
+        let queues = limits_of_all(broker, topology, access).await?;
         let connection = connect_vhost(conn, &topology.vhost).await?;
         Ok((queues, connection))
     };

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 use serde::Serialize;
 
-use super::browse::{guard, keep, open_for_reading, prepare_channel, requeue_all, Held};
+use super::browse::{guard, keep, open_for_reading, prepare_channel, requeue_all, Access, Held};
 use super::filter::Filter;
 use super::DeadLetter;
 use crate::broker::rabbitmq::amqp::map_error;
@@ -80,7 +80,9 @@ pub async fn purge_into(
     };
     // Every dead-letter queue looked up first: a missing one is an error before anything
     // is removed.
-    let Some((queues, connection)) = open_for_reading(conn, &broker, topology, stop).await? else {
+    let Some((queues, connection)) =
+        open_for_reading(conn, &broker, topology, Access::Write, stop).await?
+    else {
         report.interrupted = true;
         return Ok(());
     };

@@ -41,7 +41,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation};
 use serde::Serialize;
 
-use super::browse::{guard, keep, open_for_reading, prepare_channel, requeue_all, Held};
+use super::browse::{guard, keep, open_for_reading, prepare_channel, requeue_all, Access, Held};
 use super::filter::Filter;
 use super::route::Routes;
 use super::{release_for, replay_properties, DeadLetter, Release};
@@ -295,7 +295,9 @@ pub async fn replay(
     let source = topology.routes.source_queue.clone();
     // Every dead-letter queue looked up first: a missing one is an error before anything
     // is replayed.
-    let Some((queues, connection)) = open_for_reading(conn, &broker, topology, stop).await? else {
+    let Some((queues, connection)) =
+        open_for_reading(conn, &broker, topology, Access::Write, stop).await?
+    else {
         report.outcome = Outcome::Partial;
         return Ok(report);
     };

@@ -60,16 +60,24 @@ const APPLY_TO: &str = "queues";
 pub struct RabbitMq {
     mgmt: ManagementClient,
     cluster_name: tokio::sync::OnceCell<String>,
-    /// When the AMQP `uri` last connected, per vhost ([`RabbitMq::check_amqp`]).
-    amqp_checked: tokio::sync::Mutex<BTreeMap<String, std::time::Instant>>,
+    /// The last AMQP check per vhost and when it ran ([`RabbitMq::check_amqp`]).
+    amqp_checked: tokio::sync::Mutex<BTreeMap<String, AmqpCheck>>,
     /// When the last warning about a failed `prometheusUri` read was logged.
     prometheus_warned: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// When an AMQP connection check ran, and what it found.
+type AmqpCheck = (std::time::Instant, Result<(), BrokerError>);
 
 /// How long a successful AMQP connection check ([`RabbitMq::check_amqp`]) stands for
 /// one client and vhost: the resources sharing a client (a Secret) check once a minute,
 /// not once per apply.
 const AMQP_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a failed AMQP check stands: the resources sharing a client in one `apply` run
+/// get its answer at once instead of each waiting for the same timeout, and a later run
+/// or resync checks again.
+const AMQP_FAILURE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Least time between two warnings about a failed `prometheusUri` read of one client
 /// (each poll falls back to the management API; the rest are logged at debug level).
@@ -90,23 +98,30 @@ impl RabbitMq {
         })
     }
 
-    /// Checks that the Secret's AMQP `uri` connects to `vhost` ([`amqp::check`]), at most
-    /// once per [`AMQP_CHECK_INTERVAL`] per vhost after a success; a failure is checked
-    /// again on the next call.
+    /// Checks that the Secret's AMQP `uri` connects to `vhost` ([`amqp::check`]). Per vhost,
+    /// a success stands for [`AMQP_CHECK_INTERVAL`] and a failure for
+    /// [`AMQP_FAILURE_INTERVAL`] (the same error again, at once).
     ///
     /// # Errors
     /// As [`amqp::check`].
     pub async fn check_amqp(&self, vhost: &str) -> Result<(), BrokerError> {
         let mut checked = self.amqp_checked.lock().await;
-        if checked
-            .get(vhost)
-            .is_some_and(|at| at.elapsed() < AMQP_CHECK_INTERVAL)
-        {
-            return Ok(());
+        if let Some((at, result)) = checked.get(vhost) {
+            let stands = if result.is_ok() {
+                AMQP_CHECK_INTERVAL
+            } else {
+                AMQP_FAILURE_INTERVAL
+            };
+            if at.elapsed() < stands {
+                return result.clone();
+            }
         }
-        amqp::check(self.mgmt.connection(), vhost).await?;
-        checked.insert(vhost.to_string(), std::time::Instant::now());
-        Ok(())
+        let result = amqp::check(self.mgmt.connection(), vhost).await;
+        checked.insert(
+            vhost.to_string(),
+            (std::time::Instant::now(), result.clone()),
+        );
+        result
     }
 
     /// [`Broker::queue_depths`] that must cover `required` (the queues whose depths the
@@ -253,6 +268,20 @@ impl RabbitMq {
     }
 }
 
+/// Whether the dead-letter exchange and every dead-letter queue of `plan` are usable (none
+/// is in `unusable` / `unusable_queues`: another type, other arguments), so that the
+/// source queue may be pointed at the route.
+fn dead_letter_route_ready(
+    plan: &DesiredTopology,
+    unusable: &BTreeSet<String>,
+    unusable_queues: &BTreeSet<String>,
+) -> bool {
+    !unusable.contains(&plan.routes.dead_letter_exchange)
+        && plan
+            .dead_letter_queues()
+            .all(|q| !unusable_queues.contains(q))
+}
+
 /// Compares two JSON values, numbers numerically (`1000` equals `1000.0`).
 pub fn json_equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
@@ -292,8 +321,25 @@ fn applies_to_queue(apply_to: &str, queue_type: &str) -> bool {
     }
 }
 
-/// Policies of the vhost other than `ours` that match `queue`: (higher-or-equal priority,
-/// lower priority), each sorted by descending priority.
+/// Whether policy pattern `pattern` matches object name `name` as RabbitMQ matches it, or
+/// `None` when that cannot be told here. RabbitMQ runs the pattern with Erlang's `re`
+/// (PCRE) on the name's bytes (RabbitMQ docs, "Policies": patterns are regular
+/// expressions); the `regex` crate with Unicode off, on bytes, agrees with it on the
+/// syntax both have (`.` is one byte, as in PCRE without the `u` option). PCRE features
+/// `regex` lacks (look-around, backreferences, possessive quantifiers) give `None`.
+pub fn pattern_matches(pattern: &str, name: &str) -> Option<bool> {
+    regex::bytes::RegexBuilder::new(pattern)
+        .unicode(false)
+        .build()
+        .ok()
+        .map(|re| re.is_match(name.as_bytes()))
+}
+
+/// Policies of the vhost other than `ours` that may match `queue`: (higher-or-equal
+/// priority, lower priority), each sorted by descending priority. A higher-or-equal one
+/// whose pattern cannot be evaluated here ([`pattern_matches`]) counts as matching, so it
+/// is reported as possibly shadowing ours rather than missed; a lower one counts only
+/// when it surely matches (its keys are merged into ours).
 fn matching_policies<'a>(
     policies: &'a [PolicyInfo],
     ours: &PolicyPlan,
@@ -304,9 +350,8 @@ fn matching_policies<'a>(
         .filter(|p| p.name != ours.name)
         .filter(|p| applies_to_queue(&p.apply_to, queue_type))
         .filter(|p| {
-            regex::Regex::new(&p.pattern)
-                .map(|re| re.is_match(&ours.queue))
-                .unwrap_or(false)
+            pattern_matches(&p.pattern, &ours.queue)
+                .unwrap_or(p.priority >= i64::from(ours.priority))
         })
         .collect();
     matching.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
@@ -399,15 +444,48 @@ impl Broker for RabbitMq {
         } = self.snapshot(plan).await?;
         // The management API answered; consumers, inspection and replay need AMQP too.
         self.check_amqp(vhost).await?;
-        // Ownership first: another DeadLetterQueue's record stops the apply before any
-        // write; then the missing records are written before the objects they cover.
-        let found = self.check_claims(plan).await?;
-        let recorded = self.record_claims(plan, &found).await?;
-
         let exchange_by_name: BTreeMap<&str, &ExchangeInfo> =
             exchanges.iter().map(|e| (e.name.as_str(), e)).collect();
         let queue_by_name: BTreeMap<&str, &QueueInfo> =
             queues.iter().map(|q| (q.name.as_str(), q)).collect();
+        // Existing queues that cannot serve the plan, computed before any policy is
+        // written so that our policy is never put on a queue we will not adopt (it would
+        // change the behaviour of someone else's queue, e.g. its overflow mode).
+        let conflicts: BTreeMap<&str, Vec<String>> = plan
+            .queues
+            .iter()
+            .filter_map(|q| {
+                let existing = queue_by_name.get(q.name.as_str())?;
+                let policy = plan.policies.iter().find(|p| p.queue == q.name);
+                let reasons = queue_conflicts(existing, q, policy);
+                (!reasons.is_empty()).then_some((q.name.as_str(), reasons))
+            })
+            .collect();
+        // Exchanges of another type: not ours either.
+        let foreign_exchanges: BTreeSet<&str> = plan
+            .exchanges
+            .iter()
+            .filter(|x| {
+                exchange_by_name
+                    .get(x.name.as_str())
+                    .is_some_and(|e| e.kind != x.kind.as_str())
+            })
+            .map(|x| x.name.as_str())
+            .collect();
+
+        // Ownership first: another DeadLetterQueue's record stops the apply before any
+        // write; then the missing records are written before the objects they cover —
+        // never for an object in conflict, which the plan does not adopt.
+        let found = self.check_claims(plan).await?;
+        let (created, updated) = self
+            .record_claims(plan, &found, |c| {
+                if c.kind == ownership::EXCHANGE {
+                    !foreign_exchanges.contains(c.name.as_str())
+                } else {
+                    !conflicts.contains_key(c.name.as_str())
+                }
+            })
+            .await?;
         let policy_by_name: BTreeMap<&str, &PolicyInfo> =
             policies.iter().map(|p| (p.name.as_str(), p)).collect();
         let existing_bindings: BTreeSet<(&str, &str, &str)> = bindings
@@ -423,16 +501,18 @@ impl Broker for RabbitMq {
             .collect();
 
         let mut actions = Vec::new();
-        if recorded > 0 {
-            actions.push(Action {
-                kind: ObjectKind::Ownership,
-                name: if recorded == 1 {
-                    "for 1 name".to_string()
-                } else {
-                    format!("for {recorded} names")
-                },
-                outcome: Outcome::Created,
-            });
+        for (count, outcome) in [(created, Outcome::Created), (updated, Outcome::Updated)] {
+            if count > 0 {
+                actions.push(Action {
+                    kind: ObjectKind::Ownership,
+                    name: if count == 1 {
+                        "for 1 name".to_string()
+                    } else {
+                        format!("for {count} names")
+                    },
+                    outcome,
+                });
+            }
         }
         // Exchanges and queues that bindings must skip.
         let mut unusable: BTreeSet<String> = BTreeSet::new();
@@ -451,20 +531,6 @@ impl Broker for RabbitMq {
                 });
             }
         }
-
-        // Existing queues that cannot serve the plan, computed before any policy is
-        // written so that our policy is never put on a queue we will not adopt (it would
-        // change the behaviour of someone else's queue, e.g. its overflow mode).
-        let conflicts: BTreeMap<&str, Vec<String>> = plan
-            .queues
-            .iter()
-            .filter_map(|q| {
-                let existing = queue_by_name.get(q.name.as_str())?;
-                let policy = plan.policies.iter().find(|p| p.queue == q.name);
-                let reasons = queue_conflicts(existing, q, policy);
-                (!reasons.is_empty()).then_some((q.name.as_str(), reasons))
-            })
-            .collect();
 
         // Every object in the plan's apply order (dead-letter route first).
         for step in plan.steps() {
@@ -567,6 +633,18 @@ impl Broker for RabbitMq {
                                 p.queue
                             ))
                         }
+                        // The source queue is pointed at the dead-letter exchange only when
+                        // the whole route behind it is in place: otherwise every dead letter
+                        // would be dropped, or land in someone else's queues.
+                        Some(_)
+                            if p.queue == plan.routes.source_queue
+                                && !dead_letter_route_ready(plan, &unusable, &unusable_queues) =>
+                        {
+                            Outcome::Conflict(format!(
+                                "not written: the dead-letter route ({} and its dead-letter queues) is not in place (see the conflicts above); pointing {:?} at it would drop its dead letters",
+                                plan.routes.dead_letter_exchange, p.queue
+                            ))
+                        }
                         Some(outcome) => {
                             self.mgmt
                                 .write(
@@ -586,8 +664,12 @@ impl Broker for RabbitMq {
                         None => Outcome::InPlace,
                     };
                     if let Some(top) = higher.first() {
+                        let how = match pattern_matches(&top.pattern, &p.queue) {
+                            Some(_) => "takes",
+                            None => "may take (its pattern uses regular-expression features the operator cannot evaluate, so it is counted as matching)",
+                        };
                         outcome = Outcome::Shadowed(format!(
-                            "policy {} (priority {}) takes precedence over {} (priority {}) on queue {:?}",
+                            "policy {} (priority {}) {how} precedence over {} (priority {}) on queue {:?}",
                             top.name, top.priority, p.name, p.priority, p.queue
                         ));
                     }
@@ -686,7 +768,7 @@ impl Broker for RabbitMq {
                 .all(|q| !unusable_queues.contains(&q.name))
         };
         if in_place(|r| matches!(r, crate::topology::QueueRole::Retry { .. })) {
-            self.retire_tiers(plan, &queues, &bindings, &mut actions)
+            self.retire_tiers(plan, &queues, &bindings, &found, &mut actions)
                 .await?;
         }
         if in_place(|r| matches!(r, crate::topology::QueueRole::DeadLetter { .. }))
@@ -947,8 +1029,8 @@ impl RabbitMq {
     /// any source could apply: the queue's arguments, its effective policy, and every
     /// policy of the vhost whose pattern matches the name (read from the policy list,
     /// which is current, while the queue's effective policy comes from statistics that lag
-    /// by `collect_statistics_interval`). A pattern the `regex` crate cannot compile counts
-    /// as matching. With no delivery limit set, a quorum queue gets 20 on RabbitMQ 4.0 to
+    /// by `collect_statistics_interval`). A pattern that cannot be evaluated here
+    /// ([`pattern_matches`]) counts as matching. With no delivery limit set, a quorum queue gets 20 on RabbitMQ 4.0 to
     /// 4.2, which apply that default (RabbitMQ 4.0 release notes).
     ///
     /// # Errors
@@ -990,7 +1072,7 @@ impl RabbitMq {
             );
             let matches = p["pattern"]
                 .as_str()
-                .map(|pat| regex::Regex::new(pat).map_or(true, |re| re.is_match(name)))
+                .and_then(|pat| pattern_matches(pat, name))
                 .unwrap_or(true);
             if applies && matches {
                 definitions.push(p["definition"].clone());
@@ -1243,6 +1325,43 @@ mod tests {
         assert!(json_equal(&json!({"a": [1, 2]}), &json!({"a": [1.0, 2]})));
         assert!(!json_equal(&json!(1000), &json!("1000")));
         assert!(!json_equal(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
+    }
+
+    #[test]
+    fn patterns_match_as_rabbitmq_matches_them() {
+        // PCRE on bytes: `.` is one byte, so two dots match the two bytes of "é".
+        assert_eq!(pattern_matches("^q-u..$", "q-ué"), Some(true));
+        assert_eq!(pattern_matches("^q-u.$", "q-ué"), Some(false));
+        assert_eq!(pattern_matches("^orders$", "orders"), Some(true));
+        assert_eq!(pattern_matches("^orders$", "orders.dlq"), Some(false));
+        assert_eq!(pattern_matches("^ord\\.", "ord.x"), Some(true));
+        // PCRE features the regex crate lacks cannot be told: counted as matching where
+        // that is the safe side (a possible shadow).
+        assert_eq!(pattern_matches("^q(?!zzz)", "q1"), None);
+        assert_eq!(pattern_matches("^(a)\\1$", "aa"), None);
+        let ours = PolicyPlan {
+            name: "dlq-operator.q1".into(),
+            queue: "q1".into(),
+            pattern: "^q1$".into(),
+            priority: 100,
+            definition: BTreeMap::new(),
+        };
+        let policy = |name: &str, pattern: &str, priority: i64| PolicyInfo {
+            name: name.into(),
+            pattern: pattern.into(),
+            apply_to: "all".into(),
+            definition: BTreeMap::new(),
+            priority,
+        };
+        let policies = [
+            policy("lookahead", "^q(?!zzz)", 500),
+            policy("low-lookahead", "^q(?!zzz)", 1),
+            policy("other", "^x$", 500),
+        ];
+        let (higher, lower) = matching_policies(&policies, &ours, "quorum");
+        let names = |v: &[&PolicyInfo]| v.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&higher), ["lookahead"]);
+        assert!(lower.is_empty(), "{:?}", names(&lower));
     }
 
     #[test]

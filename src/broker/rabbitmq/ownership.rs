@@ -280,8 +280,25 @@ impl RabbitMq {
         }
         let parameter = record_name(vhost, kind, name);
         let path = format!("global-parameters/{}", enc(&parameter));
-        let Some(found) = self.get_opt::<Parameter>(&path).await? else {
-            return Ok(None);
+        let found = match self.get_opt::<Parameter>(&path).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(None),
+            Err(BrokerError::Api {
+                method,
+                path,
+                status: 401,
+                reason,
+            }) => {
+                return Err(BrokerError::Api {
+                    method,
+                    path,
+                    status: 401,
+                    reason: format!(
+                        "{reason}: the operator's ownership records are global parameters, which RabbitMQ lets only users with the `policymaker` (or `administrator`) tag read and write; `rabbitmqctl set_user_tags USER policymaker`"
+                    ),
+                })
+            }
+            Err(e) => return Err(e),
         };
         let unreadable = |why: String| {
             BrokerError::Api {
@@ -353,7 +370,40 @@ impl RabbitMq {
     /// first such claim and listing them all (the caller must then write nothing); the
     /// errors of [`RabbitMq::owner_record`].
     pub async fn check_claims(&self, plan: &DesiredTopology) -> Result<Found, BrokerError> {
-        self.check_claims_where(plan, |_| true).await
+        let found = self.check_claims_where(plan, |_| true).await?;
+        self.check_source_exchange(plan).await?;
+        Ok(found)
+    }
+
+    /// `spec.source.exchange` must not be an exchange the operator manages (another
+    /// resource's, or this one's, dead-letter or retry exchange, by its record): binding
+    /// the source queue there would deliver that resource's dead letters or retries to
+    /// this source queue's consumers.
+    ///
+    /// # Errors
+    /// [`BrokerError::NameOwned`] naming `spec.source.exchange`; as
+    /// [`RabbitMq::owner_record`].
+    async fn check_source_exchange(&self, plan: &DesiredTopology) -> Result<(), BrokerError> {
+        let Some(x) = &plan.source_exchange else {
+            return Ok(());
+        };
+        let Some(record) = self.owner_record(&plan.vhost, EXCHANGE, x).await? else {
+            return Ok(());
+        };
+        let whose = if record.owner == plan.owner {
+            "this DeadLetterQueue's own".to_string()
+        } else {
+            format!("DeadLetterQueue {}'s", record.owner)
+        };
+        Err(BrokerError::NameOwned {
+            field: "spec.source.exchange",
+            message: format!(
+                "exchange {x:?} is {whose} {} (ownership record: global parameter {}): binding the source queue {:?} to it would deliver those messages to this queue's consumers; name the exchange your publishers use",
+                record.role,
+                record.parameter(),
+                plan.routes.source_queue
+            ),
+        })
     }
 
     /// [`RabbitMq::check_claims`] for the claims `wanted` selects only (e.g. the queues a
@@ -387,8 +437,10 @@ impl RabbitMq {
     }
 
     /// Writes the records of `found` that are missing or name another role (keeping a
-    /// dead-letter exchange's `retired` list); returns how many were written. A steady
-    /// state writes none.
+    /// dead-letter exchange's `retired` list), for the claims `adopted` accepts (not an
+    /// object in conflict: another type or other arguments, which the plan never adopts);
+    /// returns how many were created and how many updated (a name whose role changed, e.g.
+    /// a dead-letter queue named again after it was retired). A steady state writes none.
     ///
     /// # Errors
     /// Transport, authentication and API errors.
@@ -396,20 +448,22 @@ impl RabbitMq {
         &self,
         plan: &DesiredTopology,
         found: &Found,
-    ) -> Result<usize, BrokerError> {
-        let mut written = 0;
-        for (claim, existing) in found {
+        adopted: impl Fn(&Claim) -> bool,
+    ) -> Result<(usize, usize), BrokerError> {
+        let (mut created, mut updated) = (0, 0);
+        for (claim, existing) in found.iter().filter(|(c, _)| adopted(c)) {
             let mut record = claim.record(plan);
-            if let Some(e) = existing {
-                if e.role == record.role {
-                    continue;
+            match existing {
+                Some(e) if e.role == record.role => continue,
+                Some(e) => {
+                    record.retired = e.retired.clone();
+                    updated += 1;
                 }
-                record.retired = e.retired.clone();
+                None => created += 1,
             }
             self.put_owner_record(&record).await?;
-            written += 1;
         }
-        Ok(written)
+        Ok((created, updated))
     }
 }
 
@@ -422,6 +476,9 @@ pub struct ForRemoval {
     own: Vec<(&'static str, String)>,
     /// Dead-letter queues the plan's owner retired (its dead-letter exchange's record).
     pub retired: Vec<String>,
+    /// Obsolete retry tiers it kept (its retry exchange's record): their records go with
+    /// the rest.
+    retired_tiers: Vec<String>,
 }
 
 impl ForRemoval {
@@ -464,13 +521,25 @@ impl RabbitMq {
             if claim.kind == EXCHANGE && claim.name == plan.routes.dead_letter_exchange {
                 out.retired = record.retired.clone();
             }
+            if claim.kind == EXCHANGE && claim.name == plan.routes.retry_exchange {
+                out.retired_tiers = record.retired.clone();
+            }
             out.own.push((claim.kind, claim.name));
         }
+        // A retired queue counts only while its own record names this resource.
+        let mut retired = Vec::new();
+        for name in std::mem::take(&mut out.retired) {
+            let record = self.owner_record(&plan.vhost, QUEUE, &name).await?;
+            if record.is_some_and(|r| r.owner == plan.owner) {
+                retired.push(name);
+            }
+        }
+        out.retired = retired;
         Ok(out)
     }
 
     /// Deletes the records `records` found as this owner's, and those of its retired
-    /// dead-letter queues.
+    /// dead-letter queues and kept obsolete tiers.
     ///
     /// # Errors
     /// Transport, authentication and API errors.
@@ -482,6 +551,15 @@ impl RabbitMq {
         let retired = records.retired.iter().map(|n| (QUEUE, n.clone()));
         for (kind, name) in records.own.iter().cloned().chain(retired) {
             self.delete_owner_record(&plan.vhost, kind, &name).await?;
+        }
+        for name in &records.retired_tiers {
+            let ours = self
+                .owner_record(&plan.vhost, QUEUE, name)
+                .await?
+                .is_some_and(|r| r.owner == plan.owner);
+            if ours {
+                self.delete_owner_record(&plan.vhost, QUEUE, name).await?;
+            }
         }
         Ok(())
     }

@@ -58,7 +58,9 @@ impl RabbitMq {
 
     /// Retires the obsolete retry tiers among `existing` (the snapshot's queues, with
     /// `bindings` of the unplanned ones): unbind, then delete once empty (and its
-    /// ownership record with it), or report `draining` / `retained`.
+    /// ownership record with it), or report `draining` / `retained`. The tiers kept are
+    /// listed in the retry exchange's record (`retired`, from `found`), so that the
+    /// record of one a person deletes later goes too (it is no longer in `existing`).
     ///
     /// # Errors
     /// Transport, authentication and API errors.
@@ -67,12 +69,14 @@ impl RabbitMq {
         plan: &DesiredTopology,
         existing: &[QueueInfo],
         bindings: &[BindingInfo],
+        found: &Found,
         actions: &mut Vec<Action>,
     ) -> Result<(), BrokerError> {
         let vhost = plan.vhost.as_str();
         let retry_exchange = plan.routes.retry_exchange.as_str();
         let queue_by_name: BTreeMap<&str, &QueueInfo> =
             existing.iter().map(|q| (q.name.as_str(), q)).collect();
+        let mut kept = BTreeSet::new();
         for name in
             plan.obsolete_tier_queues(existing.iter().map(|q| (q.name.as_str(), &q.arguments)))
         {
@@ -101,31 +105,84 @@ impl RabbitMq {
             }) {
                 actions.push(self.unbind(vhost, b).await?);
             }
-            let known = queue_by_name.get(name.as_str()).copied();
-            let stats = known.and_then(|q| q.messages).unwrap_or(0);
-            let outcome = if known.and_then(|q| q.kind.as_deref()) == Some("quorum") {
-                // No request: the broker cannot delete a quorum queue only-if-empty.
-                Outcome::Retained(QUORUM_RETAINED.into())
-            } else if stats > 0 {
-                // Statistics say it holds messages: no write until they say otherwise.
-                Outcome::Draining(messages_left(stats))
-            } else {
-                match self.delete_if_empty_known(vhost, &name, known).await? {
-                    DeleteOutcome::Deleted | DeleteOutcome::Absent => {
-                        self.delete_owner_record(vhost, QUEUE, &name).await?;
-                        Outcome::Deleted
-                    }
-                    DeleteOutcome::NotEmpty { messages } => {
-                        Outcome::Draining(messages_left(messages))
-                    }
-                    DeleteOutcome::Unsupported { .. } => Outcome::Retained(QUORUM_RETAINED.into()),
-                }
-            };
+            let outcome = self
+                .retire_tier(vhost, &name, queue_by_name.get(name.as_str()).copied())
+                .await?;
+            if outcome != Outcome::Deleted {
+                kept.insert(name.clone());
+            }
             actions.push(Action {
                 kind: ObjectKind::Queue,
                 name,
                 outcome,
             });
+        }
+        self.keep_retired_tiers(plan, existing, found, kept).await
+    }
+
+    /// One obsolete tier, already unbound: deleted once empty (a classic queue, by the
+    /// broker's `if-empty`; its record with it), `draining` while it holds messages,
+    /// `retained` when quorum.
+    async fn retire_tier(
+        &self,
+        vhost: &str,
+        name: &str,
+        known: Option<&QueueInfo>,
+    ) -> Result<Outcome, BrokerError> {
+        let stats = known.and_then(|q| q.messages).unwrap_or(0);
+        Ok(if known.and_then(|q| q.kind.as_deref()) == Some("quorum") {
+            // No request: the broker cannot delete a quorum queue only-if-empty.
+            Outcome::Retained(QUORUM_RETAINED.into())
+        } else if stats > 0 {
+            // Statistics say it holds messages: no write until they say otherwise.
+            Outcome::Draining(messages_left(stats))
+        } else {
+            match self.delete_if_empty_known(vhost, name, known).await? {
+                DeleteOutcome::Deleted | DeleteOutcome::Absent => {
+                    self.delete_owner_record(vhost, QUEUE, name).await?;
+                    Outcome::Deleted
+                }
+                DeleteOutcome::NotEmpty { messages } => Outcome::Draining(messages_left(messages)),
+                DeleteOutcome::Unsupported { .. } => Outcome::Retained(QUORUM_RETAINED.into()),
+            }
+        })
+    }
+
+    /// Keeps the retry exchange's record listing the tiers `kept` now; a tier it listed
+    /// that is gone from `existing` (deleted by a person) loses its ownership record, if
+    /// that record is this resource's.
+    async fn keep_retired_tiers(
+        &self,
+        plan: &DesiredTopology,
+        existing: &[QueueInfo],
+        found: &Found,
+        kept: BTreeSet<String>,
+    ) -> Result<(), BrokerError> {
+        let retry_exchange = plan.routes.retry_exchange.as_str();
+        let Some((claim, record)) = found
+            .iter()
+            .find(|(c, _)| c.kind == super::ownership::EXCHANGE && c.name == retry_exchange)
+        else {
+            return Ok(());
+        };
+        let listed: BTreeSet<String> = record
+            .as_ref()
+            .map(|r| r.retired.iter().cloned().collect())
+            .unwrap_or_default();
+        for name in listed.difference(&kept) {
+            let gone = !existing.iter().any(|q| &q.name == name);
+            let ours = self
+                .owner_record(&plan.vhost, QUEUE, name)
+                .await?
+                .is_some_and(|r| r.owner == plan.owner);
+            if gone && ours {
+                self.delete_owner_record(&plan.vhost, QUEUE, name).await?;
+            }
+        }
+        if kept != listed {
+            let mut record = claim.record(plan);
+            record.retired = kept.into_iter().collect();
+            self.put_owner_record(&record).await?;
         }
         Ok(())
     }
@@ -162,7 +219,14 @@ impl RabbitMq {
         retired.retain(|n| !planned.contains(n.as_str()));
         let mut gone = Vec::new();
         for name in &retired {
-            if self.report_retired(plan, name, policies, actions).await? {
+            // Only a queue whose own record still names this resource: a list edited by
+            // hand, or a name released and taken by another resource since, is forgotten
+            // without touching the queue.
+            let ours = self
+                .owner_record(&plan.vhost, QUEUE, name)
+                .await?
+                .is_some_and(|r| r.owner == plan.owner);
+            if !ours || self.report_retired(plan, name, policies, actions).await? {
                 gone.push(name.clone());
             }
         }
