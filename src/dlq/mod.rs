@@ -95,14 +95,17 @@ pub struct DeadLetter {
     pub message_id: Option<String>,
     /// `dlq-error-class` ([`canonical_class`]), or `unclassified`.
     pub error_class: String,
-    /// `dlq-reason`, else the latest `x-death` reason (`rejected`, `expired`, `maxlen`,
+    /// `dlq-reason`, else RabbitMQ 4's `x-last-death-reason`, else the latest `x-death`
+    /// reason (`rejected`, `expired`, `maxlen`,
     /// `delivery_limit`), else `unknown`.
     pub reason: String,
     /// `dlq-retry-count` (0 when absent).
     pub retry_count: u64,
-    /// `dlq-original-queue`, else the latest `x-death` queue, else `unknown`.
+    /// `dlq-original-queue`, else `x-last-death-queue`, else the latest `x-death` queue,
+    /// else `unknown`.
     pub original_queue: String,
-    /// `dlq-original-exchange`, else the latest `x-death` exchange.
+    /// `dlq-original-exchange`, else `x-last-death-exchange`, else the latest `x-death`
+    /// exchange.
     pub original_exchange: Option<String>,
     /// `dlq-original-routing-key`, else the latest `x-death` first routing key.
     pub original_routing_key: Option<String>,
@@ -147,6 +150,9 @@ impl DeadLetter {
             })
             .unwrap_or_default();
         let death_text = |name: &str| death.get(name).and_then(as_text);
+        // RabbitMQ 4.0 also sets x-last-death-reason, -queue and -exchange: the latest
+        // dead-lettering without walking x-death (RabbitMQ 4.0 release notes).
+        let last_death = |name: &str| text(&format!("x-last-death-{name}"));
         let (preview, truncated) = preview(body, preview_bytes);
         DeadLetter {
             queue: queue.to_string(),
@@ -155,13 +161,17 @@ impl DeadLetter {
                 .map(|c| canonical_class(&c))
                 .unwrap_or_else(|| "unclassified".into()),
             reason: text(REASON)
+                .or_else(|| last_death("reason"))
                 .or_else(|| death_text("reason"))
                 .unwrap_or_else(|| "unknown".into()),
             retry_count: headers.get(RETRY_COUNT).and_then(as_u64).unwrap_or(0),
             original_queue: text(ORIGINAL_QUEUE)
+                .or_else(|| last_death("queue"))
                 .or_else(|| death_text("queue"))
                 .unwrap_or_else(|| "unknown".into()),
-            original_exchange: text(ORIGINAL_EXCHANGE).or_else(|| death_text("exchange")),
+            original_exchange: text(ORIGINAL_EXCHANGE)
+                .or_else(|| last_death("exchange"))
+                .or_else(|| death_text("exchange")),
             original_routing_key: text(ORIGINAL_ROUTING_KEY).or_else(|| {
                 match death.get("routing-keys") {
                     Some(AMQPValue::FieldArray(a)) => a.as_slice().first().and_then(as_text),
@@ -560,6 +570,35 @@ mod tests {
         // Cut on a character boundary: "h" (1 byte), not half of "é".
         assert_eq!((d.body_preview.as_str(), d.body_truncated), ("h", true));
         assert_eq!(d.body_bytes, "héllo wörld".len());
+    }
+
+    #[test]
+    fn rabbitmq_4_last_death_headers_come_before_x_death() {
+        // RabbitMQ 4.0 sets x-last-death-* beside x-death; they name the latest
+        // dead-lettering even where x-death holds older entries first.
+        let old = table(&[("reason", s("expired")), ("queue", s("orders.retry.5s"))]);
+        let props = BasicProperties::default().with_headers(table(&[
+            (
+                "x-death",
+                AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(old)])),
+            ),
+            ("x-last-death-reason", s("delivery_limit")),
+            ("x-last-death-queue", s("orders")),
+            ("x-last-death-exchange", s("orders-in")),
+        ]));
+        let d = DeadLetter::read("orders.dlq", &props, b"", 0);
+        assert_eq!(
+            (
+                d.reason.as_str(),
+                d.original_queue.as_str(),
+                d.original_exchange.as_deref()
+            ),
+            ("delivery_limit", "orders", Some("orders-in"))
+        );
+        // Alone (no x-death at all) they are read too.
+        let props = BasicProperties::default()
+            .with_headers(table(&[("x-last-death-reason", s("rejected"))]));
+        assert_eq!(DeadLetter::read("q", &props, b"", 0).reason, "rejected");
     }
 
     #[test]
