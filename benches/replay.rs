@@ -113,13 +113,18 @@ fn cpu_ticks(pid: &str) -> u64 {
 
 /// The broker's Erlang VM (`beam.smp`) process id, if one runs here.
 fn broker_pid() -> Option<String> {
+    // The broker this bench talks to at 127.0.0.1 runs in its network namespace: with a
+    // RabbitMQ 4 in a namespace of its own (scripts/rabbitmq4.sh) beside the host's, the
+    // host's is not the one measured.
+    let net = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
+    let ours = net("self");
     let out = std::process::Command::new("pgrep")
-        .args(["-o", "beam.smp"])
+        .arg("beam.smp")
         .output()
         .ok()?;
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .next()
+        .find(|pid| net(pid) == ours)
         .map(str::to_string)
 }
 

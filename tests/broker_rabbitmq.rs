@@ -287,7 +287,12 @@ async fn apply_creates_everything() {
         .await
         .expect("the retry exchange's ownership record");
     assert_eq!(record["role"], "retry exchange");
-    assert_eq!(broker.request_counts().reads, reads_per_apply(&topology));
+    // And once per client, the broker's version (a quorum dead-letter queue's policy
+    // depends on it).
+    assert_eq!(
+        broker.request_counts().reads,
+        reads_per_apply(&topology) + 1
+    );
     // One write per object, one per ownership record.
     assert_eq!(broker.request_counts().writes, (expected + names) as u64);
     assert_eq!(
@@ -1673,5 +1678,70 @@ async fn a_retired_list_naming_another_resources_queue_touches_nothing() {
         .owner_record("exchange", &format!("{q}.dlx"))
         .await
         .is_some_and(|r| r.get("retired").is_none()));
+    raw.cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn dead_letter_queues_carry_no_default_delivery_limit_on_rabbitmq_4() {
+    // Differs by version: RabbitMQ 4.0-4.2 give a quorum queue with no delivery limit one
+    // of 20, which made `dlq replay` read every dead-letter queue one message at a time;
+    // the operator's dead-letter queue policy sets `delivery-limit: -1` (none) there. 3.x
+    // has no default, and reads a negative limit as 0 (its policy validation refuses one):
+    // nothing is added.
+    let q = unique("nolimit");
+    let raw = Raw::new();
+    let broker = RabbitMq::new(&conn()).expect("client");
+    let plan = topo(&q, &["1s"]);
+    let report = broker.apply(&plan).await.expect("apply");
+    assert!(report.is_ready(), "{report}");
+    let version = broker.broker_version().await.expect("version");
+    let four = version.starts_with('4');
+    let dlq = format!("{q}.dlq");
+    let definition = raw.policy(&format!("dlq-operator.{dlq}")).await["definition"].clone();
+    if four {
+        assert_eq!(
+            definition["delivery-limit"],
+            json!(-1),
+            "{version}: {definition}"
+        );
+    } else {
+        assert!(
+            definition.get("delivery-limit").is_none(),
+            "{version}: {definition}"
+        );
+    }
+    // Read as unlimited on both (3.x: no default), so replay takes its fast path.
+    let limits = broker.queue_limits("/", &dlq).await.expect("limits");
+    assert_eq!(limits.delivery_limit, None, "{version}: {limits:?}");
+    // Proven on the broker: 25 returns of a dead letter (past 4.0's default of 20) leave
+    // it where it is.
+    publish(&dlq, b"kept").await;
+    let c = amqp::connect(&conn()).await.expect("amqp");
+    let ch = c.create_channel().await.expect("channel");
+    for i in 0..25 {
+        let mut got = None;
+        for _ in 0..100 {
+            got = ch
+                .basic_get(dlq.as_str().into(), Default::default())
+                .await
+                .expect("get");
+            if got.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let m =
+            got.unwrap_or_else(|| panic!("{version}: the dead letter is gone after {i} returns"));
+        m.delivery
+            .nack(lapin::options::BasicNackOptions {
+                requeue: true,
+                ..Default::default()
+            })
+            .await
+            .expect("nack");
+    }
+    c.close(200, "bye".into()).await.ok();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ready_count(&dlq).await, Some(1), "{version}");
     raw.cleanup(&q).await;
 }

@@ -229,7 +229,11 @@ pub(super) async fn limits_of_all<'t>(
     }
     let mut all = Vec::new();
     for queue in topology.dead_letter_queues() {
-        all.push((queue, broker.queue_limits(&topology.vhost, queue).await?));
+        let limits = broker.queue_limits(&topology.vhost, queue).await?;
+        if let Some(why) = limits.slow_reading(queue) {
+            tracing::warn!("{}", crate::printable::escape(&why));
+        }
+        all.push((queue, limits));
     }
     Ok(all)
 }

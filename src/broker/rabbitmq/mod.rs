@@ -60,6 +60,8 @@ const APPLY_TO: &str = "queues";
 pub struct RabbitMq {
     mgmt: ManagementClient,
     cluster_name: tokio::sync::OnceCell<String>,
+    /// The broker's version, once read ([`RabbitMq::broker_version`]).
+    version: tokio::sync::OnceCell<String>,
     /// The last AMQP check per vhost and when it ran ([`RabbitMq::check_amqp`]).
     amqp_checked: tokio::sync::Mutex<BTreeMap<String, AmqpCheck>>,
     /// When the last warning about a failed `prometheusUri` read was logged.
@@ -93,6 +95,7 @@ impl RabbitMq {
         Ok(RabbitMq {
             mgmt: ManagementClient::new(conn)?,
             cluster_name: tokio::sync::OnceCell::new(),
+            version: tokio::sync::OnceCell::new(),
             amqp_checked: tokio::sync::Mutex::new(BTreeMap::new()),
             prometheus_warned: std::sync::Mutex::new(None),
         })
@@ -205,6 +208,54 @@ impl RabbitMq {
             .cloned()
     }
 
+    /// The broker's RabbitMQ version (`GET /api/overview`, `rabbitmq_version`, e.g.
+    /// `4.0.5`), read once per client.
+    ///
+    /// # Errors
+    /// Transport, authentication and API errors.
+    pub async fn broker_version(&self) -> Result<String, BrokerError> {
+        #[derive(serde::Deserialize)]
+        struct Overview {
+            #[serde(default)]
+            rabbitmq_version: String,
+        }
+        self.version
+            .get_or_try_init(|| async {
+                let o: Overview = self
+                    .mgmt
+                    .get_json("overview?columns=rabbitmq_version", "the broker overview")
+                    .await?;
+                Ok(o.rabbitmq_version)
+            })
+            .await
+            .cloned()
+    }
+
+    /// On RabbitMQ 4.x, sets `delivery-limit: -1` (no limit) in the policy `definition` of
+    /// a quorum dead-letter queue that has none from any policy: 4.0 gives every quorum
+    /// queue a limit of 20 by default, which makes `dlq inspect` and `dlq replay` read it
+    /// one message at a time. A negative limit means "none" on 4.x (rabbitmq-server PR
+    /// #12250; tried on 4.0.5, also for a queue that existed before the policy), but 0 on
+    /// 3.x, whose policy validation refuses it anyway: nothing is added there. A policy
+    /// rather than a queue argument, so that a user's policy of lower priority that sets a
+    /// limit keeps it (its keys are merged first), and dead-letter queues made before this
+    /// version get it too.
+    ///
+    /// # Errors
+    /// As [`RabbitMq::broker_version`].
+    async fn no_default_delivery_limit(
+        &self,
+        definition: &mut BTreeMap<String, Value>,
+    ) -> Result<(), BrokerError> {
+        if definition.contains_key("delivery-limit") {
+            return Ok(());
+        }
+        if major_version(&self.broker_version().await?) >= 4 {
+            definition.insert("delivery-limit".into(), json!(-1));
+        }
+        Ok(())
+    }
+
     /// HTTP requests made by this client so far (GET = read; PUT/POST/DELETE = write).
     pub fn request_counts(&self) -> RequestCounts {
         self.mgmt.request_counts()
@@ -266,6 +317,37 @@ impl RabbitMq {
             &answer,
         ))
     }
+}
+
+/// The major number of a RabbitMQ version (`4` for `4.0.5`; 0 when unreadable).
+fn major_version(version: &str) -> u32 {
+    version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The delivery limit a quorum queue has, from every `delivery-limit` that may apply to
+/// it (`limits`: its `x-delivery-limit` argument and the policies' keys) on a broker of
+/// `version`; `None` for none. Taken conservatively, the smallest:
+/// - any limit of 0 or more: the smallest of those;
+/// - else a negative one: no limit on RabbitMQ 4.x (rabbitmq-server PR #12250, tried on
+///   4.0.5: 30 returns, none dead-lettered), but 0 on 3.x, which reads a negative limit as
+///   0 ("dead-letter at the first return": NServiceBus.RabbitMQ issue #1828);
+/// - else none set: 20 on RabbitMQ 4.0 to 4.2, their default (RabbitMQ 4.0 release notes;
+///   tried on 4.0.5: the 21st delivery dead-letters), none before.
+pub fn effective_delivery_limit(limits: &[i64], version: &str) -> Option<u64> {
+    if let Some(smallest) = limits.iter().filter(|l| **l >= 0).min() {
+        return u64::try_from(*smallest).ok();
+    }
+    if !limits.is_empty() {
+        return (major_version(version) < 4).then_some(0);
+    }
+    ["4.0.", "4.1.", "4.2."]
+        .iter()
+        .any(|v| version.starts_with(v))
+        .then_some(20)
 }
 
 /// Whether the dead-letter exchange and every dead-letter queue of `plan` are usable (none
@@ -587,6 +669,10 @@ impl Broker for RabbitMq {
                         for (k, val) in &other.definition {
                             definition.entry(k.clone()).or_insert_with(|| val.clone());
                         }
+                    }
+                    let dead_letter_queue = plan.dead_letter_queues().any(|q| q == p.queue);
+                    if dead_letter_queue && queue_type == "quorum" {
+                        self.no_default_delivery_limit(&mut definition).await?;
                     }
                     let write = match policy_by_name.get(p.name.as_str()) {
                         None => Some(Outcome::Created),
@@ -1087,9 +1173,23 @@ impl RabbitMq {
                 .min()
         };
         let quorum = q["type"] == "quorum";
-        let mut limits = QueueLimits {
+        let delivery_limits: Vec<i64> = definitions
+            .iter()
+            .filter_map(|d| d["delivery-limit"].as_i64())
+            .chain(args["x-delivery-limit"].as_i64())
+            .collect();
+        let version = if quorum {
+            self.broker_version().await?
+        } else {
+            String::new()
+        };
+        let delivery_limit = quorum
+            .then(|| effective_delivery_limit(&delivery_limits, &version))
+            .flatten();
+        Ok(QueueLimits {
             quorum,
-            delivery_limit: smallest("x-delivery-limit", "delivery-limit"),
+            delivery_limit,
+            default_delivery_limit: delivery_limit.is_some() && delivery_limits.is_empty(),
             max_length: smallest("x-max-length", "max-length"),
             max_length_bytes: smallest("x-max-length-bytes", "max-length-bytes"),
             drops_head: definitions
@@ -1097,18 +1197,7 @@ impl RabbitMq {
                 .map(|d| &d["overflow"])
                 .chain(std::iter::once(&args["x-overflow"]))
                 .any(|o| o == "drop-head"),
-        };
-        if quorum && limits.delivery_limit.is_none() {
-            let overview: Value = self
-                .mgmt
-                .get_json("overview?columns=rabbitmq_version", "the broker overview")
-                .await?;
-            let version = overview["rabbitmq_version"].as_str().unwrap_or_default();
-            if ["4.0", "4.1", "4.2"].iter().any(|v| version.starts_with(v)) {
-                limits.delivery_limit = Some(20);
-            }
-        }
-        Ok(limits)
+        })
     }
 
     /// Checks that `vhost` exists and the user has permissions on it, from
@@ -1281,6 +1370,8 @@ pub struct QueueLimits {
     pub quorum: bool,
     /// The smallest delivery limit that may apply.
     pub delivery_limit: Option<u64>,
+    /// [`QueueLimits::delivery_limit`] is RabbitMQ 4.0–4.2's default (no limit is set).
+    pub default_delivery_limit: bool,
     /// The smallest `max-length` that may apply.
     pub max_length: Option<u64>,
     /// The smallest `max-length-bytes` that may apply.
@@ -1290,6 +1381,22 @@ pub struct QueueLimits {
 }
 
 impl QueueLimits {
+    /// Why reading this queue is slower, for the user (`None` when it is not): a quorum
+    /// queue with a delivery limit is read one message at a time by `dlq replay`, and
+    /// `dlq inspect` rotates the messages near the limit, so that reading never
+    /// dead-letters or drops one.
+    pub fn slow_reading(&self, queue: &str) -> Option<String> {
+        let limit = self.delivery_limit.filter(|_| self.quorum)?;
+        let source = if self.default_delivery_limit {
+            "RabbitMQ 4.0-4.2's default for a quorum queue that sets none; `dlq-operator apply` removes it from the dead-letter queues it manages (delivery-limit -1 in their policy)"
+        } else {
+            "set by a policy or a queue argument (a policy of higher priority than the operator's, or a queue declared with x-delivery-limit)"
+        };
+        Some(format!(
+            "dead-letter queue {queue:?} has a delivery limit of {limit} ({source}): read the safe way (dlq replay one message at a time, dlq inspect rotating the messages near the limit) so that reading never dead-letters one, which is slower"
+        ))
+    }
+
     /// `Some(why)` when a scan of this queue, holding `count` messages, could push a
     /// message past its delivery limit: a quorum queue with a delivery limit whose
     /// rotation (a copy published before the original is acked) a length limit could
@@ -1325,6 +1432,30 @@ mod tests {
         assert!(json_equal(&json!({"a": [1, 2]}), &json!({"a": [1.0, 2]})));
         assert!(!json_equal(&json!(1000), &json!("1000")));
         assert!(!json_equal(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
+    }
+
+    #[test]
+    fn delivery_limits_by_version() {
+        // Set limits: the smallest of 0 or more.
+        assert_eq!(effective_delivery_limit(&[5, 20], "3.10.8"), Some(5));
+        assert_eq!(effective_delivery_limit(&[-1, 7], "4.0.5"), Some(7));
+        // Only a negative one: none on 4.x, 0 on 3.x.
+        assert_eq!(effective_delivery_limit(&[-1], "4.0.5"), None);
+        assert_eq!(effective_delivery_limit(&[-1], "3.10.8"), Some(0));
+        // None set: 4.0-4.2's default of 20, none before.
+        assert_eq!(effective_delivery_limit(&[], "4.0.5"), Some(20));
+        assert_eq!(effective_delivery_limit(&[], "4.2.1"), Some(20));
+        assert_eq!(effective_delivery_limit(&[], "3.10.8"), None);
+        assert_eq!(effective_delivery_limit(&[], "4.10.0"), None);
+        let limits = QueueLimits {
+            quorum: true,
+            delivery_limit: Some(20),
+            default_delivery_limit: true,
+            ..Default::default()
+        };
+        let why = limits.slow_reading("q.dlq").expect("slow");
+        assert!(why.contains("default"), "{why}");
+        assert!(QueueLimits::default().slow_reading("q").is_none());
     }
 
     #[test]
