@@ -206,6 +206,26 @@ impl Raw {
     }
 }
 
+/// Applies `plan` until its report says queue `queue` was deleted (an emptied obsolete
+/// queue: the broker's statistics lag, so it is `draining` or `retired` for a while);
+/// fails after 20 s or on any other outcome.
+async fn apply_until_deleted(broker: &RabbitMq, plan: &DesiredTopology, queue: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let report = broker.apply(plan).await.expect("apply");
+        match report
+            .find(ObjectKind::Queue, queue)
+            .map(|a| a.outcome.clone())
+        {
+            Some(Outcome::Deleted) => break,
+            Some(Outcome::Draining(_) | Outcome::Retired(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await
+            }
+            other => panic!("expected {queue} deleted, got {other:?}"),
+        }
+    }
+}
+
 async fn publish(queue: &str, body: &[u8]) {
     publish_to("", queue, body).await
 }
@@ -547,20 +567,7 @@ async fn obsolete_tier_drains_then_is_deleted() {
 
     // Empty it, then apply until the broker statistics catch up and it is deleted.
     assert_eq!(raw.delete(&format!("queues/%2F/{old}/contents")).await, 204);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let report = broker.apply(&new_plan).await.expect("apply");
-        match report
-            .find(ObjectKind::Queue, &old)
-            .map(|a| a.outcome.clone())
-        {
-            Some(Outcome::Deleted) => break,
-            Some(Outcome::Draining(_)) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(500)).await
-            }
-            other => panic!("expected deleted, got {other:?}"),
-        }
-    }
+    apply_until_deleted(&broker, &new_plan, &old).await;
     assert!(!raw.names("queues/%2F?columns=name").await.contains(&old));
     assert!(
         raw.owner_record("queue", &old).await.is_none(),
@@ -1387,20 +1394,7 @@ async fn a_retired_classic_dead_letter_queue_is_deleted_once_empty_and_removed_w
 
     // Emptied, it is deleted by the next apply (statistics lag: retry a while).
     assert_eq!(raw.delete(&format!("queues/%2F/{old}/contents")).await, 204);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let report = broker.apply(&renamed).await.expect("apply");
-        match report
-            .find(ObjectKind::Queue, &old)
-            .map(|a| a.outcome.clone())
-        {
-            Some(Outcome::Deleted) => break,
-            Some(Outcome::Retired(_)) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(500)).await
-            }
-            other => panic!("expected deleted, got {other:?}"),
-        }
-    }
+    apply_until_deleted(&broker, &renamed, &old).await;
     assert!(ready_count(&old).await.is_none());
     assert!(raw.owner_record("queue", &old).await.is_none());
 

@@ -798,6 +798,15 @@ impl ApplyReport {
             .count()
     }
 
+    /// Each action whose outcome `want` selects, as its human line.
+    pub fn lines(&self, want: fn(&Outcome) -> bool) -> Vec<String> {
+        self.actions
+            .iter()
+            .filter(|a| want(&a.outcome))
+            .map(|a| a.to_string())
+            .collect()
+    }
+
     /// The first action for `kind`/`name`, if any.
     pub fn find(&self, kind: ObjectKind, name: &str) -> Option<&Action> {
         self.actions

@@ -125,16 +125,9 @@ pub fn for_reconcile(result: &Result<ApplyReport, ReconcileError>) -> [Desired; 
             // Obsolete retry tiers and retired dead-letter queues do not block readiness,
             // but a person may have to act (retained quorum tiers, dead letters left in a
             // retired queue): say so where `kubectl get dlq -o yaml` shows it.
-            let listed = |want: fn(&Outcome) -> bool| -> Vec<String> {
-                report
-                    .actions
-                    .iter()
-                    .filter(|a| want(&a.outcome))
-                    .map(|a| a.to_string())
-                    .collect()
-            };
-            let obsolete = listed(|o| matches!(o, Outcome::Draining(_) | Outcome::Retained(_)));
-            let retired = listed(|o| matches!(o, Outcome::Retired(_)));
+            let obsolete =
+                report.lines(|o| matches!(o, Outcome::Draining(_) | Outcome::Retained(_)));
+            let retired = report.lines(|o| matches!(o, Outcome::Retired(_)));
             let in_place = report
                 .actions
                 .iter()

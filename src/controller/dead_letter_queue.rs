@@ -401,19 +401,14 @@ pub fn events_for(
     // An obsolete quorum tier the operator cannot delete safely, or a retired
     // dead-letter queue that still exists: a person must act.
     if let Ok(report) = result {
-        let kept = |want: fn(&Outcome) -> bool| -> Vec<String> {
-            report
-                .actions
-                .iter()
-                .filter(|a| want(&a.outcome))
-                .map(|a| a.to_string())
-                .collect()
-        };
         for (reason, list) in [
-            ("TierRetained", kept(|o| matches!(o, Outcome::Retained(_)))),
+            (
+                "TierRetained",
+                report.lines(|o| matches!(o, Outcome::Retained(_))),
+            ),
             (
                 "DeadLetterQueueRetired",
-                kept(|o| matches!(o, Outcome::Retired(_))),
+                report.lines(|o| matches!(o, Outcome::Retired(_))),
             ),
         ] {
             if !list.is_empty() && changed {

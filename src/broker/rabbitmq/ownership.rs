@@ -259,6 +259,23 @@ pub fn conflict_message(conflicts: &[(Claim, OwnerRecord)]) -> String {
 /// A claim of a plan and the record found for it (`None`: no record yet).
 pub type Found = Vec<(Claim, Option<OwnerRecord>)>;
 
+/// The claim of exchange `name` in `found` and the names its record lists as `retired`.
+pub fn exchange_with_retired<'f>(
+    found: &'f Found,
+    name: &str,
+) -> Option<(&'f Claim, std::collections::BTreeSet<String>)> {
+    found
+        .iter()
+        .find(|(c, _)| c.kind == EXCHANGE && c.name == name)
+        .map(|(c, r)| {
+            let listed = r
+                .as_ref()
+                .map(|r| r.retired.iter().cloned().collect())
+                .unwrap_or_default();
+            (c, listed)
+        })
+}
+
 impl RabbitMq {
     /// The ownership record of object `name` (`kind`: [`QUEUE`] or [`EXCHANGE`]) in
     /// `vhost`: `GET /api/global-parameters/{record_name}`; `None` when there is none.
@@ -324,6 +341,21 @@ impl RabbitMq {
             )));
         }
         Ok(Some(record))
+    }
+
+    /// Whether the ownership record of queue `name` of `plan`'s vhost names `plan`'s owner.
+    ///
+    /// # Errors
+    /// As [`RabbitMq::owner_record`].
+    pub async fn records_queue_of(
+        &self,
+        plan: &DesiredTopology,
+        name: &str,
+    ) -> Result<bool, BrokerError> {
+        Ok(self
+            .owner_record(&plan.vhost, QUEUE, name)
+            .await?
+            .is_some_and(|r| r.owner == plan.owner))
     }
 
     /// Writes `record` (`PUT /api/global-parameters/{name}`).
@@ -529,8 +561,7 @@ impl RabbitMq {
         // A retired queue counts only while its own record names this resource.
         let mut retired = Vec::new();
         for name in std::mem::take(&mut out.retired) {
-            let record = self.owner_record(&plan.vhost, QUEUE, &name).await?;
-            if record.is_some_and(|r| r.owner == plan.owner) {
+            if self.records_queue_of(plan, &name).await? {
                 retired.push(name);
             }
         }
@@ -553,11 +584,7 @@ impl RabbitMq {
             self.delete_owner_record(&plan.vhost, kind, &name).await?;
         }
         for name in &records.retired_tiers {
-            let ours = self
-                .owner_record(&plan.vhost, QUEUE, name)
-                .await?
-                .is_some_and(|r| r.owner == plan.owner);
-            if ours {
+            if self.records_queue_of(plan, name).await? {
                 self.delete_owner_record(&plan.vhost, QUEUE, name).await?;
             }
         }

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use reqwest::{Method, StatusCode};
 
 use super::management::{encode_segment as enc, BindingInfo, PolicyInfo, QueueInfo};
-use super::ownership::{Found, QUEUE, RETIRED_ROLE};
+use super::ownership::{exchange_with_retired, Found, QUEUE, RETIRED_ROLE};
 use super::{messages_left, RabbitMq, QUORUM_RETAINED};
 use crate::broker::{Action, BrokerError, DeleteOutcome, ObjectKind, Outcome};
 use crate::topology::{policy_name, DesiredTopology};
@@ -158,24 +158,13 @@ impl RabbitMq {
         found: &Found,
         kept: BTreeSet<String>,
     ) -> Result<(), BrokerError> {
-        let retry_exchange = plan.routes.retry_exchange.as_str();
-        let Some((claim, record)) = found
-            .iter()
-            .find(|(c, _)| c.kind == super::ownership::EXCHANGE && c.name == retry_exchange)
+        let Some((claim, listed)) = exchange_with_retired(found, &plan.routes.retry_exchange)
         else {
             return Ok(());
         };
-        let listed: BTreeSet<String> = record
-            .as_ref()
-            .map(|r| r.retired.iter().cloned().collect())
-            .unwrap_or_default();
         for name in listed.difference(&kept) {
             let gone = !existing.iter().any(|q| &q.name == name);
-            let ours = self
-                .owner_record(&plan.vhost, QUEUE, name)
-                .await?
-                .is_some_and(|r| r.owner == plan.owner);
-            if gone && ours {
+            if gone && self.records_queue_of(plan, name).await? {
                 self.delete_owner_record(&plan.vhost, QUEUE, name).await?;
             }
         }
@@ -202,17 +191,11 @@ impl RabbitMq {
         policies: &[PolicyInfo],
         actions: &mut Vec<Action>,
     ) -> Result<(), BrokerError> {
-        let dlx = plan.routes.dead_letter_exchange.as_str();
-        let Some((dlx_claim, dlx_record)) = found
-            .iter()
-            .find(|(c, _)| c.kind == super::ownership::EXCHANGE && c.name == dlx)
+        let Some((dlx_claim, listed)) =
+            exchange_with_retired(found, &plan.routes.dead_letter_exchange)
         else {
             return Ok(());
         };
-        let listed: BTreeSet<String> = dlx_record
-            .as_ref()
-            .map(|r| r.retired.iter().cloned().collect())
-            .unwrap_or_default();
         let planned: BTreeSet<&str> = plan.queues.iter().map(|q| q.name.as_str()).collect();
         let mut retired = listed.clone();
         retired.extend(self.unbind_unplanned(plan, &planned, actions).await?);
@@ -222,10 +205,7 @@ impl RabbitMq {
             // Only a queue whose own record still names this resource: a list edited by
             // hand, or a name released and taken by another resource since, is forgotten
             // without touching the queue.
-            let ours = self
-                .owner_record(&plan.vhost, QUEUE, name)
-                .await?
-                .is_some_and(|r| r.owner == plan.owner);
+            let ours = self.records_queue_of(plan, name).await?;
             if !ours || self.report_retired(plan, name, policies, actions).await? {
                 gone.push(name.clone());
             }
