@@ -843,14 +843,12 @@ async fn execute(command: Command) -> Result<ExitCode, String> {
                 }
                 Err(e) => return Err(format!("--resync: {e}")),
             };
-            let dns_label = regex::Regex::new("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-                .map_err(|e| e.to_string())?;
             for (flag, value) in [
                 ("--namespace", &namespace),
                 ("--lease-namespace", &lease_namespace),
             ] {
                 if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
-                    if !dns_label.is_match(v) {
+                    if !crd::is_rfc1123_label(v) {
                         return Err(format!(
                             "{flag} {v:?}: not a namespace name (RFC 1123 label: lower-case letters, digits and '-', at most 63)"
                         ));

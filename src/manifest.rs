@@ -571,13 +571,17 @@ fn document_head(text: &str, document: usize) -> (Option<&'static str>, String) 
     let (namespace, name) = head
         .metadata
         .map_or((None, None), |m| (m.namespace, m.name));
-    let namespace = namespace.filter(|n| !n.is_empty());
-    let name = format!(
+    (kind, display_key(namespace.as_deref(), name.as_deref()))
+}
+
+/// `namespace/name` of a document for messages, before it is typed: `default` for no (or
+/// an empty) namespace, `<unnamed>` for no name.
+fn display_key(namespace: Option<&str>, name: Option<&str>) -> String {
+    format!(
         "{}/{}",
-        namespace.as_deref().unwrap_or("default"),
-        name.as_deref().unwrap_or("<unnamed>")
-    );
-    (kind, name)
+        namespace.filter(|n| !n.is_empty()).unwrap_or("default"),
+        name.unwrap_or("<unnamed>")
+    )
 }
 
 /// A `metadata.name` or `metadata.namespace` the Kubernetes API server would refuse
@@ -587,18 +591,10 @@ fn document_head(text: &str, document: usize) -> (Option<&'static str>, String) 
 /// DeadLetterQueue's `namespace/name` is its identity on the broker (its ownership
 /// records), which `a/b` + `c` and `a` + `b/c` would otherwise share.
 fn invalid_object_name(value: &serde_yaml_ng::Value) -> Option<(&'static str, String)> {
-    static SUBDOMAIN: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
-        regex::Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").ok()
-    });
-    static LABEL: std::sync::LazyLock<Option<regex::Regex>> =
-        std::sync::LazyLock::new(|| regex::Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").ok());
     let meta = value.get("metadata")?;
     let text = |k: &str| meta.get(k).and_then(serde_yaml_ng::Value::as_str);
-    let valid = |re: &std::sync::LazyLock<Option<regex::Regex>>, s: &str, max: usize| {
-        s.len() <= max && re.as_ref().is_some_and(|re| re.is_match(s))
-    };
     if let Some(name) = text("name") {
-        if !valid(&SUBDOMAIN, name, 253) {
+        if !crate::crd::is_rfc1123_subdomain(name) {
             return Some((
                 "metadata.name",
                 format!("{name:?} is not a valid name: lower-case letters, digits, '-' and '.', beginning and ending with a letter or digit, at most 253 characters (RFC 1123 subdomain, as the Kubernetes API server requires)"),
@@ -606,7 +602,7 @@ fn invalid_object_name(value: &serde_yaml_ng::Value) -> Option<(&'static str, St
         }
     }
     if let Some(namespace) = text("namespace") {
-        if !valid(&LABEL, namespace, 63) {
+        if !crate::crd::is_rfc1123_label(namespace) {
             return Some((
                 "metadata.namespace",
                 format!("{namespace:?} is not a valid namespace: lower-case letters, digits and '-', beginning and ending with a letter or digit, at most 63 characters (RFC 1123 label, as the Kubernetes API server requires)"),
@@ -619,18 +615,8 @@ fn invalid_object_name(value: &serde_yaml_ng::Value) -> Option<(&'static str, St
 /// Name of a document for messages, read leniently before typing.
 fn raw_name(value: &serde_yaml_ng::Value) -> String {
     let meta = value.get("metadata");
-    let get = |k: &str| {
-        meta.and_then(|m| m.get(k))
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-    };
-    format!(
-        "{}/{}",
-        get("namespace")
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "default".into()),
-        get("name").unwrap_or_else(|| "<unnamed>".into())
-    )
+    let get = |k: &str| meta.and_then(|m| m.get(k)).and_then(|v| v.as_str());
+    display_key(get("namespace"), get("name"))
 }
 
 /// Deserialises a document into `T`, reporting the failing field's path and any unknown

@@ -881,7 +881,7 @@ fn a_fifo_or_a_broken_link_in_a_directory_is_named_not_skipped() {
 #[cfg(unix)]
 #[test]
 fn a_blocked_fifo_read_is_announced_and_then_read() {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = dir.path().join("blocked.yaml");
     let made = std::process::Command::new("mkfifo")
@@ -899,16 +899,7 @@ fn a_blocked_fifo_read_is_announced_and_then_read() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stderr_lines(&mut child);
     // A failure guard, not a speed target: the notice comes after about a second.
     let notice = rx
         .recv_timeout(std::time::Duration::from_secs(60))

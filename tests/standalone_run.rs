@@ -432,7 +432,7 @@ async fn run_standalone_keeps_running_when_its_stdout_reader_is_gone() {
 #[cfg(unix)]
 #[tokio::test]
 async fn run_standalone_keeps_polling_while_a_manifest_read_blocks() {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     let q = unique("run-fifo");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -472,16 +472,7 @@ async fn run_standalone_keeps_polling_while_a_manifest_read_blocks() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = stderr_lines(&mut child);
     // Failure guards, not speed targets: polls come every 300 ms.
     let mut seen = Vec::new();
     let next_line = |seen: &mut Vec<String>| {

@@ -696,43 +696,38 @@ mod tests {
         assert!(events_for(&status, &same, &again).is_empty());
     }
 
-    #[test]
-    fn a_retained_tier_is_a_warning_once() {
+    /// A kept obsolete queue (`outcome`) is one Warning Event `reason` with `note`, then
+    /// nothing while it stays.
+    fn kept_queue_is_a_warning_once(outcome: Outcome, reason: &str, note: &str) {
         let empty = DeadLetterQueueStatus::default();
-        let result = Ok(report(vec![
-            Outcome::InPlace,
-            Outcome::Retained("delete it once its depth is 0".into()),
-        ]));
+        let result = Ok(report(vec![Outcome::InPlace, outcome]));
         let (status, _) = status_after(&empty, Some(1), &result, None, &at(10));
         let notes = events_for(&empty, &status, &result);
         let reasons: Vec<&str> = notes.iter().map(|n| n.reason.as_str()).collect();
-        assert_eq!(reasons, ["TopologyApplied", "TierRetained"]);
+        assert_eq!(reasons, ["TopologyApplied", reason]);
         assert_eq!(notes[1].type_, EventType::Warning);
-        assert_eq!(
-            notes[1].note,
-            "queue q1: retained: delete it once its depth is 0"
-        );
+        assert_eq!(notes[1].note, note);
         let (again, changed) = status_after(&status, Some(1), &result, None, &at(20));
         assert!(!changed);
         assert!(events_for(&status, &again, &result).is_empty());
     }
 
     #[test]
+    fn a_retained_tier_is_a_warning_once() {
+        kept_queue_is_a_warning_once(
+            Outcome::Retained("delete it once its depth is 0".into()),
+            "TierRetained",
+            "queue q1: retained: delete it once its depth is 0",
+        );
+    }
+
+    #[test]
     fn a_retired_dead_letter_queue_is_a_warning_once() {
-        let empty = DeadLetterQueueStatus::default();
-        let result = Ok(report(vec![
-            Outcome::InPlace,
+        kept_queue_is_a_warning_once(
             Outcome::Retired("3 dead letters left".into()),
-        ]));
-        let (status, _) = status_after(&empty, Some(1), &result, None, &at(10));
-        let notes = events_for(&empty, &status, &result);
-        let reasons: Vec<&str> = notes.iter().map(|n| n.reason.as_str()).collect();
-        assert_eq!(reasons, ["TopologyApplied", "DeadLetterQueueRetired"]);
-        assert_eq!(notes[1].type_, EventType::Warning);
-        assert_eq!(notes[1].note, "queue q1: retired: 3 dead letters left");
-        let (again, changed) = status_after(&status, Some(1), &result, None, &at(20));
-        assert!(!changed);
-        assert!(events_for(&status, &again, &result).is_empty());
+            "DeadLetterQueueRetired",
+            "queue q1: retired: 3 dead letters left",
+        );
     }
 
     #[test]

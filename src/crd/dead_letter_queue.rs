@@ -604,14 +604,7 @@ fn check_object_name(errs: &mut Errors, field: &str, name: &str) {
         errs.push(field, "must not be empty");
         return;
     }
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if name.len() > 253 || !name.split('.').all(label_ok) {
+    if !crate::crd::is_rfc1123_subdomain(name) {
         errs.push(
             field,
             format!(

@@ -115,6 +115,25 @@ impl Errors {
     }
 }
 
+/// Whether `label` is an RFC 1123 label as Kubernetes requires for a namespace (API
+/// conventions, "Object names and IDs"): lower-case letters, digits and `-`, beginning and
+/// ending with a letter or digit, at most 63 characters.
+pub fn is_rfc1123_label(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+}
+
+/// Whether `name` is an RFC 1123 subdomain as Kubernetes requires for an object name:
+/// labels ([`is_rfc1123_label`]) joined by `.`, at most 253 characters.
+pub fn is_rfc1123_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_rfc1123_label)
+}
+
 /// Every CRD of the operator, in a stable order (as written by `dlq-operator crdgen`),
 /// with only the integer formats the Kubernetes API server knows ([`known_formats`]).
 pub fn all_crds() -> Vec<CustomResourceDefinition> {

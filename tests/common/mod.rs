@@ -245,3 +245,20 @@ pub async fn publish_acked(queue: &str, n: usize) -> usize {
     let _ = conn.close(200, "bye".into()).await;
     acked
 }
+
+/// The lines `child` writes to its (piped) stderr, as they come, read on a thread of their
+/// own so that a test can wait for one with a timeout.
+pub fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}

@@ -59,13 +59,24 @@ const APPLY_TO: &str = "queues";
 #[derive(Debug)]
 pub struct RabbitMq {
     mgmt: ManagementClient,
-    cluster_name: tokio::sync::OnceCell<String>,
-    /// The broker's version, once read ([`RabbitMq::broker_version`]).
-    version: tokio::sync::OnceCell<String>,
+    /// The broker's overview, once read ([`RabbitMq::cluster_name`],
+    /// [`RabbitMq::broker_version`]).
+    overview: tokio::sync::OnceCell<Overview>,
     /// The last AMQP check per vhost and when it ran ([`RabbitMq::check_amqp`]).
     amqp_checked: tokio::sync::Mutex<BTreeMap<String, AmqpCheck>>,
     /// When the last warning about a failed `prometheusUri` read was logged.
     prometheus_warned: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// What the operator reads of `GET /api/overview`.
+#[derive(Debug, serde::Deserialize)]
+struct Overview {
+    /// The cluster's name.
+    #[serde(default)]
+    cluster_name: String,
+    /// The RabbitMQ version, e.g. `4.0.5`.
+    #[serde(default)]
+    rabbitmq_version: String,
 }
 
 /// When an AMQP connection check ran, and what it found.
@@ -94,8 +105,7 @@ impl RabbitMq {
     pub fn new(conn: &BrokerConnection) -> Result<Self, BrokerError> {
         Ok(RabbitMq {
             mgmt: ManagementClient::new(conn)?,
-            cluster_name: tokio::sync::OnceCell::new(),
-            version: tokio::sync::OnceCell::new(),
+            overview: tokio::sync::OnceCell::new(),
             amqp_checked: tokio::sync::Mutex::new(BTreeMap::new()),
             prometheus_warned: std::sync::Mutex::new(None),
         })
@@ -184,6 +194,24 @@ impl RabbitMq {
         Ok(crate::broker::depths_from_rows(rows))
     }
 
+    /// The broker's cluster name and version, read once per client with one
+    /// `GET /api/overview?columns=cluster_name,rabbitmq_version`.
+    ///
+    /// # Errors
+    /// Transport, authentication and API errors (and read again on the next call).
+    async fn overview(&self) -> Result<&Overview, BrokerError> {
+        self.overview
+            .get_or_try_init(|| async {
+                self.mgmt
+                    .get_json(
+                        "overview?columns=cluster_name,rabbitmq_version",
+                        "the broker overview",
+                    )
+                    .await
+            })
+            .await
+    }
+
     /// The broker's cluster name (`GET /api/overview`, `cluster_name`), read once per
     /// client: two Secrets with different URIs (`localhost` and `127.0.0.1`, a Service
     /// name and its IP) reach the same broker exactly when the names are equal.
@@ -191,21 +219,7 @@ impl RabbitMq {
     /// # Errors
     /// Transport, authentication and API errors.
     pub async fn cluster_name(&self) -> Result<String, BrokerError> {
-        #[derive(serde::Deserialize)]
-        struct Overview {
-            #[serde(default)]
-            cluster_name: String,
-        }
-        self.cluster_name
-            .get_or_try_init(|| async {
-                let o: Overview = self
-                    .mgmt
-                    .get_json("overview?columns=cluster_name", "overview")
-                    .await?;
-                Ok(o.cluster_name)
-            })
-            .await
-            .cloned()
+        Ok(self.overview().await?.cluster_name.clone())
     }
 
     /// The broker's RabbitMQ version (`GET /api/overview`, `rabbitmq_version`, e.g.
@@ -214,21 +228,7 @@ impl RabbitMq {
     /// # Errors
     /// Transport, authentication and API errors.
     pub async fn broker_version(&self) -> Result<String, BrokerError> {
-        #[derive(serde::Deserialize)]
-        struct Overview {
-            #[serde(default)]
-            rabbitmq_version: String,
-        }
-        self.version
-            .get_or_try_init(|| async {
-                let o: Overview = self
-                    .mgmt
-                    .get_json("overview?columns=rabbitmq_version", "the broker overview")
-                    .await?;
-                Ok(o.rabbitmq_version)
-            })
-            .await
-            .cloned()
+        Ok(self.overview().await?.rabbitmq_version.clone())
     }
 
     /// On RabbitMQ 4.x, sets `delivery-limit: -1` (no limit) in the policy `definition` of
@@ -583,19 +583,7 @@ impl Broker for RabbitMq {
             .collect();
 
         let mut actions = Vec::new();
-        for (count, outcome) in [(created, Outcome::Created), (updated, Outcome::Updated)] {
-            if count > 0 {
-                actions.push(Action {
-                    kind: ObjectKind::Ownership,
-                    name: if count == 1 {
-                        "for 1 name".to_string()
-                    } else {
-                        format!("for {count} names")
-                    },
-                    outcome,
-                });
-            }
-        }
+        actions.extend(ownership::record_actions(created, updated));
         // Exchanges and queues that bindings must skip.
         let mut unusable: BTreeSet<String> = BTreeSet::new();
         let mut unusable_queues: BTreeSet<String> = BTreeSet::new();

@@ -49,7 +49,7 @@ use sha2::{Digest, Sha256};
 
 use super::management::encode_segment as enc;
 use super::RabbitMq;
-use crate::broker::BrokerError;
+use crate::broker::{Action, BrokerError, ObjectKind, Outcome};
 use crate::topology::{DesiredTopology, QueueRole};
 
 /// Prefix of every ownership record's global parameter name.
@@ -254,6 +254,24 @@ pub fn conflict_message(conflicts: &[(Claim, OwnerRecord)]) -> String {
         ". Each queue and exchange belongs to one DeadLetterQueue: choose other names, or, if {gone}, release the names with `{release}`"
     ));
     out
+}
+
+/// The report lines of the records an apply wrote: `ownership records for N names:
+/// created` / `updated` (none when none was written).
+pub fn record_actions(created: usize, updated: usize) -> Vec<Action> {
+    [(created, Outcome::Created), (updated, Outcome::Updated)]
+        .into_iter()
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, outcome)| Action {
+            kind: ObjectKind::Ownership,
+            name: if count == 1 {
+                "for 1 name".to_string()
+            } else {
+                format!("for {count} names")
+            },
+            outcome,
+        })
+        .collect()
 }
 
 /// A claim of a plan and the record found for it (`None`: no record yet).
