@@ -1012,10 +1012,28 @@ impl Run<'_> {
     /// its channel, and a copy pipelined behind it can reach the broker after the close
     /// and close the whole connection (`504 CHANNEL_ERROR - expected 'channel.open'`);
     /// either would return every held message with a delivery counted.
+    ///
+    /// That close can still be on its way when a new channel is asked for (the connection
+    /// looks connected, then fails the channel's opening): the channel is then opened
+    /// once more, on a new connection.
     async fn publisher(&self, state: &mut Scan) -> Result<Channel, BrokerError> {
         if let Some(p) = state.publisher.as_ref().filter(|p| p.status().connected()) {
             return Ok(p.clone());
         }
+        let p = match self.open_publisher(state).await {
+            Ok(p) => p,
+            Err(_) => {
+                state.publishing = None;
+                self.open_publisher(state).await?
+            }
+        };
+        state.publisher = Some(p.clone());
+        Ok(p)
+    }
+
+    /// A channel in confirm mode on the publishing connection, which is (re)opened when
+    /// there is none or it is no longer connected.
+    async fn open_publisher(&self, state: &mut Scan) -> Result<Channel, BrokerError> {
         let amqp = |e: lapin::Error| map_error(self.conn, &e);
         if !state
             .publishing
@@ -1033,7 +1051,6 @@ impl Run<'_> {
         p.confirm_select(lapin::options::ConfirmSelectOptions::default())
             .await
             .map_err(amqp)?;
-        state.publisher = Some(p.clone());
         Ok(p)
     }
 

@@ -251,7 +251,7 @@ pub fn conflict_message(conflicts: &[(Claim, OwnerRecord)]) -> String {
         )
     };
     out.push_str(&format!(
-        ". Each queue and exchange belongs to one DeadLetterQueue: choose other names, or, if {gone}, release the names with `{release}`"
+        ". Each queue and exchange belongs to one DeadLetterQueue: choose other names (or change the owning DeadLetterQueue instead), or, if {gone}, release the names with `{release}`"
     ));
     out
 }
