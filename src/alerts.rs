@@ -1,7 +1,7 @@
-//! Prometheus alert rules for one DeadLetterQueue (DESIGN.md §4), generated from its spec.
+//! Prometheus alert rules for one DeadLetterQueue (docs/ARCHITECTURE.md, "Monitoring and alerting"), generated from its spec.
 //! Pure.
 //!
-//! The rules are written over the metrics the operator exports (DESIGN.md §4), so that
+//! The rules are written over the metrics the operator exports (docs/ARCHITECTURE.md, "Monitoring and alerting"), so that
 //! Prometheus and the operator's own evaluator ([`crate::monitor`]) reach the same verdict
 //! on the same data (checked by `tests/alert_rules.rs` with `promtool test rules`):
 //! - `DeadLetterBacklogHigh`: `(D − B) / clamp_min(T − B, minHeadroom) >= 1` for the spec's

@@ -9,7 +9,7 @@
 //! - `Fixed`: `initial`.
 //! - `Exponential`: `min(exp(n), max)`.
 //! - `ExponentialJitter`: `min(exp(n) + U(0, jitter), max)`, or with `jitterRatio`
-//!   `min(exp(n) + U(0, ratio·exp(n)), max)` (DESIGN.md §2).
+//!   `min(exp(n) + U(0, ratio·exp(n)), max)` (docs/REFERENCE.md).
 //! - `FullJitter`: `U(0, min(exp(n), max))`.
 //! - `EqualJitter`: `t/2 + U(0, t/2)` with `t = min(exp(n), max)`.
 //! - `DecorrelatedJitter`: `min(max, U(initial, 3·previous))`, `previous` starting at

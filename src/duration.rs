@@ -1,4 +1,4 @@
-//! Duration strings of the custom resources (DESIGN.md §2).
+//! Duration strings of the custom resources (docs/REFERENCE.md).
 //!
 //! A duration is one or more `<integer><unit>` components, units `ms`, `s`, `m`, `h`,
 //! `d` (24 h) and `w` (7 d), e.g. `500ms`, `1m30s`, `7d`. The CRD schema's `pattern`

@@ -1,5 +1,5 @@
 //! dlq-operator: retry and dead-letter policies for RabbitMQ queues as Kubernetes custom
-//! resources. See DESIGN.md (shared) and docs/ARCHITECTURE.md for the contract.
+//! resources. docs/ARCHITECTURE.md is the design the code follows.
 //!
 //! Pure cores: [`duration`], [`backoff`], [`topology`], [`monitor`], [`alerts`]. Drivers:
 //! [`standalone`] and the Kubernetes [`controller`], thin over the shared [`reconcile`] and

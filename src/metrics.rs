@@ -1,8 +1,7 @@
 //! Prometheus metrics of the operator and its HTTP endpoints (`/metrics`, `/healthz`,
 //! `/readyz`), served with axum on `--metrics-bind-address`.
 //!
-//! Metrics (DESIGN.md §4; names, types, labels and units also in docs/METRICS.md once the
-//! monitoring metrics land):
+//! Metrics (docs/METRICS.md: names, types, labels and units):
 //! - `dlq_operator_reconcile_total{kind, result}` (counter): reconciles by resource kind
 //!   (`DeadLetterQueue`, `RetryPolicy`) and result (`success` or the error's metric label,
 //!   e.g. `unreachable`, `invalid_spec`).
@@ -74,7 +73,7 @@ pub struct QueueSample<'a> {
 /// Queue label sets (`queue`, `role`, `tier`) written per `(namespace, name)`.
 type WrittenSeries = std::collections::BTreeMap<(String, String), Vec<[String; 3]>>;
 
-/// The per-resource backlog families (DESIGN.md §4) and the label sets written, so that a
+/// The per-resource backlog families (docs/ARCHITECTURE.md, "Monitoring and alerting") and the label sets written, so that a
 /// resource's series can be removed with it.
 #[derive(Clone)]
 struct BacklogMetrics {

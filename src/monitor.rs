@@ -1,4 +1,4 @@
-//! Backlog evaluation (DESIGN.md §1, §4): from depth samples `(t, depth)` of a
+//! Backlog evaluation (docs/ARCHITECTURE.md, "Domain" and "Monitoring and alerting"): from depth samples `(t, depth)` of a
 //! dead-letter queue and its `spec.monitoring`, the baseline `B`, the threshold `T`, the
 //! backlog ratio `R = (D − B) / (T − B)`, the alert state (`Inactive` → `Pending` →
 //! `Firing`) and the growth per minute. Pure: time is passed in (milliseconds since the
@@ -137,7 +137,7 @@ pub enum AlertState {
 }
 
 impl AlertState {
-    /// `dlq_backlog_alert_state`: 0 inactive, 1 pending, 2 firing (DESIGN.md §4).
+    /// `dlq_backlog_alert_state`: 0 inactive, 1 pending, 2 firing (docs/ARCHITECTURE.md, "Monitoring and alerting").
     pub fn code(self) -> u8 {
         match self {
             AlertState::Inactive => 0,

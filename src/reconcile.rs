@@ -1,5 +1,6 @@
-//! The reconcile core shared by every driver (standalone runner now, Kubernetes controller
-//! later), in the stages of DESIGN.md §4b: read (done by the driver) → validate → plan
+//! The reconcile core shared by every driver (`apply`, `run --standalone` and the
+//! Kubernetes controller), in the stages of docs/ARCHITECTURE.md, "Reconcile stages": read
+//! (done by the driver) → validate → plan
 //! (pure: [`prepare`]) → apply to the broker ([`apply`]) → status (the driver writes
 //! [`Outcome`](crate::broker::Outcome)'s conditions its own way).
 

@@ -1,5 +1,5 @@
 //! Desired broker topology for one DeadLetterQueue: pure planning from the spec and its
-//! resolved RetryPolicy (DESIGN.md §3). No I/O here; [`crate::broker`] applies the plan.
+//! resolved RetryPolicy (docs/ARCHITECTURE.md, "Broker topology"). No I/O here; [`crate::broker`] applies the plan.
 //!
 //! For source queue `Q` the plan is:
 //! - `Q.dlx` (direct exchange) → `Q.dlq` bound with routing key `Q` (the explicit
@@ -289,8 +289,8 @@ pub enum Step<'a> {
 
 impl DesiredTopology {
     /// Every object of the plan exactly once, in the order they must be applied so that
-    /// no message is ever dead-lettered into a route that does not exist yet (DESIGN.md
-    /// §3: "create the dead-letter route before pointing a queue at it"):
+    /// no message is ever dead-lettered into a route that does not exist yet (docs/ARCHITECTURE.md,
+    /// "Broker topology": "create the dead-letter route before pointing a queue at it"):
     /// 1. exchanges;
     /// 2. per dead-letter queue: its policy, then the queue;
     /// 3. the dead-letter exchange's bindings;

@@ -1,4 +1,4 @@
-//! Property tests of the backoff core (DESIGN.md §2, formulas in `src/backoff.rs`'s module
+//! Property tests of the backoff core (docs/REFERENCE.md, formulas in `src/backoff.rs`'s module
 //! doc): schedules, drawn delays and their bounds, retry decisions, tier choice, the worst
 //! case and reproducibility.
 //!
@@ -126,7 +126,7 @@ fn policy(p: &Params, max_retries: u32, tiers: &Option<Vec<u64>>) -> ResolvedPol
     .expect("generated specs are valid")
 }
 
-/// Tiers as DESIGN.md §2 defines them: the explicit list, or the distinct nominal delays.
+/// Tiers as docs/REFERENCE.md defines them: the explicit list, or the distinct nominal delays.
 fn expected_tiers(p: &Params, max_retries: u32, tiers: &Option<Vec<u64>>) -> Vec<u64> {
     let mut t: Vec<u64> = match tiers {
         Some(t) => t.clone(),

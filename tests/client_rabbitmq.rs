@@ -1,4 +1,4 @@
-//! The consumer helper against a real RabbitMQ (DESIGN.md §3, §7).
+//! The consumer helper against a real RabbitMQ (docs/ARCHITECTURE.md, "Message header contract"; docs/DEVELOPMENT.md, "Testing").
 //!
 //! Needs RabbitMQ at `DLQ_AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`);
 //! fails (never silently passes) when it is unreachable. Every test declares its own

@@ -1,6 +1,6 @@
 //! The DeadLetterQueue and RetryPolicy controllers against a fake Kubernetes API (kube's
 //! `tower-test` mock service, as in kube-rs `controller-rs`) and the real local RabbitMQ
-//! (DESIGN.md §6). Every API call is recorded and asserted: method, path and body.
+//! (docs/DEVELOPMENT.md, "Testing"). Every API call is recorded and asserted: method, path and body.
 //!
 //! The fake answers GETs from an in-memory set of objects (404 for the rest), echoes
 //! patched objects back, and accepts Events.

@@ -1,7 +1,7 @@
 //! The committed CRDs are what the types generate, and their schemas are structural by
 //! Kubernetes rules ("Specifying a structural schema", Kubernetes docs: every node typed,
 //! no untyped anyOf/oneOf/allOf/not, no `$ref`, `nullable` only beside a `type`, no
-//! `enum` holding null — the v1.20 trap of DESIGN.md §6).
+//! `enum` holding null — the v1.20 trap of docs/DEVELOPMENT.md, "Testing").
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! `dlq inspect` against the real RabbitMQ (127.0.0.1, guest/guest): the summary of a
 //! dead-letter queue reads the contract's headers and the broker's `x-death`, and
 //! inspecting a quorum dead-letter queue with a delivery limit — 30 times, far past the
-//! limit — neither loses, dead-letters nor duplicates a message (DESIGN.md §3; the rule
+//! limit — neither loses, dead-letters nor duplicates a message (docs/ARCHITECTURE.md, "Broker topology"; the rule
 //! is `dlq::release_for`).
 
 mod common;

@@ -1,4 +1,4 @@
-//! Property tests of the duration grammar (DESIGN.md §2): the parser and the CRD schema's
+//! Property tests of the duration grammar (docs/REFERENCE.md): the parser and the CRD schema's
 //! rules (`pattern` + `maxLength`) accept exactly the same strings, valid strings parse to
 //! the sum of their components, and `format_ms` round-trips.
 

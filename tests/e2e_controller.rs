@@ -1,5 +1,5 @@
 //! The operator (`dlq-operator run`, the real binary as a local process) against a real
-//! Kubernetes API server and the real RabbitMQ (DESIGN.md §6). `.ci/run` starts a local
+//! Kubernetes API server and the real RabbitMQ (docs/DEVELOPMENT.md, "Testing"). `.ci/run` starts a local
 //! v1.20.2 API server (scripts/kube-apiserver.sh) and sets `DLQ_E2E_KUBECONFIG`; any
 //! cluster that variable points at works. Without it each test reports itself as skipped,
 //! by name.
@@ -450,7 +450,7 @@ fn metric(text: &str, series: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-/// DESIGN.md §4 and issue 4's real-broker test: short intervals (200 ms, `for` 2 s), a
+/// docs/ARCHITECTURE.md, "Monitoring and alerting" and issue 4's real-broker test: short intervals (200 ms, `for` 2 s), a
 /// dead-letter queue filled above its threshold and held → `BacklogHigh` goes Pending
 /// then True, with ratio ≥ 1 and alert state 2 in the metrics; drained → resolved. Then
 /// the broker goes away (a proxy in front of its management API is stopped, so the

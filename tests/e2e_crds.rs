@@ -1,4 +1,4 @@
-//! The CRDs against a real Kubernetes API server (DESIGN.md §6): `.ci/run` starts a local
+//! The CRDs against a real Kubernetes API server (docs/DEVELOPMENT.md, "Testing"): `.ci/run` starts a local
 //! v1.20.2 (scripts/kube-apiserver.sh) and sets `DLQ_E2E_KUBECONFIG`; any cluster that
 //! variable points at works. Without it the test reports itself as skipped, by name.
 //!

@@ -1,5 +1,5 @@
 //! The DeadLetterReplay controller (`dlq-operator run`, the real binary as a local
-//! process) against a real Kubernetes API server and the real RabbitMQ (DESIGN.md §6):
+//! process) against a real Kubernetes API server and the real RabbitMQ (docs/DEVELOPMENT.md, "Testing"):
 //! a filtered replay with exact counts, Events, printer columns and metrics; an invalid
 //! filter; a replay that waits for its DeadLetterQueue; a replay that survives a SIGTERM
 //! and a SIGKILL of the operator. Without `DLQ_E2E_KUBECONFIG` each test reports itself as

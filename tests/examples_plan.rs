@@ -1,5 +1,5 @@
 //! Snapshot of the plan `dlq-operator render -f examples/` prints for the shipped
-//! examples (reviewed against DESIGN.md §3): a change to the planner or to the examples
+//! examples (reviewed against docs/ARCHITECTURE.md, "Broker topology"): a change to the planner or to the examples
 //! shows up here as a diff to review.
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! Topology planning (DESIGN.md §3): reviewed YAML snapshots of two realistic plans, and
+//! Topology planning (docs/ARCHITECTURE.md, "Broker topology"): reviewed YAML snapshots of two realistic plans, and
 //! plain assertions of the rules every plan must follow.
 
 use dlq_operator::backoff::ResolvedPolicy;

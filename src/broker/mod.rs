@@ -1,5 +1,5 @@
 //! Broker adapter: applies a [`DesiredTopology`] to a message broker and reads queue
-//! depths (DESIGN.md §3).
+//! depths (docs/ARCHITECTURE.md, "Broker topology").
 //!
 //! - [`BrokerConnection`]: connection settings read from a Kubernetes Secret, with
 //!   credentials kept out of every `Debug`, `Display`, log line and error.
@@ -859,8 +859,8 @@ pub trait Broker {
         name: &str,
     ) -> Result<DeleteOutcome, BrokerError>;
 
-    /// Removes the operator-owned objects of `plan` (`deletionPolicy: Delete`, DESIGN.md
-    /// §4b): the operator's policies, the retry and dead-letter exchanges, the retry tier
+    /// Removes the operator-owned objects of `plan` (`deletionPolicy: Delete`,
+    /// docs/REFERENCE.md): the operator's policies, the retry and dead-letter exchanges, the retry tier
     /// queues (planned and obsolete ones) and the dead-letter queues. The source queue is
     /// never deleted (only our policy on it is removed).
     ///

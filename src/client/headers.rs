@@ -1,4 +1,4 @@
-//! The message header contract (DESIGN.md §3, "Message header contract"): header names,
+//! The message header contract (docs/ARCHITECTURE.md, "Message header contract"): header names,
 //! reading the failure state a message already carries, and stamping the properties of
 //! the copy that is republished to a retry tier or to the dead-letter exchange.
 //!

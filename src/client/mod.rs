@@ -1,4 +1,4 @@
-//! Consumer helper for app-assisted retries (DESIGN.md §3, "Message header contract").
+//! Consumer helper for app-assisted retries (docs/ARCHITECTURE.md, "Message header contract").
 //!
 //! A consumer that fails a message hands it to [`RetryHandler::handle_failure`] with an
 //! [`ErrorClass`] (its own, or one from [`classify`]). The handler asks the
@@ -172,7 +172,7 @@ impl ClientError {
 }
 
 /// Republishes failed messages to their retry tier or to the dead-letter exchange
-/// (DESIGN.md §3). Cheap to share behind an `Arc`; `handle_failure` takes `&self`.
+/// (docs/ARCHITECTURE.md, "Broker topology"). Cheap to share behind an `Arc`; `handle_failure` takes `&self`.
 pub struct RetryHandler {
     channel: Channel,
     routes: Routes,

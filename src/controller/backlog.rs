@@ -1,4 +1,4 @@
-//! The controller's backlog monitor (DESIGN.md §4): a task beside the controllers that
+//! The controller's backlog monitor (docs/ARCHITECTURE.md, "Monitoring and alerting"): a task beside the controllers that
 //! polls the depths of every managed queue — one management-API listing per broker
 //! Secret and vhost per interval, shared by every DeadLetterQueue on it
 //! ([`crate::collector`]) — evaluates each resource's dead-letter backlog, records the
@@ -43,7 +43,7 @@ use crate::topology::DesiredTopology;
 pub const FIELD_MANAGER: &str = "dlq-operator-monitor";
 
 /// Least time between two status writes that only update figures (depth, baseline,
-/// ratio, growth): DESIGN.md §4 `statusInterval`, 1 min. Condition and alert-state
+/// ratio, growth): docs/ARCHITECTURE.md, "Monitoring and alerting", `statusInterval`, 1 min. Condition and alert-state
 /// changes are written at once.
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(60);
 

@@ -14,7 +14,7 @@ pub const READY: &str = "Ready";
 /// Condition type: the broker topology is in place.
 pub const TOPOLOGY_READY: &str = "TopologyReady";
 
-/// Condition type: the dead-letter backlog is high (DESIGN.md §2, §4): `True` while the
+/// Condition type: the dead-letter backlog is high (docs/REFERENCE.md, docs/ARCHITECTURE.md "Monitoring and alerting"): `True` while the
 /// backlog alert fires, `False` otherwise (reason `BacklogPending` while it is pending),
 /// `Unknown` when the depths cannot be read.
 pub const BACKLOG_HIGH: &str = "BacklogHigh";

@@ -303,7 +303,7 @@ impl Replays {
 pub struct Context {
     /// Kubernetes client.
     pub client: Client,
-    /// The controller's event recorder (one per controller, DESIGN.md §4b).
+    /// The controller's event recorder (one per controller, docs/ARCHITECTURE.md, "Reconcile stages").
     pub recorder: Recorder,
     /// Metrics registry.
     pub metrics: Metrics,

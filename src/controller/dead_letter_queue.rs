@@ -1,4 +1,4 @@
-//! The DeadLetterQueue controller's reconcile, in the stages of DESIGN.md §4b:
+//! The DeadLetterQueue controller's reconcile, in the stages of docs/ARCHITECTURE.md, "Reconcile stages":
 //! read (resource, RetryPolicy, Secret) → validate and plan ([`reconcile::prepare`], pure) →
 //! register the plan with the backlog monitor ([`backlog::watch`]) → apply to the broker
 //! ([`reconcile::apply`]) → the PrometheusRule ([`alert_rules::apply`]) → status

@@ -1,5 +1,5 @@
 //! The Kubernetes operator (`dlq-operator run`): three kube-runtime controllers over the
-//! same reconcile core as the standalone runner (DESIGN.md §4b, §5).
+//! same reconcile core as the standalone runner (docs/ARCHITECTURE.md, "Reconcile stages" and "Modules").
 //!
 //! - [`dead_letter_queue`]: DeadLetterQueues — finalizer, broker topology, status, Events;
 //!   re-reconciled when a RetryPolicy or Secret they reference changes.

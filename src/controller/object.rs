@@ -2,7 +2,7 @@
 //!
 //! The controllers watch [`DynamicObject`]s instead of the typed resources, so that one
 //! object the types cannot decode (written by an older CRD version, or by a client that
-//! bypassed the schema) does not stop the watch for everyone (DESIGN.md §4b: "wrap watched
+//! bypassed the schema) does not stop the watch for everyone (docs/ARCHITECTURE.md, "Reconcile stages": "wrap watched
 //! types"). Each object is decoded here, in its own reconcile, and an undecodable one is
 //! reported on its own status as `InvalidSpec` naming the field.
 

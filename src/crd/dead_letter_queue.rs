@@ -9,7 +9,7 @@ use super::{Errors, InvalidSpec};
 use crate::duration::Duration;
 
 /// Retry and dead-letter topology plus backlog monitoring for one source queue
-/// (`DeadLetterQueue`, short name `dlq`). Fields and defaults: DESIGN.md §2.
+/// (`DeadLetterQueue`, short name `dlq`). Fields and defaults: docs/REFERENCE.md.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "dlqoperator.io",

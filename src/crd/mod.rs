@@ -1,4 +1,4 @@
-//! Custom resource types of the `dlqoperator.io/v1alpha1` API group (DESIGN.md §2) and
+//! Custom resource types of the `dlqoperator.io/v1alpha1` API group (docs/REFERENCE.md) and
 //! their validation.
 //!
 //! Types deserialise leniently (durations are strings, numbers are not range-checked), so

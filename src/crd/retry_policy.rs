@@ -7,7 +7,7 @@ use super::{Errors, InvalidSpec};
 use crate::duration::Duration;
 
 /// Desired retry behaviour for the messages of one or more queues (`RetryPolicy`, short
-/// name `rp`). Fields and defaults: DESIGN.md §2.
+/// name `rp`). Fields and defaults: docs/REFERENCE.md.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "dlqoperator.io",
@@ -190,7 +190,7 @@ impl Default for BackoffSpec {
     }
 }
 
-/// Class of a consumer failure (DESIGN.md §1).
+/// Class of a consumer failure (docs/ARCHITECTURE.md, "Domain").
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
 )]

@@ -5,7 +5,7 @@
 //! Pure: the network part (reading a queue over AMQP) is [`browse`].
 //!
 //! A message dead-lettered through the consumer helper carries the contract's `dlq-`
-//! headers (DESIGN.md §3); one the broker dead-lettered itself (a reject, the delivery
+//! headers (docs/ARCHITECTURE.md, "Broker topology"); one the broker dead-lettered itself (a reject, the delivery
 //! limit, a TTL) carries RabbitMQ's `x-death` instead (RabbitMQ docs, "Dead Letter
 //! Exchanges": an array of tables, the most recent first, with `reason`, `queue`, `time`
 //! in seconds, `count`, `exchange`, `routing-keys`). [`DeadLetter`] reads both, the
