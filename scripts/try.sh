@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The main job of dlq-operator on local defaults, without a cluster: a local RabbitMQ, the
 # build, the examples' topology, the operator running in the background, and one message
-# failed by a consumer (examples/retry_demo.rs, written with the project's client library)
-# through every retry tier into the dead-letter queue; then what `dlq inspect` and the
-# operator's metrics say about it.
+# failed by a consumer (examples/retry_demo/main.rs, written with the project's client
+# library) through every retry tier into the dead-letter queue; then what `dlq inspect`
+# and the operator's metrics say about it.
 #
 # For a fresh Debian 12 machine as root with a Rust toolchain from rustup. Idempotent: a
 # second run re-applies (nothing to write), and its demo message joins the first one in the
