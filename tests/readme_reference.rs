@@ -1,24 +1,29 @@
-//! README.md's reference tables cannot drift from their sources.
+//! The reference tables of the docs cannot drift from their sources.
 //!
-//! - "Configuration reference": every field path of each CRD's `openAPIV3Schema` under
-//!   `spec` and `status` (objects' properties, arrays' items as `[]`, e.g.
+//! - docs/REFERENCE.md: every field path of each CRD's `openAPIV3Schema` under `spec` and
+//!   `status` (objects' properties, arrays' items as `[]`, e.g.
 //!   `status.conditions[].reason`) is written as a `` `spec.…` `` / `` `status.…` `` code
-//!   span in that kind's subsection, and every such path written there exists in the
+//!   span in that kind's section, and every such path written there exists in the
 //!   schema, so the manual can neither miss a field nor invent one. Anywhere else in the
-//!   README's prose, a `spec.…` / `status.…` code span names a field some CRD has.
-//! - "Chart values": every key path of charts/dlq-operator/values.yaml (maps and leaves,
-//!   e.g. `image` and `image.repository`) is in the first column of the values table, and
-//!   every key in that column exists in values.yaml.
+//!   prose of README.md and of every docs/*.md, a `spec.…` / `status.…` code span names a
+//!   field some CRD has.
+//! - docs/INSTALL.md, "Chart values": every key path of charts/dlq-operator/values.yaml
+//!   (maps and leaves, e.g. `image` and `image.repository`) is in the first column of the
+//!   values table, and every key in that column exists in values.yaml.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_json::Value;
 
-/// Heading of the README section that documents every CRD.
-const REFERENCE_HEADING: &str = "## Configuration reference";
-/// Heading of the README subsection holding the Helm values table.
-const VALUES_HEADING: &str = "### Chart values";
+/// The resource reference: one `## <kind>` section per CRD.
+const REFERENCE_FILE: &str = "docs/REFERENCE.md";
+/// Its title (the only level-1 heading: the section is the whole file).
+const REFERENCE_HEADING: &str = "# Resource reference";
+/// The install guide, which holds the Helm values table.
+const VALUES_FILE: &str = "docs/INSTALL.md";
+/// Heading of the section holding the Helm values table.
+const VALUES_HEADING: &str = "## Chart values";
 /// (kind, CRD file under crds/): every CRD of `crd::all_crds()`
 /// (`every_crd_has_a_reference_subsection` holds the list to it).
 const KINDS: [(&str, &str); 3] = [
@@ -48,7 +53,8 @@ fn heading_level(line: &str) -> usize {
 }
 
 /// The prose lines (fenced code blocks left out) after the heading line that starts
-/// with `heading`, up to the next heading of the same or a higher level.
+/// with `heading`, up to the next heading of the same or a higher level. Panics when
+/// no line starts with `heading`.
 fn section(text: &str, heading: &str) -> String {
     let level = heading_level(heading);
     let (mut inside, mut in_code, mut found) = (false, false, false);
@@ -72,7 +78,7 @@ fn section(text: &str, heading: &str) -> String {
             (inside, found) = (true, true);
         }
     }
-    assert!(found, "README.md has no heading starting with {heading:?}");
+    assert!(found, "no heading starting with {heading:?}");
     out
 }
 
@@ -148,7 +154,7 @@ fn first_column_spans(text: &str) -> BTreeSet<String> {
 fn assert_same(what: &str, missing: &[&String], unknown: &[&String]) {
     assert!(
         missing.is_empty() && unknown.is_empty(),
-        "{what}:\n  missing from README.md ({}): {missing:?}\n  in README.md but not in the source ({}): {unknown:?}",
+        "{what}:\n  missing from the docs ({}): {missing:?}\n  in the docs but not in the source ({}): {unknown:?}",
         missing.len(),
         unknown.len()
     );
@@ -156,12 +162,11 @@ fn assert_same(what: &str, missing: &[&String], unknown: &[&String]) {
 
 #[test]
 fn configuration_reference_matches_the_crd_schemas() {
-    let readme = read("README.md");
-    let reference = section(&readme, REFERENCE_HEADING);
+    let reference = section(&read(REFERENCE_FILE), REFERENCE_HEADING);
     let mut any_kind = BTreeSet::new();
     for (kind, file) in KINDS {
         any_kind.extend(crd_paths(file));
-        let documented: BTreeSet<String> = code_spans(&section(&reference, &format!("### {kind}")))
+        let documented: BTreeSet<String> = code_spans(&section(&reference, &format!("## {kind}")))
             .into_iter()
             .filter(|s| is_field_path(s))
             .map(str::to_string)
@@ -170,9 +175,7 @@ fn configuration_reference_matches_the_crd_schemas() {
         let missing: Vec<&String> = schema.difference(&documented).collect();
         let unknown: Vec<&String> = documented.difference(&schema).collect();
         assert_same(
-            &format!(
-                "{kind} fields (crds/{file}) vs README.md \"{REFERENCE_HEADING}\" → \"### {kind}\""
-            ),
+            &format!("{kind} fields (crds/{file}) vs {REFERENCE_FILE} \"## {kind}\""),
             &missing,
             &unknown,
         );
@@ -185,28 +188,52 @@ fn configuration_reference_matches_the_crd_schemas() {
         .collect();
     assert!(
         unknown.is_empty(),
-        "README.md \"{REFERENCE_HEADING}\" names fields no CRD has: {unknown:?}"
+        "{REFERENCE_FILE} names fields no CRD has: {unknown:?}"
     );
 }
 
-#[test]
-fn the_whole_readme_names_only_fields_that_exist() {
-    let readme = read("README.md");
-    // Everything under the title (the only level-1 heading), fenced code left out.
-    let prose = section(&readme, "# dlq-operator");
-    assert!(
-        prose.contains(REFERENCE_HEADING),
-        "the title section is the whole README"
-    );
-    let any_kind: BTreeSet<String> = KINDS.iter().flat_map(|(_, f)| crd_paths(f)).collect();
-    let unknown: BTreeSet<&str> = code_spans(&prose)
-        .into_iter()
-        .filter(|s| is_field_path(s) && !any_kind.contains(*s))
+/// README.md and every docs/*.md file, relative to the crate root.
+fn documents() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let mut docs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("docs/: {e}"))
+        .map(|e| {
+            e.expect("docs/ entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
         .collect();
-    assert!(
-        unknown.is_empty(),
-        "README.md names fields no CRD has: {unknown:?}"
-    );
+    docs.sort();
+    docs.insert(0, "README.md".to_string());
+    docs
+}
+
+#[test]
+fn the_readme_and_the_docs_name_only_fields_that_exist() {
+    let any_kind: BTreeSet<String> = KINDS.iter().flat_map(|(_, f)| crd_paths(f)).collect();
+    let docs = documents();
+    assert!(docs.iter().any(|d| d == REFERENCE_FILE), "{docs:?}");
+    for doc in docs {
+        let text = read(&doc);
+        // Everything under the title (the only level-1 heading), fenced code left out.
+        let title = text.lines().next().unwrap_or_default();
+        assert!(
+            title.starts_with("# "),
+            "{doc} does not start with its title"
+        );
+        let prose = section(&text, title);
+        let unknown: BTreeSet<&str> = code_spans(&prose)
+            .into_iter()
+            .filter(|s| is_field_path(s) && !any_kind.contains(*s))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "{doc} names fields no CRD has: {unknown:?}"
+        );
+    }
 }
 
 #[test]
@@ -229,8 +256,7 @@ fn every_crd_has_a_reference_subsection() {
 
 #[test]
 fn values_table_matches_values_yaml() {
-    let readme = read("README.md");
-    let table = first_column_spans(&section(&readme, VALUES_HEADING));
+    let table = first_column_spans(&section(&read(VALUES_FILE), VALUES_HEADING));
     let values: Value =
         serde_yaml_ng::from_str(&read("charts/dlq-operator/values.yaml")).expect("values.yaml");
     let mut keys = BTreeSet::new();
@@ -238,7 +264,9 @@ fn values_table_matches_values_yaml() {
     let missing: Vec<&String> = keys.difference(&table).collect();
     let unknown: Vec<&String> = table.difference(&keys).collect();
     assert_same(
-        &format!("charts/dlq-operator/values.yaml keys vs README.md \"{VALUES_HEADING}\" table"),
+        &format!(
+            "charts/dlq-operator/values.yaml keys vs {VALUES_FILE} \"{VALUES_HEADING}\" table"
+        ),
         &missing,
         &unknown,
     );
@@ -246,11 +274,16 @@ fn values_table_matches_values_yaml() {
 
 #[test]
 fn helpers_find_what_they_should() {
-    let text = "# A\n## Configuration reference\nx `spec.a.b` `spec: {}` `status.c[].d`\n```yaml\n# comment, not a heading\nx: `spec.code`\n```\n### K\n`spec.k`\n## Next\n`spec.z`\n";
-    let reference = section(text, REFERENCE_HEADING);
+    let text = "# A\n## Reference\nx `spec.a.b` `spec: {}` `status.c[].d`\n```yaml\n# comment, not a heading\nx: `spec.code`\n```\n### K\n`spec.k`\n## Next\n`spec.z`\n# B\n`spec.y`\n";
+    let reference = section(text, "## Reference");
     assert!(reference.contains("`spec.k`") && !reference.contains("spec.z"));
     assert!(!reference.contains("spec.code"), "fenced code is not prose");
     assert_eq!(section(&reference, "### K").trim(), "`spec.k`");
+    let whole = section(text, "# A");
+    assert!(
+        whole.contains("spec.z") && !whole.contains("spec.y"),
+        "{whole}"
+    );
     let paths: Vec<&str> = code_spans(&reference)
         .into_iter()
         .filter(|s| is_field_path(s))
