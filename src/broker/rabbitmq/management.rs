@@ -43,7 +43,7 @@ pub struct RequestCounts {
 }
 
 /// An exchange as listed by `GET /api/exchanges/{vhost}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ExchangeInfo {
     /// Name (`""` is the default exchange).
     pub name: String,
@@ -53,7 +53,7 @@ pub struct ExchangeInfo {
 }
 
 /// A queue as listed by `GET /api/queues/{vhost}?columns=…`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct QueueInfo {
     /// Name.
     pub name: String,
@@ -78,7 +78,7 @@ pub struct QueueInfo {
 }
 
 /// A policy as listed by `GET /api/policies/{vhost}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct PolicyInfo {
     /// Name.
     pub name: String,
@@ -98,7 +98,7 @@ pub struct PolicyInfo {
 }
 
 /// A binding as listed by `GET /api/bindings/{vhost}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct BindingInfo {
     /// Source exchange.
     pub source: String,

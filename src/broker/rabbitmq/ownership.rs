@@ -274,6 +274,33 @@ pub fn record_actions(created: usize, updated: usize) -> Vec<Action> {
         .collect()
 }
 
+/// The records of `found` to write for `plan`, in claim order, for the claims `adopted`
+/// accepts: a missing one ([`Outcome::Created`]) or one that names another role
+/// ([`Outcome::Updated`], keeping a dead-letter exchange's `retired` list, e.g. a
+/// dead-letter queue named again after it was retired). A record already as claimed is
+/// not written again. Pure.
+pub fn records_to_write(
+    plan: &DesiredTopology,
+    found: &Found,
+    adopted: impl Fn(&Claim) -> bool,
+) -> Vec<(OwnerRecord, Outcome)> {
+    found
+        .iter()
+        .filter(|(c, _)| adopted(c))
+        .filter_map(|(claim, existing)| {
+            let mut record = claim.record(plan);
+            match existing {
+                Some(e) if e.role == record.role => None,
+                Some(e) => {
+                    record.retired = e.retired.clone();
+                    Some((record, Outcome::Updated))
+                }
+                None => Some((record, Outcome::Created)),
+            }
+        })
+        .collect()
+}
+
 /// A claim of a plan and the record found for it (`None`: no record yet).
 pub type Found = Vec<(Claim, Option<OwnerRecord>)>;
 
@@ -501,15 +528,11 @@ impl RabbitMq {
         adopted: impl Fn(&Claim) -> bool,
     ) -> Result<(usize, usize), BrokerError> {
         let (mut created, mut updated) = (0, 0);
-        for (claim, existing) in found.iter().filter(|(c, _)| adopted(c)) {
-            let mut record = claim.record(plan);
-            match existing {
-                Some(e) if e.role == record.role => continue,
-                Some(e) => {
-                    record.retired = e.retired.clone();
-                    updated += 1;
-                }
-                None => created += 1,
+        for (record, outcome) in records_to_write(plan, found, adopted) {
+            if outcome == Outcome::Created {
+                created += 1;
+            } else {
+                updated += 1;
             }
             self.put_owner_record(&record).await?;
         }
@@ -532,6 +555,32 @@ pub struct ForRemoval {
 }
 
 impl ForRemoval {
+    /// Sorts the records `found` for the claims of `plan`: another owner's (left alone),
+    /// this owner's, the dead-letter queues its dead-letter exchange's record lists as
+    /// `retired` and the tiers its retry exchange's record lists (each queue's own record
+    /// is checked later: [`RabbitMq::ownership_for_removal`],
+    /// [`RabbitMq::release_ownership`]). Pure.
+    pub fn of(plan: &DesiredTopology, found: Found) -> Self {
+        let mut out = ForRemoval::default();
+        for (claim, record) in found {
+            let Some(record) = record else {
+                continue;
+            };
+            if record.owner != plan.owner {
+                out.foreign.push((claim.kind, claim.name));
+                continue;
+            }
+            if claim.kind == EXCHANGE && claim.name == plan.routes.dead_letter_exchange {
+                out.retired = record.retired.clone();
+            }
+            if claim.kind == EXCHANGE && claim.name == plan.routes.retry_exchange {
+                out.retired_tiers = record.retired.clone();
+            }
+            out.own.push((claim.kind, claim.name));
+        }
+        out
+    }
+
     /// Queue `name` belongs to another DeadLetterQueue.
     pub fn foreign_queue(&self, name: &str) -> bool {
         self.foreign.iter().any(|(k, n)| *k == QUEUE && n == name)
@@ -556,26 +605,14 @@ impl RabbitMq {
         &self,
         plan: &DesiredTopology,
     ) -> Result<ForRemoval, BrokerError> {
-        let mut out = ForRemoval::default();
+        let mut found = Vec::new();
         for claim in claims(plan) {
-            let Some(record) = self
+            let record = self
                 .owner_record(&plan.vhost, claim.kind, &claim.name)
-                .await?
-            else {
-                continue;
-            };
-            if record.owner != plan.owner {
-                out.foreign.push((claim.kind, claim.name));
-                continue;
-            }
-            if claim.kind == EXCHANGE && claim.name == plan.routes.dead_letter_exchange {
-                out.retired = record.retired.clone();
-            }
-            if claim.kind == EXCHANGE && claim.name == plan.routes.retry_exchange {
-                out.retired_tiers = record.retired.clone();
-            }
-            out.own.push((claim.kind, claim.name));
+                .await?;
+            found.push((claim, record));
         }
+        let mut out = ForRemoval::of(plan, found);
         // A retired queue counts only while its own record names this resource.
         let mut retired = Vec::new();
         for name in std::mem::take(&mut out.retired) {

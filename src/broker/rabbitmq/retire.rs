@@ -22,9 +22,18 @@ use reqwest::{Method, StatusCode};
 
 use super::management::{encode_segment as enc, BindingInfo, PolicyInfo, QueueInfo};
 use super::ownership::{exchange_with_retired, Found, QUEUE, RETIRED_ROLE};
-use super::{messages_left, RabbitMq, QUORUM_RETAINED};
+use super::RabbitMq;
 use crate::broker::{Action, BrokerError, DeleteOutcome, ObjectKind, Outcome};
 use crate::topology::{policy_name, DesiredTopology};
+
+/// Why an obsolete quorum tier queue is kept.
+const QUORUM_RETAINED: &str = "unbound, so no new retries enter it; its messages still return to the source queue. Kept because RabbitMQ cannot delete a quorum queue only-if-empty: delete it once its depth is 0";
+
+/// "N message(s) left" for a draining tier queue.
+fn messages_left(n: u64) -> String {
+    let plural = if n == 1 { "" } else { "s" };
+    format!("{n} message{plural} left; removed once empty")
+}
 
 /// Columns read of a binding.
 const BINDING_COLUMNS: &str =
