@@ -680,6 +680,37 @@ fn a_signal_ends_a_command_blocked_reading_its_manifests() {
     assert_names(&t, &["interrupted before any message was read"]);
 }
 
+/// SIGHUP (the terminal of the command closed) stops a `dlq` command like SIGINT and
+/// SIGTERM do: it ends cleanly with "interrupted before any message was read" and exit 1,
+/// for each of the three commands, instead of being killed by the signal's default action
+/// (no exit code, a held message returned by the broker as one more delivery).
+#[cfg(unix)]
+#[test]
+fn a_hangup_stops_each_dlq_command_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("blocked.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success(), "mkfifo");
+    let fifo = fifo.to_str().expect("a UTF-8 temp path");
+    let commands: [&[&str]; 3] = [
+        &["inspect"],
+        &["replay"],
+        &["purge", "--older-than", "1d", "--yes"],
+    ];
+    for command in commands {
+        let mut args = vec!["dlq"];
+        args.extend_from_slice(command);
+        args.extend_from_slice(&["--standalone", "-f", fifo, "--name", "d"]);
+        let out = signal_while_it_waits(&args, "-HUP", &format!("{command:?} on the FIFO"));
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{command:?}: {t}");
+        assert_names(&t, &["interrupted before any message was read"]);
+    }
+}
+
 /// A multiplier far beyond its range (`1e308`) is named as too large, in a number a
 /// person reads (not 309 digits), with the valid range; NaN and small ones likewise.
 #[test]
