@@ -23,9 +23,11 @@
 //!   unbound and retained (see docs/ARCHITECTURE.md), never deleted by the operator.
 
 pub mod amqp;
+pub mod dead_letters;
 pub mod management;
 pub mod ownership;
 mod retire;
+mod seam;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +38,7 @@ pub use management::RequestCounts;
 use management::{
     encode_segment as enc, BindingInfo, ExchangeInfo, ManagementClient, PolicyInfo, QueueInfo,
 };
+pub use seam::RabbitMqFactory;
 
 use crate::broker::{
     Action, ApplyReport, Broker, BrokerConnection, BrokerError, DeleteOutcome, ObjectKind, Outcome,
