@@ -13,7 +13,9 @@ use crate::dlq::replay::{
 };
 use crate::dlq::{release_for, DeadLetter, Release};
 
-/// What the scan does after waiting for a delivery.
+/// What the scan does after waiting for a delivery (short-lived: one per message, never
+/// stored).
+#[allow(clippy::large_enum_variant)]
 enum Read {
     /// A message to decide on.
     Message(Delivery),
