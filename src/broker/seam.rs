@@ -33,7 +33,9 @@ use crate::dlq::route::ExchangeRoute;
 use crate::dlq::Inspection;
 use crate::topology::DesiredTopology;
 
-/// What the reconcile core needs from a broker.
+/// What the reconcile core needs from a broker, in native async form (not object-safe):
+/// `RabbitMq` implements it and `reconcile::apply` takes it; [`BrokerTopology`] is the
+/// object-safe form drivers hold, which the RabbitMQ client implements by delegating here.
 #[allow(async_fn_in_trait)]
 pub trait Broker {
     /// Applies a plan: refuses it when another DeadLetterQueue owns one of its names
@@ -44,7 +46,7 @@ pub trait Broker {
     ///
     /// # Errors
     /// Transport, authentication and vhost errors, [`BrokerError::NameOwned`] for another
-    /// owner's name; per-object problems are reported as [`Outcome`]s in the
+    /// owner's name; per-object problems are reported as [`Outcome`](super::Outcome)s in the
     /// [`ApplyReport`] instead.
     async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError>;
 

@@ -36,7 +36,7 @@ pub struct Inspection {
     pub oldest_age_ms: Option<u64>,
     /// Age of the newest message, ms.
     pub newest_age_ms: Option<u64>,
-    /// Messages given back by [`Release::Rotate`] (moved to the tail, not lost).
+    /// Messages given back by [`Release::Rotate`](super::Release::Rotate) (moved to the tail, not lost).
     pub rotated: u64,
     /// The first messages read, up to the sample size.
     pub sample: Vec<DeadLetter>,

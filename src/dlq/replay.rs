@@ -3,14 +3,14 @@
 //! Each dead-letter queue is read by a consumer (manual acknowledgements, a prefetch
 //! window of [`PREFETCH`]) until the messages there at the start are read. A message the
 //! [`Filter`] takes is published — a copy with the retry state reset and the replay
-//! stamped ([`replay_properties`]) — with `mandatory` and a publisher confirm, and the
+//! stamped ([`replay_properties`](super::replay_properties)) — with `mandatory` and a publisher confirm, and the
 //! original is acked only after the broker confirmed the copy: a crash in between leaves
 //! a duplicate, never a loss (at-least-once; consumers deduplicate on `message_id` +
 //! `dlq-replay-id`). Up to [`CONFIRM_WINDOW`] copies are in flight at once, in batches of
 //! [`CHECKPOINT_BATCH`] with an [`Observer::checkpoint`] before each; a crash duplicates
 //! at most [`crash_bound`] copies (`max_in_flight`, 1,000 by default). Every other message
 //! is held unacknowledged like [`super::browse::inspect`] holds it, and given back at the
-//! end by the inspection rule ([`release_for`]): skipped and failed ones stay in the
+//! end by the inspection rule ([`release_for`](super::release_for)): skipped and failed ones stay in the
 //! dead-letter queue. Held messages fill the prefetch window; when they fill half of it,
 //! the consumer is cancelled and a new one started — RabbitMQ keeps a cancelled
 //! consumer's unacknowledged messages with the channel (checked on 3.10.8 for classic and

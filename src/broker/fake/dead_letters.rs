@@ -29,14 +29,14 @@ use crate::dlq::{release_for, replay_properties, DeadLetter, Inspection, Release
 use crate::topology::DesiredTopology;
 
 /// The messages of one dead-letter queue while an operation holds them.
-struct Taken {
+pub(super) struct Taken {
     vhost: String,
     queue: String,
     limits: QueueLimits,
     /// Not read yet, in queue order.
-    unread: VecDeque<Message>,
+    pub(super) unread: VecDeque<Message>,
     /// Read and given back: to the head, in read order.
-    requeue: Vec<Message>,
+    pub(super) requeue: Vec<Message>,
     /// Copies of rotated messages: to the tail.
     rotated: Vec<Message>,
     /// The broker refuses publishes to this queue (a rotation fails).
@@ -113,7 +113,12 @@ impl State {
 
 impl FakeBroker {
     /// Takes every message of `queue` out (the queue was looked up already).
-    fn take(&self, vhost: &str, queue: &str, limits: QueueLimits) -> Result<Taken, BrokerError> {
+    pub(super) fn take(
+        &self,
+        vhost: &str,
+        queue: &str,
+        limits: QueueLimits,
+    ) -> Result<Taken, BrokerError> {
         let mut s = self.lock();
         s.call()?;
         let q = s
@@ -133,7 +138,7 @@ impl FakeBroker {
     }
 
     /// Puts back what `taken` kept (module doc: the order, and the delivery counts).
-    fn give_back(&self, taken: Taken) {
+    pub(super) fn give_back(&self, taken: Taken) {
         let mut s = self.lock();
         let Some(q) = s.queue_mut(&taken.vhost, &taken.queue) else {
             return;

@@ -10,7 +10,7 @@
 //! keeps a clone to set up and look at the state while a driver holds the client
 //! ([`BrokerFactory::client`] hands out clones).
 //!
-//! Rules kept (module [`topology`] and [`dead_letters`] say how):
+//! Rules kept (its modules `topology` and `dead_letters` say how):
 //! - `apply` refuses a plan with a name another owner's record holds (nothing written),
 //!   records the names it adopts, declares what is missing, rewrites an operator policy
 //!   that differs, reports a queue of another type or with other arguments and an exchange

@@ -26,16 +26,23 @@ const HOUR: u64 = 3_600_000;
 
 /// The plan of DeadLetterQueue `default/<source>` (one retry tier of 1 s).
 fn plan(source: &str) -> DesiredTopology {
+    plan_with(json!({"queue": source}), "1s")
+}
+
+/// The plan of DeadLetterQueue `default/<source>` for `spec.source` `source` with one
+/// retry tier of `tier`.
+fn plan_with(source: serde_json::Value, tier: &str) -> DesiredTopology {
+    let name = source["queue"].as_str().unwrap_or_default().to_string();
     let spec: crate::crd::DeadLetterQueueSpec = serde_json::from_value(json!({
         "broker": {"secretRef": {"name": "s"}},
-        "source": {"queue": source},
+        "source": source,
         "retryPolicyRef": {"name": "p"},
     }))
     .expect("spec");
     let rp: crate::crd::RetryPolicySpec =
-        serde_json::from_value(json!({"maxRetries": 1, "tiers": ["1s"]})).expect("policy");
+        serde_json::from_value(json!({"maxRetries": 1, "tiers": [tier]})).expect("policy");
     let policy = crate::backoff::ResolvedPolicy::from_spec(&rp).expect("resolved");
-    crate::topology::plan(&format!("default/{source}"), &spec, &policy)
+    crate::topology::plan(&format!("default/{name}"), &spec, &policy)
 }
 
 /// A dead letter of `source` with error class `class`, failed `age_ms` before [`NOW`].
@@ -167,6 +174,50 @@ async fn apply_leaves_a_conflicting_queue_alone_and_refuses_another_owners_names
         missing.apply(&elsewhere).await,
         Err(BrokerError::NotFound { .. })
     ));
+}
+
+#[tokio::test]
+async fn an_obsolete_retry_tier_is_unbound_drained_then_deleted() {
+    let broker = FakeBroker::new();
+    let source = json!({"queue": "orders", "queueType": "Classic"});
+    broker
+        .apply(&plan_with(source.clone(), "1s"))
+        .await
+        .expect("apply");
+    broker.publish(
+        "/",
+        "",
+        "orders.retry.1s",
+        Message::new(Headers::new(), b"r"),
+    );
+    let new = plan_with(source, "2s");
+    let report = broker.apply(&new).await.expect("apply");
+    let old = report
+        .find(ObjectKind::Queue, "orders.retry.1s")
+        .expect("old tier");
+    assert!(
+        matches!(&old.outcome, Outcome::Draining(why) if why.contains("1 message")),
+        "{report}"
+    );
+    assert!(report.is_ready(), "draining does not block readiness");
+    let v = broker.vhost("/").expect("vhost");
+    assert!(
+        !v.bindings.iter().any(|b| b.queue == "orders.retry.1s"),
+        "unbound"
+    );
+    broker
+        .lock()
+        .queue_mut("/", "orders.retry.1s")
+        .expect("tier")
+        .messages
+        .clear();
+    let report = broker.apply(&new).await.expect("apply");
+    let old = report
+        .find(ObjectKind::Queue, "orders.retry.1s")
+        .expect("old tier");
+    assert_eq!(old.outcome, Outcome::Deleted);
+    assert!(broker.queue("/", "orders.retry.1s").is_none());
+    assert!(broker.queue("/", "orders.retry.2s").is_some());
 }
 
 #[tokio::test]
@@ -348,8 +399,20 @@ async fn inspecting_a_quorum_queue_near_its_delivery_limit_never_drops_a_message
     let mut left = ids(&broker, "orders.dlq");
     left.sort();
     assert_eq!(left, ["a", "b"], "none lost, none duplicated");
-    // Without the rule a return past the limit drops the message: the fake counts it.
-    assert!(crate::dlq::release_for(true, Some(3), 2) == crate::dlq::Release::Rotate);
+    // Without the rule, a return past the limit drops the message, as RabbitMQ does.
+    let limits = broker
+        .lock()
+        .queue_limits("/", "orders.dlq")
+        .expect("limits");
+    assert_eq!(limits.delivery_limit, Some(3));
+    let mut taken = broker.take("/", "orders.dlq", limits).expect("take");
+    let mut m = taken.unread.pop_front().expect("a message");
+    let headers = m.properties.headers.get_or_insert_with(Default::default);
+    headers.insert("x-delivery-count".into(), HeaderValue::I64(3));
+    taken.requeue.push(m);
+    broker.give_back(taken);
+    assert_eq!(broker.dropped("/", "orders.dlq"), 1);
+    assert_eq!(ids(&broker, "orders.dlq").len(), 1);
 }
 
 #[tokio::test]
