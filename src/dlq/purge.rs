@@ -1,18 +1,17 @@
 //! `dlq purge`: removes only the dead-lettered messages a filter takes (the CLI requires
 //! `--older-than`), read like inspection reads (held until the end); every other message
-//! goes back by the inspection rule ([`super::release_for`]).
+//! goes back by the inspection rule ([`super::release_for`]). The RabbitMQ engine is
+//! `broker::rabbitmq::dead_letters::purge`; the per-message decision is
+//! [`PurgeReport::take`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
-use lapin::options::{BasicAckOptions, BasicGetOptions};
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
-use super::browse::{guard, keep, open_for_reading, prepare_channel, requeue_all, Access, Held};
 use super::filter::Filter;
 use super::DeadLetter;
-use crate::broker::rabbitmq::amqp::map_error;
-use crate::broker::rabbitmq::RabbitMq;
-use crate::broker::{BrokerConnection, BrokerError};
+use crate::broker::{BrokerConnection, BrokerError, DeadLetterOps};
 use crate::topology::DesiredTopology;
 
 /// The purge report.
@@ -38,8 +37,40 @@ pub struct PurgeReport {
     pub unknown_age: u64,
 }
 
+impl PurgeReport {
+    /// The empty report of a purge of `topology`'s dead-letter queues.
+    pub fn start(topology: &DesiredTopology, dry_run: bool) -> Self {
+        PurgeReport {
+            resource: topology.owner.clone(),
+            dry_run,
+            ..PurgeReport::default()
+        }
+    }
+
+    /// Counts `letter` (read at `now_ms`, ms since epoch) and says whether to remove it:
+    /// `true` when `filter` takes it and this is no dry run. The caller removes it and
+    /// then counts it with [`PurgeReport::removed_one`]; any other message it gives back.
+    pub fn take(&mut self, letter: &DeadLetter, filter: &Filter, now_ms: u64) -> bool {
+        self.scanned += 1;
+        if letter.dead_lettered_at_ms.is_none() {
+            self.unknown_age += 1;
+        }
+        if filter.matches(letter, now_ms) {
+            self.matched += 1;
+            return !self.dry_run;
+        }
+        false
+    }
+
+    /// Counts a message removed.
+    pub fn removed_one(&mut self) {
+        self.removed += 1;
+    }
+}
+
 /// Removes the messages of `topology`'s dead-letter queues that `filter` takes (none with
-/// `dry_run`). `stop` is checked before each message.
+/// `dry_run`) on the broker of `conn` (RabbitMQ, [`crate::broker::default_factory`]).
+/// `stop` is checked before each message ([`super::with_stop_flag`]).
 ///
 /// # Errors
 /// [`BrokerError::NotFound`] for a missing dead-letter queue (every one is looked up
@@ -72,75 +103,28 @@ pub async fn purge_into(
     stop: &AtomicBool,
     report: &mut PurgeReport,
 ) -> Result<(), BrokerError> {
-    let broker = RabbitMq::new(conn)?;
-    *report = PurgeReport {
-        resource: topology.owner.clone(),
-        dry_run,
-        ..PurgeReport::default()
-    };
-    // Every dead-letter queue looked up first: a missing one is an error before anything
-    // is removed.
-    let Some((queues, connection)) =
-        open_for_reading(conn, &broker, topology, Access::Write, stop).await?
-    else {
-        report.interrupted = true;
-        return Ok(());
-    };
-    let amqp = |e: lapin::Error| map_error(conn, &e);
-    let result = async {
-        for (queue, limits) in queues {
-            if stop.load(Ordering::SeqCst) {
-                report.interrupted = true;
-                break;
-            }
-            let facts = (limits.quorum, limits.delivery_limit);
-            let ch = connection.create_channel().await.map_err(amqp)?;
-            let count = prepare_channel(&ch, queue).await.map_err(amqp)?;
-            guard(queue, &limits, count)?;
-            report.total += count;
-            let mut requeue = Vec::new();
-            for _ in 0..count {
-                if stop.load(Ordering::SeqCst) {
-                    report.interrupted = true;
-                    break;
-                }
-                let Some(m) = ch
-                    .basic_get(queue.into(), BasicGetOptions { no_ack: false })
-                    .await
-                    .map_err(amqp)?
-                else {
-                    break;
-                };
-                let d = &m.delivery;
-                let letter = DeadLetter::read(queue, &d.properties, &d.data, 0);
-                report.scanned += 1;
-                if letter.dead_lettered_at_ms.is_none() {
-                    report.unknown_age += 1;
-                }
-                if filter.matches(&letter, now_ms) {
-                    report.matched += 1;
-                    if !dry_run {
-                        ch.basic_ack(d.delivery_tag, BasicAckOptions::default())
-                            .await
-                            .map_err(amqp)?;
-                        report.removed += 1;
-                        continue;
-                    }
-                }
-                let held = Held {
-                    tag: d.delivery_tag,
-                    count: letter.delivery_count,
-                    properties: &d.properties,
-                    body: &d.data,
-                };
-                keep(conn, &ch, queue, facts, held, &mut requeue).await?;
-            }
-            requeue_all(&ch, requeue).await.map_err(amqp)?;
-            let _ = ch.close(200, "purged".into()).await;
-        }
-        Ok(())
-    }
-    .await;
-    let _ = connection.close(200, "bye".into()).await;
-    result
+    let client = crate::broker::default_factory().client(conn)?;
+    super::with_stop_flag(stop, |cancel| async move {
+        let broker = client.as_ref();
+        purge_with(broker, topology, filter, dry_run, now_ms, &cancel, report).await
+    })
+    .await
+}
+
+/// [`purge_into`] on any broker client, stopped by `cancel`.
+///
+/// # Errors
+/// As [`DeadLetterOps::purge`].
+pub async fn purge_with(
+    broker: &dyn DeadLetterOps,
+    topology: &DesiredTopology,
+    filter: &Filter,
+    dry_run: bool,
+    now_ms: u64,
+    cancel: &CancellationToken,
+    report: &mut PurgeReport,
+) -> Result<(), BrokerError> {
+    broker
+        .purge(topology, filter, dry_run, now_ms, cancel, report)
+        .await
 }

@@ -6,9 +6,10 @@
 //! The routing keys of a publish are its routing key plus the `CC` and `BCC` headers'
 //! strings, which the copy keeps (RabbitMQ docs, "Sender-selected Distribution": arrays of
 //! longstr, added to the routing key). The destinations of each key are read from the
-//! exchange's bindings (`GET /api/exchanges/{vhost}/{name}` and
-//! `…/bindings/source` of the management API) with the rules of the built-in exchange
-//! types (RabbitMQ docs, "Exchanges"; AMQP 0-9-1 spec §3.1.3):
+//! exchange's type and bindings ([`DeadLetterOps::exchange_route`]; on RabbitMQ
+//! `GET /api/exchanges/{vhost}/{name}` and `…/bindings/source` of the management API)
+//! with the rules of the built-in exchange types (RabbitMQ docs, "Exchanges"; AMQP 0-9-1
+//! spec §3.1.3):
 //! - the default exchange (`""`): the queue named by the key;
 //! - `direct`: bindings whose key equals the routing key;
 //! - `fanout`: every binding;
@@ -26,22 +27,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lapin::types::{AMQPValue, FieldTable};
 use serde::Deserialize;
 
-use crate::broker::rabbitmq::management::{encode_segment as enc, ManagementClient};
-use crate::broker::BrokerError;
+use crate::broker::message::{HeaderValue, Headers};
+use crate::broker::{BrokerError, DeadLetterOps};
 use crate::printable::{shown, PREVIEW_BYTES};
 
-/// An exchange as `GET /api/exchanges/{vhost}/{name}` describes it (the fields used).
-#[derive(Debug, Clone, Deserialize)]
-struct ExchangeRecord {
-    /// `direct`, `fanout`, `topic`, `headers`, or a plugin's type.
-    #[serde(rename = "type")]
-    kind: String,
-}
-
-/// A binding as `GET /api/exchanges/{vhost}/{name}/bindings/source` lists it.
+/// A binding of an exchange as a source (on RabbitMQ, as
+/// `GET /api/exchanges/{vhost}/{name}/bindings/source` lists it).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Binding {
     /// The queue or exchange bound.
@@ -53,11 +46,13 @@ pub struct Binding {
     pub routing_key: String,
 }
 
-/// An exchange's type and its bindings as a source.
-#[derive(Debug, Clone)]
-struct Exchange {
-    kind: String,
-    bindings: Vec<Binding>,
+/// An exchange's type and its bindings as a source: what [`destinations`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangeRoute {
+    /// `direct`, `fanout`, `topic`, `headers`, or a plugin's type.
+    pub kind: String,
+    /// Its bindings as a source.
+    pub bindings: Vec<Binding>,
 }
 
 /// Whether a topic exchange's binding key `pattern` matches `routing_key`: both split into
@@ -136,22 +131,15 @@ pub fn destinations(
 ///
 /// # Errors
 /// A `CC` or `BCC` header that is not an array.
-pub fn routing_keys(
-    routing_key: &str,
-    headers: Option<&FieldTable>,
-) -> Result<Vec<String>, String> {
+pub fn routing_keys(routing_key: &str, headers: Option<&Headers>) -> Result<Vec<String>, String> {
     let mut keys = vec![routing_key.to_string()];
     for name in ["CC", "BCC"] {
-        match headers.and_then(|h| h.inner().get(name)) {
+        match headers.and_then(|h| h.get(name)) {
             None => {}
-            Some(AMQPValue::FieldArray(a)) => {
-                keys.extend(a.as_slice().iter().filter_map(|v| match v {
-                    AMQPValue::LongString(s) => {
-                        Some(String::from_utf8_lossy(s.as_bytes()).into_owned())
-                    }
-                    _ => None,
-                }))
-            }
+            Some(HeaderValue::Array(a)) => keys.extend(a.iter().filter_map(|v| match v {
+                HeaderValue::LongString(s) => Some(String::from_utf8_lossy(s).into_owned()),
+                _ => None,
+            })),
             Some(_) => return Err(format!("its {name} header is not an array of routing keys")),
         }
     }
@@ -188,8 +176,9 @@ pub fn only_source(queues: &BTreeSet<String>, source: &str) -> Result<(), String
 /// Routes resolved during one replay, per (exchange, routing key), and the exchanges read.
 #[derive(Debug, Default)]
 pub struct Routes {
-    /// Exchange name → its record (`Err`: why it cannot be used, e.g. it does not exist).
-    exchanges: BTreeMap<String, Result<Exchange, String>>,
+    /// Exchange name → its type and bindings (`Err`: why it cannot be used, e.g. it does
+    /// not exist).
+    exchanges: BTreeMap<String, Result<ExchangeRoute, String>>,
     /// (exchange, routing key) → the queues it reaches, or why that is not known.
     routes: BTreeMap<(String, String), Result<BTreeSet<String>, String>>,
 }
@@ -197,17 +186,18 @@ pub struct Routes {
 impl Routes {
     /// Whether a copy published to `exchange` with `routing_key` and `headers` (the copy's)
     /// reaches the queue `source` of `vhost` and no other: `Ok(Ok(()))` to publish,
-    /// `Ok(Err(why))` to skip it (module doc). Reads the exchange through `mgmt` once per
+    /// `Ok(Err(why))` to skip it (module doc). Reads the exchange through `broker` once per
     /// replay.
     ///
     /// # Errors
-    /// The management API's transport, authentication or API errors (a 404 is a skip).
+    /// The broker's transport, authentication or API errors (a missing exchange is a
+    /// skip).
     pub async fn check(
         &mut self,
-        mgmt: &ManagementClient,
+        broker: &dyn DeadLetterOps,
         vhost: &str,
         (exchange, routing_key): (&str, &str),
-        headers: Option<&FieldTable>,
+        headers: Option<&Headers>,
         source: &str,
     ) -> Result<Result<(), String>, BrokerError> {
         let keys = match routing_keys(routing_key, headers) {
@@ -216,7 +206,7 @@ impl Routes {
         };
         let mut all = BTreeSet::new();
         for key in keys {
-            match self.destinations_of(mgmt, vhost, exchange, &key).await? {
+            match self.destinations_of(broker, vhost, exchange, &key).await? {
                 Ok(queues) => all.extend(queues),
                 Err(why) => return Ok(Err(why)),
             }
@@ -227,7 +217,7 @@ impl Routes {
     /// The queues `exchange` routes `key` to (cached), or why that is not known.
     async fn destinations_of(
         &mut self,
-        mgmt: &ManagementClient,
+        broker: &dyn DeadLetterOps,
         vhost: &str,
         exchange: &str,
         key: &str,
@@ -240,7 +230,7 @@ impl Routes {
             // The default exchange: the queue named by the key.
             Ok(BTreeSet::from([key.to_string()]))
         } else {
-            match self.exchange(mgmt, vhost, exchange).await? {
+            match self.exchange(broker, vhost, exchange).await? {
                 Ok(x) => destinations(&x.kind, &x.bindings, key),
                 Err(why) => Err(why),
             }
@@ -252,31 +242,17 @@ impl Routes {
     /// Exchange `name` of `vhost` and its bindings (cached), or why it cannot be used.
     async fn exchange(
         &mut self,
-        mgmt: &ManagementClient,
+        broker: &dyn DeadLetterOps,
         vhost: &str,
         name: &str,
-    ) -> Result<Result<Exchange, String>, BrokerError> {
+    ) -> Result<Result<ExchangeRoute, String>, BrokerError> {
         if let Some(known) = self.exchanges.get(name) {
             return Ok(known.clone());
         }
-        let path = format!("exchanges/{}/{}", enc(vhost), enc(name));
-        let what = format!("exchange {name:?} in vhost {vhost:?}");
-        let read = match mgmt.get_json::<ExchangeRecord>(&path, &what).await {
-            Ok(record) => {
-                let bindings: Vec<Binding> = mgmt
-                    .get_json(&format!("{path}/bindings/source"), &what)
-                    .await?;
-                Ok(Exchange {
-                    kind: record.kind,
-                    bindings,
-                })
-            }
-            Err(BrokerError::NotFound { .. }) => Err(format!(
-                "exchange \"{}\" does not exist",
-                shown(name, PREVIEW_BYTES)
-            )),
-            Err(e) => return Err(e),
-        };
+        let read = broker
+            .exchange_route(vhost, name)
+            .await?
+            .ok_or_else(|| format!("exchange \"{}\" does not exist", shown(name, PREVIEW_BYTES)));
         self.exchanges.insert(name.to_string(), read.clone());
         Ok(read)
     }
@@ -285,7 +261,6 @@ impl Routes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lapin::types::{FieldArray, LongString, ShortString};
 
     fn to(queue: &str, key: &str) -> Binding {
         Binding {
@@ -369,29 +344,21 @@ mod tests {
 
     #[test]
     fn cc_and_bcc_add_routing_keys() {
-        let mut h = FieldTable::default();
+        let mut h = Headers::new();
         assert_eq!(routing_keys("k", Some(&h)), Ok(vec!["k".to_string()]));
         h.insert(
-            ShortString::from("CC"),
-            AMQPValue::FieldArray(FieldArray::from(vec![
-                AMQPValue::LongString(LongString::from("c1")),
-                AMQPValue::LongLongInt(3),
-            ])),
+            "CC".into(),
+            HeaderValue::Array(vec![HeaderValue::text("c1"), HeaderValue::I64(3)]),
         );
         h.insert(
-            ShortString::from("BCC"),
-            AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::LongString(
-                LongString::from("b1"),
-            )])),
+            "BCC".into(),
+            HeaderValue::Array(vec![HeaderValue::text("b1")]),
         );
         assert_eq!(
             routing_keys("k", Some(&h)),
             Ok(vec!["k".to_string(), "c1".to_string(), "b1".to_string()])
         );
-        h.insert(
-            ShortString::from("CC"),
-            AMQPValue::LongString(LongString::from("c1")),
-        );
+        h.insert("CC".into(), HeaderValue::text("c1"));
         assert!(routing_keys("k", Some(&h)).is_err());
         assert_eq!(routing_keys("k", None), Ok(vec!["k".to_string()]));
     }

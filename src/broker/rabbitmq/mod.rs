@@ -37,6 +37,7 @@
 //!   module `limits`: [`QueueLimits`] and the delivery-limit rules of each version.
 
 pub mod amqp;
+pub mod dead_letters;
 mod diff;
 mod execute;
 mod limits;
@@ -45,6 +46,7 @@ pub mod ownership;
 mod patterns;
 mod remove;
 mod retire;
+mod seam;
 mod snapshot;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -55,6 +57,7 @@ pub use limits::{effective_delivery_limit, QueueLimits};
 pub use management::RequestCounts;
 use management::{encode_segment as enc, ManagementClient, QueueInfo};
 pub use patterns::{json_equal, pattern_matches};
+pub use seam::RabbitMqFactory;
 pub use snapshot::Snapshot;
 
 use crate::broker::{
