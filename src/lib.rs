@@ -22,6 +22,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod monitor;
 pub mod nesting;
+pub mod ownership;
 pub mod printable;
 pub mod reconcile;
 pub mod serve;
