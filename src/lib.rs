@@ -25,6 +25,7 @@ pub mod nesting;
 pub mod ownership;
 pub mod printable;
 pub mod reconcile;
+pub mod resolve;
 pub mod serve;
 pub mod standalone;
 pub mod topology;
