@@ -8,9 +8,11 @@
 //! `/metrics/detailed?family=queue_coarse_metrics`: see docs/ARCHITECTURE.md
 //! ("Depth collection") for the figures measured on RabbitMQ 3.10.8.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 
-use crate::broker::QueueDepth;
+use crate::broker::rabbitmq::RabbitMq;
+use crate::broker::{BrokerError, QueueDepth};
 use crate::crd::DepthStatus;
 use crate::metrics::{Metrics, QueueSample};
 use crate::monitor::{AlertState, Evaluation, Evaluator, Params};
@@ -221,6 +223,192 @@ impl Collector {
     }
 }
 
+/// One listing of a vhost's queue depths: every queue by name, or why it failed.
+pub type Listing = Result<BTreeMap<String, QueueDepth>, BrokerError>;
+
+/// Where a poll lists a vhost's queue depths: a broker client.
+pub trait DepthSource {
+    /// Depths of every queue of `vhost`, by name, in one listing that covers `required`
+    /// (the queues the poll will judge).
+    ///
+    /// # Errors
+    /// Transport, authentication and vhost errors ([`BrokerError`]).
+    fn depths_covering(
+        &self,
+        vhost: &str,
+        required: &BTreeSet<String>,
+    ) -> impl Future<Output = Listing> + Send;
+}
+
+/// [`RabbitMq::queue_depths_covering`]: the `rabbitmq_prometheus` answer when it is
+/// complete, the management API otherwise.
+impl DepthSource for RabbitMq {
+    fn depths_covering(
+        &self,
+        vhost: &str,
+        required: &BTreeSet<String>,
+    ) -> impl Future<Output = Listing> + Send {
+        self.queue_depths_covering(vhost, required)
+    }
+}
+
+impl<T: DepthSource + Sync> DepthSource for &T {
+    fn depths_covering(
+        &self,
+        vhost: &str,
+        required: &BTreeSet<String>,
+    ) -> impl Future<Output = Listing> + Send {
+        (**self).depths_covering(vhost, required)
+    }
+}
+
+impl<T: DepthSource + Send + Sync> DepthSource for std::sync::Arc<T> {
+    fn depths_covering(
+        &self,
+        vhost: &str,
+        required: &BTreeSet<String>,
+    ) -> impl Future<Output = Listing> + Send {
+        (**self).depths_covering(vhost, required)
+    }
+}
+
+/// One DeadLetterQueue of a polled group.
+#[derive(Debug, Clone, Copy)]
+pub struct Member<'a> {
+    /// `namespace/name`.
+    pub key: &'a str,
+    /// Its planned topology.
+    pub topology: &'a DesiredTopology,
+    /// Its backlog evaluator's parameters (`spec.monitoring`).
+    pub params: &'a Params,
+}
+
+/// The DeadLetterQueues on one broker and vhost, polled with one listing.
+#[derive(Debug, Clone)]
+pub struct Group<'a, B> {
+    /// The broker client that lists the depths.
+    pub broker: B,
+    /// The vhost.
+    pub vhost: &'a str,
+    /// The real spacing of this group's polls in ms (the interval, or longer when a poll
+    /// was late): each member's evaluator takes at least this as its interval, so its gap
+    /// tolerance counts missed polls, not slow ones.
+    pub spacing_ms: u64,
+    /// The resources, each polled once.
+    pub members: Vec<Member<'a>>,
+}
+
+/// What one poll says of one member whose depths were read.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// The member's queues in the listing.
+    pub observed: Observed,
+    /// The backlog evaluation.
+    pub eval: Evaluation,
+    /// The alert state before it.
+    pub before: AlertState,
+}
+
+/// What one poll says of one member.
+#[derive(Debug, Clone)]
+pub enum Reading {
+    /// The depths were read, evaluated and recorded in the metrics.
+    Observed(Box<Recorded>),
+    /// The listing failed: the member's series were removed ([`Collector::unknown`]).
+    Unknown,
+}
+
+/// One group's poll: its listing, and a [`Reading`] per member (in member order).
+#[derive(Debug)]
+pub struct GroupPoll {
+    /// The listing.
+    pub depths: Listing,
+    /// The members' readings.
+    pub readings: Vec<Reading>,
+}
+
+/// The queues the members of a group plan: what its listing must cover.
+pub fn required_queues(members: &[Member<'_>]) -> BTreeSet<String> {
+    members
+        .iter()
+        .flat_map(|m| m.topology.queues.iter().map(|q| q.name.clone()))
+        .collect()
+}
+
+/// Polls the depths of every group with one listing each ([`DepthSource::depths_covering`],
+/// at most `concurrency` at a time), then feeds `collector` with every member's reading,
+/// in group and member order ([`Collector::record_listing`]). `now_ms` (ms since the Unix
+/// epoch) dates every sample: the start of the poll, so the samples' spacing is the
+/// polls'. `resume` gives the evaluator a member starts with when the collector has none
+/// (e.g. resumed from status after a restart; `None`: a new one).
+///
+/// Returns each group's poll, in `groups` order. A failed listing is not an error: its
+/// members' readings are [`Reading::Unknown`].
+pub async fn poll<B: DepthSource>(
+    collector: &mut Collector,
+    groups: &[Group<'_, B>],
+    now_ms: u64,
+    concurrency: usize,
+    mut resume: impl FnMut(&str, &Params) -> Option<Evaluator>,
+) -> Vec<GroupPoll> {
+    use futures::StreamExt;
+    let mut listings: Vec<(usize, Listing)> = futures::stream::iter(groups.iter().enumerate())
+        .map(|(i, g)| async move {
+            let required = required_queues(&g.members);
+            (i, g.broker.depths_covering(g.vhost, &required).await)
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    listings.sort_by_key(|(i, _)| *i);
+    listings
+        .into_iter()
+        .zip(groups)
+        .map(|((_, depths), g)| GroupPoll {
+            readings: collector.record_listing(g, &depths, now_ms, &mut resume),
+            depths,
+        })
+        .collect()
+}
+
+impl Collector {
+    /// Records one listing of `group` for each member: its queues' depths ([`observe`])
+    /// and the evaluation ([`Collector::record`], with the member's interval raised to
+    /// [`Group::spacing_ms`]), or, when the listing failed, [`Collector::unknown`]. A
+    /// member without an evaluator starts with `resume`'s, if it gives one.
+    pub fn record_listing<B>(
+        &mut self,
+        group: &Group<'_, B>,
+        depths: &Listing,
+        now_ms: u64,
+        resume: &mut impl FnMut(&str, &Params) -> Option<Evaluator>,
+    ) -> Vec<Reading> {
+        let mut readings = Vec::with_capacity(group.members.len());
+        for m in &group.members {
+            let Ok(depths) = depths else {
+                self.unknown(m.key);
+                readings.push(Reading::Unknown);
+                continue;
+            };
+            let observed = observe(m.topology, depths);
+            let mut params = m.params.clone();
+            params.interval_ms = params.interval_ms.max(group.spacing_ms);
+            if !self.contains(m.key) {
+                if let Some(evaluator) = resume(m.key, &params) {
+                    self.insert(m.key, evaluator);
+                }
+            }
+            let (eval, before) = self.record(m.key, &params, &observed, now_ms);
+            readings.push(Reading::Observed(Box::new(Recorded {
+                observed,
+                eval,
+                before,
+            })));
+        }
+        readings
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,5 +524,101 @@ spec:
         assert_eq!(c.len(), 1, "the evaluator outlives an unknown poll");
         c.retain(|k| k != "shop/orders");
         assert!(c.is_empty());
+    }
+
+    /// A broker that lists `depths` (or fails) and counts its listings.
+    struct Listed {
+        depths: Option<BTreeMap<String, QueueDepth>>,
+        calls: std::sync::atomic::AtomicUsize,
+        required: std::sync::Mutex<Vec<BTreeSet<String>>>,
+    }
+
+    impl DepthSource for Listed {
+        async fn depths_covering(&self, vhost: &str, required: &BTreeSet<String>) -> Listing {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.required.lock().expect("lock").push(required.clone());
+            self.depths.clone().ok_or_else(|| BrokerError::Unreachable {
+                endpoint: vhost.to_string(),
+                reason: "refused".into(),
+            })
+        }
+    }
+
+    fn listed(depths: Option<BTreeMap<String, QueueDepth>>) -> Listed {
+        Listed {
+            depths,
+            calls: Default::default(),
+            required: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn poll_lists_each_group_once_and_feeds_the_collector() {
+        let metrics = Metrics::new();
+        let mut c = Collector::new(metrics.clone());
+        let t = topology();
+        let mut other = topology();
+        other.queues.truncate(1);
+        let spec: crate::crd::MonitoringSpec = serde_json::from_value(serde_json::json!({
+            "interval": "1s", "baseline": {"mode": "Rolling", "window": "1h"},
+            "thresholdFactor": 2.0, "for": "0s"}))
+        .expect("spec");
+        let params = Params::from_spec(&spec).expect("params");
+        let depths: BTreeMap<String, QueueDepth> = t
+            .queues
+            .iter()
+            .map(|q| (q.name.clone(), depth(3)))
+            .collect();
+        let (up, down) = (listed(Some(depths)), listed(None));
+        let member = |key, topology| Member {
+            key,
+            topology,
+            params: &params,
+        };
+        let groups = vec![
+            Group {
+                broker: &up,
+                vhost: "/",
+                spacing_ms: 60_000,
+                members: vec![member("shop/orders", &t), member("shop/other", &other)],
+            },
+            Group {
+                broker: &down,
+                vhost: "v2",
+                spacing_ms: 60_000,
+                members: vec![member("shop/gone", &t)],
+            },
+        ];
+        let mut resumed = Vec::new();
+        let polls = poll(&mut c, &groups, 1_000, 2, |key, p| {
+            resumed.push((key.to_string(), p.interval_ms));
+            (key == "shop/orders").then(|| Evaluator::resume(p.clone(), 40.0, 0))
+        })
+        .await;
+        assert_eq!(up.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(down.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let wanted: BTreeSet<String> = t.queues.iter().map(|q| q.name.clone()).collect();
+        assert_eq!(*up.required.lock().expect("lock"), vec![wanted]);
+        // The interval is raised to the polls' spacing before an evaluator is made.
+        assert_eq!(
+            resumed,
+            [
+                ("shop/orders".to_string(), 60_000),
+                ("shop/other".to_string(), 60_000)
+            ]
+        );
+        assert_eq!(polls.len(), 2);
+        let Reading::Observed(r) = &polls[0].readings[0] else {
+            panic!("read: {:?}", polls[0].readings);
+        };
+        assert_eq!(r.eval.baseline, 40.0, "the resumed evaluator");
+        assert_eq!(r.observed.depth.source, 3);
+        assert!(matches!(polls[0].readings[1], Reading::Observed(_)));
+        assert!(polls[1].depths.is_err());
+        assert!(matches!(polls[1].readings[..], [Reading::Unknown]));
+        assert_eq!(c.len(), 2, "no evaluator for the unknown one");
+        let series = metrics.backlog_resources();
+        assert!(series.contains(&("shop".into(), "orders".into())));
+        assert!(!series.contains(&("shop".into(), "gone".into())));
     }
 }

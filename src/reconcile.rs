@@ -80,6 +80,77 @@ impl ReconcileError {
     }
 }
 
+/// The kind of a resource a DeadLetterQueue's reconcile reads: the resource itself and
+/// what it references.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResourceKind {
+    /// `dlqoperator.io/v1alpha1` DeadLetterQueue.
+    DeadLetterQueue,
+    /// `dlqoperator.io/v1alpha1` RetryPolicy (`spec.retryPolicyRef`).
+    RetryPolicy,
+    /// `v1` Secret (`spec.broker.secretRef`).
+    Secret,
+}
+
+impl ResourceKind {
+    /// The Kubernetes kind (`DeadLetterQueue`, `RetryPolicy`, `Secret`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::DeadLetterQueue => "DeadLetterQueue",
+            ResourceKind::RetryPolicy => "RetryPolicy",
+            ResourceKind::Secret => "Secret",
+        }
+    }
+}
+
+impl std::fmt::Display for ResourceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a DeadLetterQueue cannot be planned ([`plan`]): what it or its references hold,
+/// found without any network.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The DeadLetterQueue or its RetryPolicy fails validation.
+    #[error("{kind} {name}: invalid spec: {source}")]
+    InvalidSpec {
+        /// Kind of the invalid resource.
+        kind: ResourceKind,
+        /// `namespace/name`.
+        name: String,
+        /// The invalid fields.
+        source: InvalidSpec,
+    },
+    /// `spec.retryPolicyRef` names a RetryPolicy that does not exist (`namespace/name`).
+    #[error("spec.retryPolicyRef.name: RetryPolicy {0} not found")]
+    RetryPolicyNotFound(String),
+    /// `spec.broker.secretRef` names a Secret that does not exist (`namespace/name`).
+    #[error("spec.broker.secretRef.name: Secret {0} not found")]
+    SecretNotFound(String),
+    /// The Secret does not make a broker connection
+    /// ([`BrokerConnection::from_secret_data`]: [`BrokerError::InvalidSecret`] naming the
+    /// key).
+    #[error(transparent)]
+    Secret(BrokerError),
+}
+
+impl From<PlanError> for ReconcileError {
+    fn from(e: PlanError) -> Self {
+        match e {
+            PlanError::InvalidSpec { kind, name, source } => ReconcileError::InvalidSpec {
+                kind: kind.as_str(),
+                name,
+                source,
+            },
+            PlanError::RetryPolicyNotFound(name) => ReconcileError::RetryPolicyNotFound(name),
+            PlanError::SecretNotFound(name) => ReconcileError::SecretNotFound(name),
+            PlanError::Secret(e) => ReconcileError::Broker(e),
+        }
+    }
+}
+
 /// A validated and planned DeadLetterQueue, ready to apply.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -97,54 +168,64 @@ pub struct Prepared {
     pub monitoring: crate::monitor::Params,
 }
 
-/// Validates a DeadLetterQueue and what it references, then plans its topology. Pure:
-/// no network. `policy` and `secret` are what the driver found for `spec.retryPolicyRef`
-/// and `spec.broker.secretRef` in the resource's namespace (`None` when missing).
-///
-/// The DeadLetterQueue's own spec is validated first, so an invalid object never reaches
-/// a broker whatever its references are.
+/// Validates a DeadLetterQueue and what it references, then plans its topology: [`plan`]
+/// with its error as the [`ReconcileError`] a driver reports. Pure: no network.
 ///
 /// # Errors
-/// [`ReconcileError::InvalidSpec`] (naming the fields), `RetryPolicyNotFound`,
+/// As [`plan`]: [`ReconcileError::InvalidSpec`] (naming the fields), `RetryPolicyNotFound`,
 /// `SecretNotFound`, or `Broker(InvalidSecret)` for an unusable Secret.
 pub fn prepare(
     dlq: &DeadLetterQueue,
     policy: Option<&RetryPolicy>,
     secret: Option<&Secret>,
 ) -> Result<Prepared, ReconcileError> {
+    plan(dlq, policy, secret).map_err(ReconcileError::from)
+}
+
+/// Validates a DeadLetterQueue and what it references, then plans its topology (the
+/// validate and plan stages). Pure: no network. `policy` and `secret` are what the driver
+/// found for `spec.retryPolicyRef` and `spec.broker.secretRef` in the resource's
+/// namespace (`None` when missing).
+///
+/// The checks run in this order, and the first failure is returned: the DeadLetterQueue's
+/// own spec (so an invalid object never reaches a broker whatever its references are),
+/// the RetryPolicy (missing, then invalid), the Secret (missing, then unusable), then
+/// `spec.monitoring`.
+///
+/// # Errors
+/// [`PlanError::InvalidSpec`] naming the resource and its fields,
+/// [`PlanError::RetryPolicyNotFound`], [`PlanError::SecretNotFound`], or
+/// [`PlanError::Secret`] for a Secret that does not make a broker connection.
+pub fn plan(
+    dlq: &DeadLetterQueue,
+    policy: Option<&RetryPolicy>,
+    secret: Option<&Secret>,
+) -> Result<Prepared, PlanError> {
     let key = object_key(&dlq.metadata);
     let namespace = crate::manifest::namespace_of(&dlq.metadata);
-    dlq.spec
-        .validate()
-        .map_err(|source| ReconcileError::InvalidSpec {
-            kind: "DeadLetterQueue",
-            name: key.clone(),
-            source,
-        })?;
+    let invalid_dlq = |source| PlanError::InvalidSpec {
+        kind: ResourceKind::DeadLetterQueue,
+        name: key.clone(),
+        source,
+    };
+    dlq.spec.validate().map_err(invalid_dlq)?;
     let policy = policy.ok_or_else(|| {
-        ReconcileError::RetryPolicyNotFound(format!(
-            "{namespace}/{}",
-            dlq.spec.retry_policy_ref.name
-        ))
+        PlanError::RetryPolicyNotFound(format!("{namespace}/{}", dlq.spec.retry_policy_ref.name))
     })?;
     let resolved =
-        ResolvedPolicy::from_spec(&policy.spec).map_err(|source| ReconcileError::InvalidSpec {
-            kind: "RetryPolicy",
+        ResolvedPolicy::from_spec(&policy.spec).map_err(|source| PlanError::InvalidSpec {
+            kind: ResourceKind::RetryPolicy,
             name: object_key(&policy.metadata),
             source,
         })?;
     let secret = secret.ok_or_else(|| {
-        ReconcileError::SecretNotFound(format!("{namespace}/{}", dlq.spec.broker.secret_ref.name))
+        PlanError::SecretNotFound(format!("{namespace}/{}", dlq.spec.broker.secret_ref.name))
     })?;
     let connection =
-        BrokerConnection::from_secret_data(&dlq.spec.broker.secret_ref.name, &secret_data(secret))?;
-    let monitoring = crate::monitor::Params::from_spec(&dlq.spec.monitoring).map_err(|source| {
-        ReconcileError::InvalidSpec {
-            kind: "DeadLetterQueue",
-            name: key.clone(),
-            source,
-        }
-    })?;
+        BrokerConnection::from_secret_data(&dlq.spec.broker.secret_ref.name, &secret_data(secret))
+            .map_err(PlanError::Secret)?;
+    let monitoring =
+        crate::monitor::Params::from_spec(&dlq.spec.monitoring).map_err(invalid_dlq)?;
     let topology = topology::plan(&key, &dlq.spec, &resolved);
     Ok(Prepared {
         monitoring,

@@ -1,6 +1,8 @@
 //! The file-driven runner: `apply`, `run --standalone` and `render` read manifests from
 //! files and drive a real RabbitMQ through the same [`crate::reconcile`] core as the
-//! controller. Nothing here plans or talks to the broker by itself.
+//! controller, with the manifests resolved by [`crate::resolve::manifests`] and depths
+//! polled by [`crate::collector::poll`]. Nothing here plans or talks to the broker by
+//! itself.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
@@ -10,184 +12,18 @@ use std::path::PathBuf;
 use std::time::Duration as StdDuration;
 
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::broker::rabbitmq::RabbitMq;
-use crate::broker::{ApplyReport, Outcome};
-use crate::collector::Collector;
+use crate::broker::{ApplyReport, BrokerConnection, Outcome};
+use crate::collector::{
+    Collector, DepthSource, Group, GroupPoll, Listing, Member, Reading, Recorded,
+};
 use crate::controller::conditions;
-use crate::crd::{FieldError, InvalidSpec};
-use crate::manifest::{self, object_key, Loaded, ManifestError, Manifests, SourceRef};
-use crate::reconcile::{self, Prepared, ReconcileError};
-use crate::topology::QueueRole;
+use crate::manifest::{self, object_key, ManifestError, Manifests};
+use crate::reconcile;
 
-/// A DeadLetterQueue from the files, validated and planned.
-#[derive(Debug, Clone)]
-pub struct Planned {
-    /// Where the DeadLetterQueue was read from.
-    pub source: SourceRef,
-    /// The plan.
-    pub prepared: Prepared,
-    /// The DeadLetterQueue as read (for its alert rules).
-    pub object: crate::crd::DeadLetterQueue,
-}
-
-/// Loads manifests and validates and plans every DeadLetterQueue, without any network.
-///
-/// Every RetryPolicy in the files is validated, referenced or not.
-///
-/// # Errors
-/// The first problem as a [`ManifestError`] naming file, document, resource and field:
-/// syntax, unknown or mistyped fields, invalid values, a missing RetryPolicy or Secret,
-/// an unusable Secret.
-pub fn load_and_plan(paths: &[PathBuf]) -> Result<(Manifests, Vec<Planned>), ManifestError> {
-    let m = manifest::load_paths(paths)?;
-    for p in &m.retry_policies {
-        crate::backoff::ResolvedPolicy::from_spec(&p.object.spec).map_err(|e| {
-            ManifestError::from_invalid(
-                &p.source,
-                "RetryPolicy",
-                &object_key(&p.object.metadata),
-                &e,
-            )
-        })?;
-    }
-    if m.dead_letter_queues.is_empty() {
-        return Err(ManifestError::NoDeadLetterQueue(
-            paths
-                .iter()
-                .map(|p| {
-                    if p == std::path::Path::new(manifest::STDIN) {
-                        "standard input".to_string()
-                    } else {
-                        p.display().to_string()
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-        ));
-    }
-    let mut planned = Vec::new();
-    for d in &m.dead_letter_queues {
-        planned.push(plan_one(&m, d)?);
-    }
-    check_ownership(&planned)?;
-    Ok((m, planned))
-}
-
-/// Every queue and exchange the operator declares belongs to exactly one DeadLetterQueue
-/// per broker and vhost: two resources planning the same name would overwrite each
-/// other's policies (e.g. one's dead-letter queue being another's source queue).
-///
-/// # Errors
-/// [`ManifestError::Field`] on the second resource, naming the shared object and the
-/// first owner.
-fn check_ownership(planned: &[Planned]) -> Result<(), ManifestError> {
-    let mut owners: BTreeMap<(String, String, &str, &str), &Planned> = BTreeMap::new();
-    for p in planned {
-        let t = &p.prepared.topology;
-        let endpoint = p.prepared.connection.redacted_management_uri();
-        // The source queue first, so two resources on one source are reported as such.
-        let mut queues: Vec<&crate::topology::QueuePlan> = t.queues.iter().collect();
-        queues.sort_by_key(|q| q.role != QueueRole::Source);
-        let objects = queues
-            .into_iter()
-            .map(|q| {
-                let field = match q.role {
-                    QueueRole::DeadLetter { .. } => "spec.deadLetter.queue",
-                    _ => "spec.source.queue",
-                };
-                ("queue", q.name.as_str(), field)
-            })
-            .chain(t.exchanges.iter().map(|x| {
-                let field = if x.name == t.routes.dead_letter_exchange {
-                    "spec.deadLetter.exchange"
-                } else {
-                    "spec.source.queue"
-                };
-                ("exchange", x.name.as_str(), field)
-            }));
-        for (kind, name, field) in objects {
-            let key = (endpoint.clone(), t.vhost.clone(), kind, name);
-            if let Some(first) = owners.get(&key) {
-                return Err(ManifestError::Field {
-                    at: p.source.clone(),
-                    kind: "DeadLetterQueue",
-                    name: p.prepared.key.clone(),
-                    field: field.into(),
-                    message: format!(
-                        "{kind} {name:?} is also planned by DeadLetterQueue {} ({}); each queue and exchange belongs to one DeadLetterQueue",
-                        first.prepared.key, first.source
-                    ),
-                });
-            }
-            owners.insert(key, p);
-        }
-    }
-    Ok(())
-}
-
-fn plan_one(
-    m: &Manifests,
-    d: &Loaded<crate::crd::DeadLetterQueue>,
-) -> Result<Planned, ManifestError> {
-    let dlq = &d.object;
-    let key = object_key(&dlq.metadata);
-    let ns = crate::manifest::namespace_of(&dlq.metadata);
-    let policy = m.retry_policy(ns, &dlq.spec.retry_policy_ref.name);
-    let secret = m.secret(ns, &dlq.spec.broker.secret_ref.name);
-    let field = |field: &str, message: String| ManifestError::Field {
-        at: d.source.clone(),
-        kind: "DeadLetterQueue",
-        name: key.clone(),
-        field: field.into(),
-        message,
-    };
-    match reconcile::prepare(dlq, policy.map(|p| &p.object), secret.map(|s| &s.object)) {
-        Ok(prepared) => Ok(Planned {
-            source: d.source.clone(),
-            prepared,
-            object: dlq.clone(),
-        }),
-        Err(ReconcileError::InvalidSpec { kind, name, source }) => {
-            let origin = if kind == "RetryPolicy" {
-                policy.map(|p| p.source.clone())
-            } else {
-                None
-            };
-            Err(ManifestError::from_invalid(
-                origin.as_ref().unwrap_or(&d.source),
-                kind,
-                &name,
-                &source,
-            ))
-        }
-        Err(ReconcileError::RetryPolicyNotFound(name)) => Err(field(
-            "spec.retryPolicyRef.name",
-            format!("RetryPolicy {name} not found in the manifests"),
-        )),
-        Err(ReconcileError::SecretNotFound(name)) => Err(field(
-            "spec.broker.secretRef.name",
-            format!("Secret {name} not found in the manifests"),
-        )),
-        Err(ReconcileError::Broker(crate::broker::BrokerError::InvalidSecret {
-            secret: _,
-            key: data_key,
-            reason,
-        })) => {
-            let s = secret.map(|s| s.source.clone()).unwrap_or(d.source.clone());
-            Err(ManifestError::from_invalid(
-                &s,
-                "Secret",
-                &format!("{ns}/{}", dlq.spec.broker.secret_ref.name),
-                &InvalidSpec(vec![FieldError {
-                    field: format!("data.{data_key}"),
-                    message: reason,
-                }]),
-            ))
-        }
-        Err(other) => Err(field("spec", other.to_string())),
-    }
-}
+pub use crate::resolve::manifests::{load_and_plan, Planned};
 
 /// Counts of one apply, for the summary line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -414,129 +250,188 @@ pub struct RunOptions {
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
+/// Keeps reconciling until `shutdown` completes: [`run_until`] with a token cancelled
+/// when it does.
+///
+/// # Errors
+/// As [`run_until`].
+pub async fn run(
+    opts: RunOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let token = CancellationToken::new();
+    let running = run_until(opts, token.clone());
+    tokio::pin!(running, shutdown);
+    tokio::select! {
+        result = &mut running => return result,
+        () = &mut shutdown => token.cancel(),
+    }
+    running.await
+}
+
 /// Keeps reconciling: re-reads the manifests every interval (on a blocking thread: a read
 /// that is slow or blocked, such as a FIFO without a writer, delays no depth poll and no
 /// metric; the polls go on with the last valid manifests, and no new read starts before
-/// it ends) and applies them again when
-/// they changed, when the last apply was not ready, when a poll finds a planned queue
-/// missing, or every `resync`; polls depths with one management-API call per broker and
-/// vhost, logging a status line per DeadLetterQueue. Returns when `shutdown` completes.
+/// it ends) and applies them again when they changed, when the last apply was not ready,
+/// when a poll finds a planned queue missing, or every `resync`; polls depths with one
+/// listing per broker and vhost, logging a status line per DeadLetterQueue. Serves
+/// `/metrics`, `/healthz` and `/readyz` on `metrics_addr` ([`crate::serve`]). Returns when
+/// `shutdown` is cancelled.
 ///
 /// Invalid manifests are logged and the last valid ones stay in force (the broker is not
 /// touched for an invalid file). An apply of an unchanged, intact topology writes nothing.
 ///
 /// # Errors
-/// Only I/O errors writing to stdout (not a reader that went away: the apply reports are
-/// then dropped and the operator goes on).
-pub async fn run(
-    opts: RunOptions,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> std::io::Result<()> {
-    tokio::pin!(shutdown);
+/// The metrics address cannot be bound; I/O errors writing to stdout (not a reader that
+/// went away: the apply reports are then dropped and the operator goes on).
+pub async fn run_until(opts: RunOptions, shutdown: CancellationToken) -> std::io::Result<()> {
     let metrics = crate::metrics::Metrics::new();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = match opts.metrics_addr {
         Some(addr) => {
             let readiness = crate::metrics::Readiness::new("starting");
             readiness.set_ready();
-            let stop = crate::controller::until_shutdown(stop_rx);
-            let (bound, server) =
-                crate::metrics::bind(addr, metrics.clone(), readiness, stop).await?;
-            tracing::info!(addr = %bound, "serving /metrics, /healthz, /readyz");
-            Some(tokio::spawn(server))
+            Some(crate::serve::start(addr, metrics.clone(), readiness, &shutdown).await?)
         }
         None => None,
     };
-    let mut collector = Collector::new(metrics.clone());
-    let mut last_fingerprint = None;
-    let mut planned: Vec<Planned> = Vec::new();
-    let mut ready = false;
-    let mut missing = false;
-    let mut last_apply = tokio::time::Instant::now();
-    let mut last_poll = None;
-    let mut reading = None;
-    let mut grace = READ_GRACE;
-    let result = loop {
-        // The files are read on a blocking thread while the depth polls go on: a slow or
-        // blocked read (a FIFO, a hung mount, a huge file) delays no poll and no metric.
-        let read = match next_read(
-            &mut reading,
-            &opts.paths,
-            (!planned.is_empty()).then_some(grace),
-            &mut shutdown,
-        )
-        .await
-        {
-            Some(read) => read,
-            None => {
-                tracing::info!("shutting down");
-                break Ok(());
+    let result = Runner::new(opts, Collector::new(metrics))
+        .run(&shutdown)
+        .await;
+    if let Some(server) = server {
+        server.stop().await;
+    }
+    result
+}
+
+/// The state of `run --standalone` between two rounds.
+struct Runner {
+    opts: RunOptions,
+    collector: Collector,
+    /// The manifests in force, validated and planned.
+    planned: Vec<Planned>,
+    /// The fingerprint of the manifests last applied (`None`: none yet).
+    last_fingerprint: Option<u64>,
+    /// The last apply made every resource ready.
+    ready: bool,
+    /// The last poll found a planned queue missing.
+    missing: bool,
+    last_apply: tokio::time::Instant,
+    last_poll: Option<tokio::time::Instant>,
+    /// The read of the manifests in flight.
+    reading: Option<ReadTask>,
+    /// How long a round waits for the read ([`READ_GRACE`], at most half the interval).
+    grace: StdDuration,
+}
+
+impl Runner {
+    fn new(opts: RunOptions, collector: Collector) -> Self {
+        Runner {
+            opts,
+            collector,
+            planned: Vec::new(),
+            last_fingerprint: None,
+            ready: false,
+            missing: false,
+            last_apply: tokio::time::Instant::now(),
+            last_poll: None,
+            reading: None,
+            grace: READ_GRACE,
+        }
+    }
+
+    /// Rounds of read → apply when due → poll → sleep, until `shutdown`.
+    async fn run(mut self, shutdown: &CancellationToken) -> std::io::Result<()> {
+        loop {
+            // The files are read on a blocking thread while the depth polls go on: a slow
+            // or blocked read (a FIFO, a hung mount, a huge file) delays no poll and no
+            // metric.
+            let grace = (!self.planned.is_empty()).then_some(self.grace);
+            let Some(read) = next_read(&mut self.reading, &self.opts.paths, grace, shutdown).await
+            else {
+                break;
+            };
+            self.take(read).await?;
+            let interval = self.interval();
+            self.grace = READ_GRACE.min(interval / 2);
+            self.poll(interval).await;
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(interval) => {}
+            }
+        }
+        tracing::info!("shutting down");
+        Ok(())
+    }
+
+    /// Takes the result of a read: valid manifests are applied when due (changed, first,
+    /// not ready, a queue missing, or the resync is due) and stay in force; invalid ones
+    /// are logged.
+    ///
+    /// # Errors
+    /// I/O errors writing the apply report to stdout, but a reader that went away.
+    async fn take(&mut self, read: Read) -> std::io::Result<()> {
+        let (m, planned) = match read {
+            Read::Done(Ok(read)) => read,
+            Read::Done(Err(e)) => {
+                tracing::error!("{e} (keeping the last valid manifests)");
+                return Ok(());
+            }
+            Read::Pending { first_time } => {
+                if first_time {
+                    tracing::warn!(
+                        "the manifests are still being read (a slow or blocked file); polling with the last valid ones meanwhile"
+                    );
+                }
+                return Ok(());
             }
         };
-        match read {
-            Read::Done(Ok((m, p))) => {
-                let fp = fingerprint(&m);
-                let changed = last_fingerprint.is_some() && Some(fp) != last_fingerprint;
-                let due = last_apply.elapsed() >= opts.resync;
-                if last_fingerprint.is_none() || changed || !ready || missing || due {
-                    if changed {
-                        tracing::info!("manifests changed; reconciling");
-                    }
-                    let mut buf = Vec::new();
-                    let summary = match apply_all(&p, &mut buf).await {
-                        Ok(s) => s,
-                        Err(e) => break Err(e),
-                    };
-                    // A reader of stdout that went away (`| head`, a log shipper
-                    // restarting) does not stop the operator: the report is dropped.
-                    match std::io::stdout().write_all(&buf) {
-                        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => break Err(e),
-                        _ => {}
-                    }
-                    ready = summary.not_ready == 0;
-                    last_fingerprint = Some(fp);
-                    last_apply = tokio::time::Instant::now();
-                    planned = p;
-                }
-            }
-            Read::Done(Err(e)) => tracing::error!("{e} (keeping the last valid manifests)"),
-            Read::Pending { first_time: true } => tracing::warn!(
-                "the manifests are still being read (a slow or blocked file); polling with the last valid ones meanwhile"
-            ),
-            Read::Pending { first_time: false } => {}
+        let fp = fingerprint(&m);
+        let changed = self.last_fingerprint.is_some_and(|last| last != fp);
+        let due = self.last_apply.elapsed() >= self.opts.resync;
+        if self.last_fingerprint.is_some() && !changed && self.ready && !self.missing && !due {
+            return Ok(());
         }
-        let interval = opts.interval.unwrap_or_else(|| {
-            planned
+        if changed {
+            tracing::info!("manifests changed; reconciling");
+        }
+        let mut buf = Vec::new();
+        let summary = apply_all(&planned, &mut buf).await?;
+        // A reader of stdout that went away (`| head`, a log shipper restarting) does not
+        // stop the operator: the report is dropped.
+        match std::io::stdout().write_all(&buf) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e),
+            _ => {}
+        }
+        self.ready = summary.not_ready == 0;
+        self.last_fingerprint = Some(fp);
+        self.last_apply = tokio::time::Instant::now();
+        self.planned = planned;
+        Ok(())
+    }
+
+    /// The poll interval: `--interval`, or the smallest `spec.monitoring.interval` of the
+    /// resources (15 s without any).
+    fn interval(&self) -> StdDuration {
+        self.opts.interval.unwrap_or_else(|| {
+            self.planned
                 .iter()
                 .filter_map(|p| p.prepared.monitoring_interval_ms)
                 .min()
                 .map_or(StdDuration::from_secs(15), StdDuration::from_millis)
-        });
-        grace = READ_GRACE.min(interval / 2);
+        })
+    }
+
+    /// Polls the depths of the manifests in force and remembers whether a planned queue
+    /// is missing.
+    async fn poll(&mut self, interval: StdDuration) {
         // The real spacing of the polls (applies and slow listings make it longer than
         // the interval): the evaluator's gap tolerance counts missed polls, not slow ones.
-        let spacing = last_poll.map_or(interval, |l: tokio::time::Instant| {
-            l.elapsed().max(interval)
-        });
-        last_poll = Some(tokio::time::Instant::now());
-        missing = poll_depths(&planned, &mut collector, spacing).await;
-        tokio::select! {
-            _ = &mut shutdown => {
-                tracing::info!("shutting down");
-                break Ok(());
-            }
-            _ = tokio::time::sleep(interval) => {}
-        }
-    };
-    let _ = stop_tx.send(true);
-    if let Some(server) = server {
-        match server.await {
-            Ok(Err(e)) => tracing::warn!(error = %e, "metrics server failed"),
-            Err(e) => tracing::warn!(error = %e, "metrics server task failed"),
-            Ok(Ok(())) => {}
-        }
+        let spacing = self
+            .last_poll
+            .map_or(interval, |l| l.elapsed().max(interval));
+        self.last_poll = Some(tokio::time::Instant::now());
+        self.missing = poll_depths(&self.planned, &mut self.collector, spacing).await;
     }
-    result
 }
 
 /// The result of one read of the manifests (validated and planned), as the run loop
@@ -553,7 +448,7 @@ enum Read {
 
 /// A read of the manifests in flight on a blocking thread, and whether the loop already
 /// said it is slow.
-type Reading = (
+type ReadTask = (
     tokio::task::JoinHandle<Result<(Manifests, Vec<Planned>), ManifestError>>,
     bool,
 );
@@ -566,12 +461,12 @@ const READ_GRACE: StdDuration = StdDuration::from_secs(2);
 /// ended. It waits at most `grace` for the read (a read of ordinary files ends within
 /// milliseconds), so the polls go on behind a slow or blocked read; with `None` (nothing
 /// to poll yet: no valid manifests so far) it waits for the read. Returns `None` when
-/// `shutdown` completes while it waits.
+/// `shutdown` is cancelled while it waits.
 async fn next_read(
-    reading: &mut Option<Reading>,
+    reading: &mut Option<ReadTask>,
     paths: &[PathBuf],
     grace: Option<StdDuration>,
-    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    shutdown: &CancellationToken,
 ) -> Option<Read> {
     let (handle, announced) = reading.get_or_insert_with(|| {
         let paths = paths.to_vec();
@@ -587,7 +482,7 @@ async fn next_read(
                 None => Some((&mut *handle).await),
             }
         } => joined,
-        () = shutdown.as_mut() => return None,
+        () = shutdown.cancelled() => return None,
     };
     let Some(joined) = joined else {
         let first_time = !*announced;
@@ -603,16 +498,54 @@ async fn next_read(
     })))
 }
 
-/// Milliseconds since the Unix epoch.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// The broker of a group of the manifests: a client made for each listing from the
+/// connection settings of the group's first resource (a client that cannot be made fails
+/// the listing).
+struct Endpoint<'a>(&'a BrokerConnection);
+
+impl DepthSource for Endpoint<'_> {
+    async fn depths_covering(
+        &self,
+        vhost: &str,
+        required: &std::collections::BTreeSet<String>,
+    ) -> Listing {
+        RabbitMq::new(self.0)?
+            .queue_depths_covering(vhost, required)
+            .await
+    }
 }
 
-/// Polls depths: one call per (broker, vhost), shared by every resource on it
-/// ([`crate::collector`]). Logs a line per DeadLetterQueue (tiers shortest first) and
-/// returns whether a planned queue is missing on the broker.
+/// The resources of `planned` grouped by broker (management endpoint, credentials not
+/// shown) and vhost: one listing each.
+fn groups(planned: &[Planned], spacing_ms: u64) -> Vec<(String, Group<'_, Endpoint<'_>>)> {
+    let mut groups: BTreeMap<(String, &str), Group<'_, Endpoint<'_>>> = BTreeMap::new();
+    for p in planned {
+        let prep = &p.prepared;
+        let endpoint = prep.connection.redacted_management_uri();
+        groups
+            .entry((endpoint, prep.topology.vhost.as_str()))
+            .or_insert_with(|| Group {
+                broker: Endpoint(&prep.connection),
+                vhost: &prep.topology.vhost,
+                spacing_ms,
+                members: Vec::new(),
+            })
+            .members
+            .push(Member {
+                key: &prep.key,
+                topology: &prep.topology,
+                params: &prep.monitoring,
+            });
+    }
+    groups
+        .into_iter()
+        .map(|((endpoint, _), g)| (endpoint, g))
+        .collect()
+}
+
+/// Polls depths: one listing per (broker, vhost), shared by every resource on it
+/// ([`crate::collector::poll`]), one at a time. Logs a line per DeadLetterQueue (tiers
+/// shortest first) and returns whether a planned queue is missing on the broker.
 async fn poll_depths(
     planned: &[Planned],
     collector: &mut Collector,
@@ -621,101 +554,104 @@ async fn poll_depths(
     // Resources no longer in the manifests: their series and evaluators go.
     let keys: Vec<&str> = planned.iter().map(|p| p.prepared.key.as_str()).collect();
     collector.retain(|k| keys.contains(&k));
-    let mut groups: BTreeMap<(String, String), Vec<&Planned>> = BTreeMap::new();
-    for p in planned {
-        groups
-            .entry((
-                p.prepared.connection.redacted_management_uri(),
-                p.prepared.topology.vhost.clone(),
-            ))
-            .or_default()
-            .push(p);
-    }
+    // Samples come every poll interval, which `--interval` may set above the spec's: the
+    // gap tolerance follows the real spacing, or a longer poll would reset every Pending
+    // state.
+    let spacing_ms = u64::try_from(poll_interval.as_millis()).unwrap_or(u64::MAX);
+    let (endpoints, groups): (Vec<String>, Vec<_>) =
+        groups(planned, spacing_ms).into_iter().unzip();
+    let polls =
+        crate::collector::poll(collector, &groups, crate::clock::now_ms(), 1, |_, _| None).await;
     let mut any_missing = false;
-    // Samples are dated at the start of the poll, so their spacing is the polls'.
-    let now = now_ms();
-    for ((endpoint, vhost), members) in groups {
-        let Some(first) = members.first() else {
-            continue;
-        };
-        let required: std::collections::BTreeSet<String> = members
-            .iter()
-            .flat_map(|p| p.prepared.topology.queues.iter().map(|q| q.name.clone()))
-            .collect();
-        let depths = match RabbitMq::new(&first.prepared.connection) {
-            Ok(b) => b.queue_depths_covering(&vhost, &required).await,
-            Err(e) => Err(e),
-        };
-        let depths = match depths {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(
-                    "depth poll of {endpoint} vhost {vhost} failed: {e}; backlog unknown"
-                );
-                for p in &members {
-                    collector.unknown(&p.prepared.key);
-                }
-                continue;
-            }
-        };
-        for p in members {
-            let observed = crate::collector::observe(&p.prepared.topology, &depths);
-            let shown = |name: &str| {
-                depths
-                    .get(name)
-                    .map_or_else(|| "missing".to_string(), |d| d.messages.to_string())
-            };
-            let tiers: Vec<String> = observed
-                .queues
-                .iter()
-                .filter(|q| q.role == "retry")
-                .map(|q| format!("{}={}", q.tier, shown(&q.name)))
-                .collect();
-            let retired = if observed.retired.is_empty() {
-                String::new()
-            } else {
-                let r: Vec<String> = observed
-                    .retired
-                    .iter()
-                    .map(|(tier, d)| format!("{tier}={d}"))
-                    .collect();
-                format!(" retired[{}]", r.join(","))
-            };
-            tracing::info!(
-                "{}: source={} retry[{}]{retired} dead_letter={}",
-                p.prepared.key,
-                shown(&p.prepared.topology.routes.source_queue),
-                tiers.join(","),
-                observed.depth.dead_letter
+    for ((endpoint, group), poll) in endpoints.iter().zip(&groups).zip(&polls) {
+        any_missing |= log_group(endpoint, group, poll);
+    }
+    any_missing
+}
+
+/// Logs one group's poll: a warning for a failed listing, or a status line per resource
+/// with a warning when its backlog state changed or a planned queue is missing. Returns
+/// whether a planned queue is missing.
+fn log_group(endpoint: &str, group: &Group<'_, Endpoint<'_>>, poll: &GroupPoll) -> bool {
+    let depths = match &poll.depths {
+        Ok(depths) => depths,
+        Err(e) => {
+            tracing::warn!(
+                "depth poll of {endpoint} vhost {} failed: {e}; backlog unknown",
+                group.vhost
             );
-            // Samples come every poll interval, which `--interval` may set above the
-            // spec's: the gap tolerance follows the real spacing, or a longer poll would
-            // reset every Pending state.
-            let mut params = p.prepared.monitoring.clone();
-            params.interval_ms = params
-                .interval_ms
-                .max(u64::try_from(poll_interval.as_millis()).unwrap_or(u64::MAX));
-            let (eval, before) = collector.record(&p.prepared.key, &params, &observed, now);
-            if eval.state.name() != before.name() {
-                tracing::warn!(
-                    "{}: backlog {} (dead_letter={}, baseline={}, ratio={})",
-                    p.prepared.key,
-                    eval.state.name(),
-                    observed.depth.dead_letter,
-                    eval.baseline,
-                    eval.ratio
-                        .map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}"))
-                );
+            return false;
+        }
+    };
+    let mut any_missing = false;
+    for (m, reading) in group.members.iter().zip(&poll.readings) {
+        match reading {
+            Reading::Observed(r) => {
+                let Recorded {
+                    observed,
+                    eval,
+                    before,
+                } = r.as_ref();
+                log_status(m, depths, observed);
+                if eval.state.name() != before.name() {
+                    tracing::warn!(
+                        "{}: backlog {} (dead_letter={}, baseline={}, ratio={})",
+                        m.key,
+                        eval.state.name(),
+                        observed.depth.dead_letter,
+                        eval.baseline,
+                        eval.ratio
+                            .map_or_else(|| "n/a".to_string(), |r| format!("{r:.2}"))
+                    );
+                }
+                if !observed.missing.is_empty() {
+                    any_missing = true;
+                    tracing::warn!(
+                        "{}: queue(s) missing on the broker: {}; re-applying",
+                        m.key,
+                        observed.missing.join(", ")
+                    );
+                }
             }
-            if !observed.missing.is_empty() {
-                any_missing = true;
-                tracing::warn!(
-                    "{}: queue(s) missing on the broker: {}; re-applying",
-                    p.prepared.key,
-                    observed.missing.join(", ")
-                );
-            }
+            Reading::Unknown => {}
         }
     }
     any_missing
+}
+
+/// The status line of one resource: the source queue's depth, each retry tier's, the
+/// retired tiers' and the dead-letter depth.
+fn log_status(
+    m: &Member<'_>,
+    depths: &BTreeMap<String, crate::broker::QueueDepth>,
+    observed: &crate::collector::Observed,
+) {
+    let shown = |name: &str| {
+        depths
+            .get(name)
+            .map_or_else(|| "missing".to_string(), |d| d.messages.to_string())
+    };
+    let tiers: Vec<String> = observed
+        .queues
+        .iter()
+        .filter(|q| q.role == "retry")
+        .map(|q| format!("{}={}", q.tier, shown(&q.name)))
+        .collect();
+    let retired = if observed.retired.is_empty() {
+        String::new()
+    } else {
+        let r: Vec<String> = observed
+            .retired
+            .iter()
+            .map(|(tier, d)| format!("{tier}={d}"))
+            .collect();
+        format!(" retired[{}]", r.join(","))
+    };
+    tracing::info!(
+        "{}: source={} retry[{}]{retired} dead_letter={}",
+        m.key,
+        shown(&m.topology.routes.source_queue),
+        tiers.join(","),
+        observed.depth.dead_letter
+    );
 }

@@ -1,20 +1,11 @@
-//! One owner per broker name. Each queue and exchange the operator manages belongs to one
-//! DeadLetterQueue, as `apply -f` enforces across files: two resources on one source
-//! queue, one's dead-letter queue being another's source or retry tier, would overwrite
-//! each other's policies and bindings on every resync, and deleting one would take the
-//! other's topology with it.
+//! One owner per broker name, in the cluster: the rule of [`crate::ownership`] (claims,
+//! and who owns an overlap) over the watched DeadLetterQueues, and which of them share a
+//! broker.
 //!
-//! Rules ([`owner_of_overlap`], pure):
-//! - A resource *claims* its source queue, its dead-letter queue(s), its retry and
-//!   dead-letter exchanges, and every queue named `<retry exchange>.…` (its retry tiers,
-//!   whatever its RetryPolicy says) — [`claims`].
-//! - When two resources' claims overlap on the same vhost, the one that has the name in
-//!   `status.topology` (it created or adopted it) owns it; when both or neither have, the
-//!   older one (creation time, then namespace/name) does.
-//! - Resources count as being on the same broker when they use the same Secret of the
-//!   same namespace, or when their brokers report the same cluster name
-//!   (`GET /api/overview`); a broker that cannot be asked counts as the same one, so a
-//!   guess never leads to a write or a delete ([`same_broker`]).
+//! Resources count as being on the same broker when they use the same Secret of the same
+//! namespace, or when their brokers report the same cluster name (`GET /api/overview`);
+//! a broker that cannot be asked counts as the same one, so a guess never leads to a
+//! write or a delete ([`same_broker`]).
 
 use std::sync::Arc;
 
@@ -25,184 +16,37 @@ use crate::broker::rabbitmq::RabbitMq;
 use crate::controller::context::Context;
 use crate::controller::object::{decode, status_of};
 use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus};
-use crate::manifest::object_key;
 
-/// One broker name a resource claims.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    /// `queue` or `exchange`.
-    pub kind: &'static str,
-    /// The name, or with [`Claim::prefix`] the prefix of the names.
-    pub name: String,
-    /// Every name starting with [`Claim::name`] (retry tiers).
-    pub prefix: bool,
-    /// The field of the spec that makes the name.
-    pub field: &'static str,
-}
+pub use crate::ownership::{claims, Claim, Owner};
 
-impl Claim {
-    fn covers(&self, kind: &str, name: &str) -> bool {
-        self.kind == kind
-            && if self.prefix {
-                name.starts_with(&self.name)
-            } else {
-                name == self.name
-            }
-    }
-
-    fn overlaps(&self, other: &Claim) -> bool {
-        self.kind == other.kind
-            && match (self.prefix, other.prefix) {
-                (false, false) => self.name == other.name,
-                (true, false) => other.name.starts_with(&self.name),
-                (false, true) => self.name.starts_with(&other.name),
-                (true, true) => {
-                    self.name.starts_with(&other.name) || other.name.starts_with(&self.name)
-                }
-            }
-    }
-}
-
-/// The names `dlq` claims, the source queue first. From the spec alone (the same name
-/// helpers `topology::plan` uses): called for every other resource on each reconcile.
-pub fn claims(dlq: &DeadLetterQueue) -> Vec<Claim> {
-    let spec = &dlq.spec;
-    let claim = |kind, name, prefix, field| Claim {
-        kind,
-        name,
-        prefix,
-        field,
-    };
-    let retry = spec.retry_exchange_name();
-    let mut out = vec![claim(
-        "queue",
-        spec.source.queue.clone(),
-        false,
-        "spec.source.queue",
-    )];
-    out.extend(
-        spec.dead_letter_queue_names()
-            .into_iter()
-            .map(|(name, _)| claim("queue", name, false, "spec.deadLetter.queue")),
-    );
-    out.push(claim(
-        "queue",
-        format!("{retry}."),
-        true,
-        "spec.source.queue",
-    ));
-    out.push(claim(
-        "exchange",
-        spec.dead_letter_exchange_name(),
-        false,
-        "spec.deadLetter.exchange",
-    ));
-    out.push(claim("exchange", retry, false, "spec.source.queue"));
-    out
-}
-
-/// Whether `status.topology` records a name `claims` covers.
-fn records_any(status: &DeadLetterQueueStatus, claims: &[Claim]) -> bool {
-    let Some(t) = &status.topology else {
-        return false;
-    };
-    let hit = |kind: &str, names: &[String]| {
-        names
-            .iter()
-            .any(|n| claims.iter().any(|c| c.covers(kind, n)))
-    };
-    hit("queue", &t.queues) || hit("exchange", &t.exchanges)
-}
-
-/// A resource whose claims overlap ours and that owns the overlap.
-#[derive(Debug, Clone)]
-pub struct Owner {
-    /// The other resource.
-    pub other: DeadLetterQueue,
-    /// Our claim it overlaps.
-    pub claim: Claim,
-    /// It has the name in `status.topology`.
-    pub recorded: bool,
+/// The watched objects `others` that decode as DeadLetterQueues, each with its status
+/// (one that does not decode claims nothing: its own reconcile reports it).
+fn decoded(others: &[Arc<DynamicObject>]) -> Vec<(DeadLetterQueue, DeadLetterQueueStatus)> {
+    others
+        .iter()
+        .filter_map(|o| Some((decode::<DeadLetterQueue>(o).ok()?, status_of(o))))
+        .collect()
 }
 
 /// The other resources of `others` (any namespace, same vhost) that own a name `dlq`
-/// (with status `mine`) claims, by the rules of the module documentation. Pure.
+/// (with status `mine`) claims: [`crate::ownership::owner_of_overlap`] over the watched
+/// objects. Pure.
 pub fn owner_of_overlap(
     dlq: &DeadLetterQueue,
     mine: &DeadLetterQueueStatus,
     others: &[Arc<DynamicObject>],
 ) -> Vec<Owner> {
-    let my_claims = claims(dlq);
-    let my_age = (
-        dlq.metadata.creation_timestamp.clone().map(|t| t.0),
-        object_key(&dlq.metadata),
-    );
-    let mut owners = Vec::new();
-    for obj in others {
-        if obj.metadata.uid.is_some() && obj.metadata.uid == dlq.metadata.uid {
-            continue;
-        }
-        if object_key(&obj.metadata) == object_key(&dlq.metadata) {
-            continue;
-        }
-        let Ok(other) = decode::<DeadLetterQueue>(obj) else {
-            continue;
-        };
-        if other.spec.broker.vhost != dlq.spec.broker.vhost {
-            continue;
-        }
-        let their_claims = claims(&other);
-        let Some(claim) = my_claims
-            .iter()
-            .find(|c| their_claims.iter().any(|t| t.overlaps(c)))
-        else {
-            continue;
-        };
-        let overlap: Vec<Claim> = their_claims
-            .iter()
-            .filter(|t| my_claims.iter().any(|c| c.overlaps(t)))
-            .cloned()
-            .collect();
-        let theirs: DeadLetterQueueStatus = status_of(obj);
-        let they_recorded = records_any(&theirs, &overlap);
-        let i_recorded = records_any(mine, &overlap);
-        let their_age = (
-            other.metadata.creation_timestamp.clone().map(|t| t.0),
-            object_key(&other.metadata),
-        );
-        let theirs_first = if they_recorded != i_recorded {
-            they_recorded
-        } else {
-            their_age < my_age
-        };
-        if theirs_first {
-            owners.push(Owner {
-                other,
-                claim: claim.clone(),
-                recorded: they_recorded,
-            });
-        }
-    }
-    owners
+    crate::ownership::owner_of_overlap(dlq, mine, &decoded(others))
 }
 
 /// The other resources of `others` (same vhost) whose `status.topology` records a name
-/// that `dlq` claims: deleting `dlq`'s objects could take theirs away. Pure.
+/// that `dlq` claims: deleting `dlq`'s objects could take theirs away
+/// ([`crate::ownership::recorded_by_others`] over the watched objects). Pure.
 pub fn recorded_by_others(
     dlq: &DeadLetterQueue,
     others: &[Arc<DynamicObject>],
 ) -> Vec<DeadLetterQueue> {
-    let my_claims = claims(dlq);
-    others
-        .iter()
-        .filter(|o| object_key(&o.metadata) != object_key(&dlq.metadata))
-        .filter_map(|o| {
-            let other = decode::<DeadLetterQueue>(o).ok()?;
-            let theirs: DeadLetterQueueStatus = status_of(o);
-            (other.spec.broker.vhost == dlq.spec.broker.vhost && records_any(&theirs, &my_claims))
-                .then_some(other)
-        })
-        .collect()
+    crate::ownership::recorded_by_others(dlq, &decoded(others))
 }
 
 /// Whether `other` talks to the same broker as `dlq` (whose client is `mine`): same
@@ -244,6 +88,7 @@ pub async fn same_broker(
 mod tests {
     use super::*;
     use crate::controller::test_support::at;
+    use crate::manifest::object_key;
 
     fn dynamic(
         name: &str,

@@ -1,16 +1,15 @@
 //! Which DeadLetterQueue a `dlq` command works on, and its plan: read from the cluster
 //! (`NAMESPACE/NAME`) or from manifest files (`--standalone -f PATH --name NAME`), then
-//! validated and planned by the same [`reconcile::prepare`] the controller and the
-//! standalone runner use.
+//! resolved by the same [`crate::resolve`] step as the controller and the standalone
+//! runner.
 
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
 use kube::Client;
 
-use crate::crd::{DeadLetterQueue, RetryPolicy};
-use crate::reconcile::{self, Prepared};
+use crate::manifest::ManifestError;
+use crate::reconcile::Prepared;
+use crate::resolve::{self, ResolveError};
 
 /// Splits `NAMESPACE/NAME`.
 ///
@@ -27,42 +26,77 @@ pub fn split_ref(reference: &str) -> Result<(&str, &str), String> {
     }
 }
 
-/// The DeadLetterQueue `namespace/name` of the cluster, its RetryPolicy and Secret,
-/// validated and planned.
+/// The DeadLetterQueue `namespace/name` of the cluster behind `client`, with its
+/// RetryPolicy and Secret, validated and planned ([`resolve::by_name`]).
 ///
 /// # Errors
-/// A message naming what is missing or invalid (the DeadLetterQueue, its RetryPolicy or
-/// Secret, a field), or the API server's error.
+/// [`ResolveError`] naming what is missing or invalid (the DeadLetterQueue, its
+/// RetryPolicy or Secret, a field), or the API server's error.
+pub async fn in_cluster(
+    client: Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Prepared, ResolveError> {
+    resolve::by_name(&resolve::Cluster::new(client), namespace, name)
+        .await
+        .map(|r| r.prepared)
+}
+
+/// [`in_cluster`] with its error as the command's message.
+///
+/// # Errors
+/// The message of [`in_cluster`]'s error.
 pub async fn from_cluster(client: Client, namespace: &str, name: &str) -> Result<Prepared, String> {
-    let api_err = |what: &str, e: kube::Error| format!("cannot read {what}: {e}");
-    let dlq = Api::<DeadLetterQueue>::namespaced(client.clone(), namespace)
-        .get_opt(name)
+    in_cluster(client, namespace, name)
         .await
-        .map_err(|e| api_err(&format!("DeadLetterQueue {namespace}/{name}"), e))?
-        .ok_or_else(|| format!("DeadLetterQueue {namespace}/{name} not found"))?;
-    let policy_name = &dlq.spec.retry_policy_ref.name;
-    let policy = Api::<RetryPolicy>::namespaced(client.clone(), namespace)
-        .get_opt(policy_name)
-        .await
-        .map_err(|e| api_err(&format!("RetryPolicy {namespace}/{policy_name}"), e))?;
-    let secret_name = &dlq.spec.broker.secret_ref.name;
-    let secret = Api::<Secret>::namespaced(client, namespace)
-        .get_opt(secret_name)
-        .await
-        .map_err(|e| api_err(&format!("Secret {namespace}/{secret_name}"), e))?;
-    reconcile::prepare(&dlq, policy.as_ref(), secret.as_ref())
-        .map_err(|e| format!("DeadLetterQueue {namespace}/{name}: {e}"))
+        .map_err(|e| e.to_string())
+}
+
+/// Why `--standalone -f PATH --name NAME` names no usable DeadLetterQueue.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    /// The manifests' first problem (file, document, resource, field).
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// No DeadLetterQueue of the manifests has that name.
+    #[error("no DeadLetterQueue {name:?} in {} (they have: {})", paths_shown(.paths), .have.join(", "))]
+    NotFound {
+        /// The name asked for.
+        name: String,
+        /// The manifest paths, as given.
+        paths: Vec<PathBuf>,
+        /// The DeadLetterQueues they hold (`namespace/name`).
+        have: Vec<String>,
+    },
+    /// `NAME` is the name of DeadLetterQueues in several namespaces.
+    #[error("{name:?} names several DeadLetterQueues: {}; give NAMESPACE/NAME", .matches.join(", "))]
+    Ambiguous {
+        /// The name asked for.
+        name: String,
+        /// The DeadLetterQueues of that name (`namespace/name`).
+        matches: Vec<String>,
+    },
+}
+
+/// `paths` as given, joined by `, `.
+fn paths_shown(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The DeadLetterQueue `name` (`NAME`, or `NAMESPACE/NAME` when several namespaces have
-/// one of that name) of the manifest files, validated and planned.
+/// one of that name) of the manifest files, validated and planned
+/// ([`resolve::manifests::load_and_plan`]).
 ///
 /// # Errors
-/// The manifests' first problem (file, document, resource, field), or a message when
-/// `name` matches none or several DeadLetterQueues (listing them).
-pub fn from_files(paths: &[PathBuf], name: &str) -> Result<Prepared, String> {
-    let (_, planned) = crate::standalone::load_and_plan(paths).map_err(|e| e.to_string())?;
-    let matches: Vec<_> = planned
+/// [`FilesError::Manifest`] for the manifests' first problem, [`FilesError::NotFound`]
+/// or [`FilesError::Ambiguous`] when `name` matches none or several DeadLetterQueues.
+pub fn in_files(paths: &[PathBuf], name: &str) -> Result<Prepared, FilesError> {
+    let (_, planned) = resolve::manifests::load_and_plan(paths)?;
+    let mut matches: Vec<Prepared> = planned
         .iter()
         .filter(|p| {
             p.prepared.key == name
@@ -71,31 +105,28 @@ pub fn from_files(paths: &[PathBuf], name: &str) -> Result<Prepared, String> {
                     .rsplit_once('/')
                     .is_some_and(|(_, n)| n == name)
         })
+        .map(|p| p.prepared.clone())
         .collect();
-    match matches.as_slice() {
-        [one] => Ok(one.prepared.clone()),
-        [] => Err(format!(
-            "no DeadLetterQueue {name:?} in {} (they have: {})",
-            paths
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            planned
-                .iter()
-                .map(|p| p.prepared.key.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-        several => Err(format!(
-            "{name:?} names several DeadLetterQueues: {}; give NAMESPACE/NAME",
-            several
-                .iter()
-                .map(|p| p.prepared.key.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+    match matches.len() {
+        1 => Ok(matches.remove(0)),
+        0 => Err(FilesError::NotFound {
+            name: name.to_string(),
+            paths: paths.to_vec(),
+            have: planned.iter().map(|p| p.prepared.key.clone()).collect(),
+        }),
+        _ => Err(FilesError::Ambiguous {
+            name: name.to_string(),
+            matches: matches.into_iter().map(|p| p.key).collect(),
+        }),
     }
+}
+
+/// [`in_files`] with its error as the command's message.
+///
+/// # Errors
+/// The message of [`in_files`]'s error.
+pub fn from_files(paths: &[PathBuf], name: &str) -> Result<Prepared, String> {
+    in_files(paths, name).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -1,0 +1,103 @@
+//! [`References`] in a Kubernetes cluster: one GET per object, in the resource's
+//! namespace. The custom resources are read as untyped objects and decoded leniently
+//! ([`crate::controller::object::decode`]): one that does not decode is an invalid spec
+//! naming the field, not a failed read.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+use super::{Found, References, ResolveError, Resolved};
+use crate::controller::object::{api_resource, decode};
+use crate::crd::{DeadLetterQueue, RetryPolicy};
+use crate::reconcile::ResourceKind;
+
+/// The cluster behind `client`, read with the client's credentials.
+#[derive(Clone)]
+pub struct Cluster {
+    client: Client,
+}
+
+impl Cluster {
+    /// Reads through `client`.
+    pub fn new(client: Client) -> Self {
+        Cluster { client }
+    }
+
+    /// GETs the custom resource `K` `namespace/name` and decodes it.
+    async fn custom<K>(
+        &self,
+        kind: ResourceKind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Found<K>, ResolveError>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &api_resource::<K>());
+        let found = api
+            .get_opt(name)
+            .await
+            .map_err(|source| ResolveError::Api {
+                kind,
+                name: format!("{namespace}/{name}"),
+                source,
+            })?;
+        Ok(found.map(|o| decode::<K>(&o)))
+    }
+}
+
+impl References for Cluster {
+    async fn read_dead_letter_queue(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Found<DeadLetterQueue>, ResolveError> {
+        self.custom(ResourceKind::DeadLetterQueue, namespace, name)
+            .await
+    }
+
+    async fn read_retry_policy(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Found<RetryPolicy>, ResolveError> {
+        self.custom(ResourceKind::RetryPolicy, namespace, name)
+            .await
+    }
+
+    async fn read_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Secret>, ResolveError> {
+        Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|source| ResolveError::Api {
+                kind: ResourceKind::Secret,
+                name: format!("{namespace}/{name}"),
+                source,
+            })
+    }
+}
+
+/// Resolves the DeadLetterQueue `dlq` (already read and decoded, e.g. by a controller's
+/// watch) of `namespace` in the cluster behind `client`: validates its spec, GETs its
+/// RetryPolicy and its Secret in `namespace`, and plans it ([`super::resolve`]).
+///
+/// # Errors
+/// [`ResolveError::Invalid`] (the DeadLetterQueue or its RetryPolicy, naming the fields;
+/// a RetryPolicy that does not decode included), [`ResolveError::RetryPolicyNotFound`],
+/// [`ResolveError::SecretNotFound`], [`ResolveError::InvalidSecret`], or
+/// [`ResolveError::Api`] when a GET fails. [`ResolveError::into_reconcile`] gives the
+/// resource's reconcile error for all but the last.
+pub async fn in_cluster(
+    client: Client,
+    namespace: &str,
+    dlq: DeadLetterQueue,
+) -> Result<Resolved, ResolveError> {
+    super::resolve(&Cluster::new(client), namespace, dlq).await
+}
