@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Errors, InvalidSpec};
 use crate::duration::Duration;
+use crate::error_class::ErrorClass;
 
 /// Desired retry behaviour for the messages of one or more queues (`RetryPolicy`, short
 /// name `rp`). Fields and defaults: docs/REFERENCE.md.
@@ -187,84 +188,6 @@ impl Default for BackoffSpec {
             jitter: None,
             jitter_ratio: None,
         }
-    }
-}
-
-/// Class of a consumer failure (docs/ARCHITECTURE.md, "Domain").
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-pub enum ErrorClass {
-    /// The call timed out.
-    Timeout,
-    /// The peer refused the connection.
-    ConnectionRefused,
-    /// The peer is overloaded.
-    Overload,
-    /// The peer rate-limited the call.
-    RateLimited,
-    /// A dependency is down.
-    Dependency,
-    /// A resource (disk, memory, pool) is exhausted.
-    Resource,
-    /// The message failed validation.
-    Validation,
-    /// The message could not be parsed.
-    Parse,
-    /// The message crashes or poisons its consumer.
-    Poison,
-}
-
-impl ErrorClass {
-    /// Every class, in declaration order.
-    pub const ALL: [ErrorClass; 9] = [
-        ErrorClass::Timeout,
-        ErrorClass::ConnectionRefused,
-        ErrorClass::Overload,
-        ErrorClass::RateLimited,
-        ErrorClass::Dependency,
-        ErrorClass::Resource,
-        ErrorClass::Validation,
-        ErrorClass::Parse,
-        ErrorClass::Poison,
-    ];
-
-    /// The name as written in manifests and in the `dlq-error-class` header.
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorClass::Timeout => "Timeout",
-            ErrorClass::ConnectionRefused => "ConnectionRefused",
-            ErrorClass::Overload => "Overload",
-            ErrorClass::RateLimited => "RateLimited",
-            ErrorClass::Dependency => "Dependency",
-            ErrorClass::Resource => "Resource",
-            ErrorClass::Validation => "Validation",
-            ErrorClass::Parse => "Parse",
-            ErrorClass::Poison => "Poison",
-        }
-    }
-
-    /// Lower-case, dash-separated form used in queue names and routing keys
-    /// (`ConnectionRefused` → `connection-refused`).
-    pub fn slug(self) -> &'static str {
-        match self {
-            ErrorClass::Timeout => "timeout",
-            ErrorClass::ConnectionRefused => "connection-refused",
-            ErrorClass::Overload => "overload",
-            ErrorClass::RateLimited => "rate-limited",
-            ErrorClass::Dependency => "dependency",
-            ErrorClass::Resource => "resource",
-            ErrorClass::Validation => "validation",
-            ErrorClass::Parse => "parse",
-            ErrorClass::Poison => "poison",
-        }
-    }
-
-    /// Parses a class name (as in [`ErrorClass::name`]; case-insensitive).
-    pub fn from_name(s: &str) -> Option<ErrorClass> {
-        ErrorClass::ALL
-            .into_iter()
-            .find(|c| c.name().eq_ignore_ascii_case(s))
     }
 }
 
