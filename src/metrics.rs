@@ -473,7 +473,9 @@ fn sample_names(name: &str, kind: Option<MetricType>) -> Vec<String> {
     match kind {
         Some(MetricType::HISTOGRAM) => suffixed(&["_bucket", "_sum", "_count"]),
         Some(MetricType::SUMMARY) => suffixed(&["", "_sum", "_count"]),
-        _ => vec![name.to_string()],
+        Some(MetricType::COUNTER | MetricType::GAUGE | MetricType::UNTYPED) | None => {
+            vec![name.to_string()]
+        }
     }
 }
 
