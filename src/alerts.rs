@@ -61,78 +61,135 @@ fn quote(s: &str) -> String {
 /// The rule group of `dlq` (with validated monitoring `params`), as the `groups` entry
 /// of a Prometheus rule file or a `PrometheusRule`'s `spec.groups`.
 pub fn rule_group(dlq: &DeadLetterQueue, params: &Params) -> Value {
-    let ns = crate::manifest::namespace_of(&dlq.metadata);
-    let name = dlq.metadata.name.as_deref().unwrap_or_default();
-    let sel = format!("namespace={}, name={}", quote(ns), quote(name));
-    let by = "by (namespace, name)";
-    let baseline = format!("max {by} (dlq_backlog_baseline{{{sel}}})");
-    let threshold = format!("max {by} (dlq_backlog_threshold{{{sel}}})");
-    let depth = format!("sum {by} (dlq_queue_depth{{{sel}, role=\"dead_letter\"}})");
-    let ratio = format!(
-        "({depth} - on (namespace, name) {baseline}) / on (namespace, name) clamp_min({threshold} - on (namespace, name) {baseline}, {})",
-        params.min_headroom
-    );
-    let for_ = format_ms(params.for_ms);
-    let alerting = &dlq.spec.alerting.prometheus_rule;
-    // namespace and name also as rule labels: every rule of the file is distinct (promtool
-    // lints identical alert names with identical labels as duplicates).
-    let severity = literal(&alerting.severity);
-    let labels = json!({"severity": severity, "namespace": ns, "name": name});
-    let with_runbook = |mut annotations: Value| {
-        if let Some(url) = &alerting.runbook_url {
-            annotations["runbook_url"] = json!(literal(url));
+    let g = Group::new(dlq, params);
+    let mut rules = vec![g.backlog_rule()];
+    if let Some(limit) = params.growth_per_minute {
+        rules.push(g.growth_rule(limit));
+    }
+    rules.push(g.absent_rule());
+    json!({"name": format!("dlq-operator.{}.{}", g.ns, g.name), "rules": rules})
+}
+
+/// What every rule of one DeadLetterQueue's group shares.
+struct Group<'a> {
+    /// The resource's namespace and name.
+    ns: &'a str,
+    name: &'a str,
+    /// PromQL label matchers selecting the resource's series.
+    sel: String,
+    /// The spec's `for`, as a Prometheus duration.
+    for_: String,
+    /// `keep_firing_for` (the spec's `keepFiringFor`), when set.
+    keep_firing_for: Option<String>,
+    /// `severity` (template-literal), `namespace` and `name`: namespace and name also as
+    /// rule labels, so every rule of the file is distinct (promtool lints identical alert
+    /// names with identical labels as duplicates).
+    labels: Value,
+    /// The default dead-letter queue's name, template-literal, for descriptions.
+    queue: String,
+    /// The `runbook_url` annotation, template-literal, when set.
+    runbook_url: Option<String>,
+    /// The lower bound of the ratio's denominator, `minHeadroom` (messages).
+    min_headroom: f64,
+}
+
+impl<'a> Group<'a> {
+    fn new(dlq: &'a DeadLetterQueue, params: &Params) -> Self {
+        let ns = crate::manifest::namespace_of(&dlq.metadata);
+        let name = dlq.metadata.name.as_deref().unwrap_or_default();
+        let alerting = &dlq.spec.alerting.prometheus_rule;
+        Group {
+            ns,
+            name,
+            sel: format!("namespace={}, name={}", quote(ns), quote(name)),
+            for_: format_ms(params.for_ms),
+            keep_firing_for: (params.keep_firing_for_ms > 0)
+                .then(|| format_ms(params.keep_firing_for_ms)),
+            labels: json!({"severity": literal(&alerting.severity), "namespace": ns, "name": name}),
+            queue: literal(&dlq.spec.dead_letter_queue_name()),
+            runbook_url: alerting.runbook_url.as_deref().map(literal),
+            min_headroom: params.min_headroom,
         }
-        annotations
-    };
-    let queue = literal(&dlq.spec.dead_letter_queue_name());
-    let mut backlog = json!({
-        "alert": BACKLOG_ALERT,
-        "expr": format!("{ratio} >= 1"),
-        "for": for_,
-        "labels": labels,
-        "annotations": with_runbook(json!({
-            "summary": format!("Dead-letter backlog of {ns}/{name} is above its threshold"),
-            "description": format!(
+    }
+
+    /// An alert rule `alert` on `expr` for the spec's `for`, with the group's labels and
+    /// `summary` / `description` (plus `runbook_url` when set); `keep_firing_for` when
+    /// `keep` and set.
+    fn rule(
+        &self,
+        alert: &str,
+        expr: String,
+        summary: String,
+        description: String,
+        keep: bool,
+    ) -> Value {
+        let mut annotations = json!({"summary": summary, "description": description});
+        if let Some(url) = &self.runbook_url {
+            annotations["runbook_url"] = json!(url);
+        }
+        let mut rule = json!({
+            "alert": alert,
+            "expr": expr,
+            "for": self.for_,
+            "labels": self.labels,
+            "annotations": annotations,
+        });
+        if let (true, Some(k)) = (keep, &self.keep_firing_for) {
+            rule["keep_firing_for"] = json!(k);
+        }
+        rule
+    }
+
+    /// [`BACKLOG_ALERT`]: the backlog ratio `(D − B) / clamp_min(T − B, minHeadroom) >= 1`.
+    fn backlog_rule(&self) -> Value {
+        let (ns, name, sel, for_, queue) = (self.ns, self.name, &self.sel, &self.for_, &self.queue);
+        let by = "by (namespace, name)";
+        let baseline = format!("max {by} (dlq_backlog_baseline{{{sel}}})");
+        let threshold = format!("max {by} (dlq_backlog_threshold{{{sel}}})");
+        let depth = format!("sum {by} (dlq_queue_depth{{{sel}, role=\"dead_letter\"}})");
+        let ratio = format!(
+            "({depth} - on (namespace, name) {baseline}) / on (namespace, name) clamp_min({threshold} - on (namespace, name) {baseline}, {})",
+            self.min_headroom
+        );
+        self.rule(
+            BACKLOG_ALERT,
+            format!("{ratio} >= 1"),
+            format!("Dead-letter backlog of {ns}/{name} is above its threshold"),
+            format!(
                 "Backlog ratio {{{{ printf \"%.2f\" $value }}}} (>= 1 for {for_}) on dead-letter queue {queue} of DeadLetterQueue {ns}/{name}."
             ),
-        })),
-    });
-    if params.keep_firing_for_ms > 0 {
-        backlog["keep_firing_for"] = json!(format_ms(params.keep_firing_for_ms));
+            true,
+        )
     }
-    let mut rules = vec![backlog];
-    if let Some(g) = params.growth_per_minute {
-        let mut growth = json!({
-            "alert": GROWTH_ALERT,
-            "expr": format!("max {by} (dlq_growth_per_minute{{{sel}}}) >= {g}"),
-            "for": for_,
-            "labels": labels,
-            "annotations": with_runbook(json!({
-                "summary": format!("Dead letters of {ns}/{name} are piling up"),
-                "description": format!(
-                    "{{{{ printf \"%.1f\" $value }}}} dead letters per minute (>= {g}) on dead-letter queue {queue} of DeadLetterQueue {ns}/{name}."
-                ),
-            })),
-        });
-        // The evaluator applies keepFiringFor to the growth alert too.
-        if params.keep_firing_for_ms > 0 {
-            growth["keep_firing_for"] = json!(format_ms(params.keep_firing_for_ms));
-        }
-        rules.push(growth);
+
+    /// [`GROWTH_ALERT`]: dead-letter growth of at least `limit` messages per minute. The
+    /// evaluator applies keepFiringFor to the growth alert too.
+    fn growth_rule(&self, limit: f64) -> Value {
+        let (ns, name, sel, queue) = (self.ns, self.name, &self.sel, &self.queue);
+        self.rule(
+            GROWTH_ALERT,
+            format!("max by (namespace, name) (dlq_growth_per_minute{{{sel}}}) >= {limit}"),
+            format!("Dead letters of {ns}/{name} are piling up"),
+            format!(
+                "{{{{ printf \"%.1f\" $value }}}} dead letters per minute (>= {limit}) on dead-letter queue {queue} of DeadLetterQueue {ns}/{name}."
+            ),
+            true,
+        )
     }
-    rules.push(json!({
-        "alert": ABSENT_ALERT,
-        "expr": format!("absent(dlq_queue_depth{{{sel}, role=\"dead_letter\"}})"),
-        "for": for_,
-        "labels": {"severity": severity, "namespace": ns, "name": name},
-        "annotations": with_runbook(json!({
-            "summary": format!("No dead-letter metrics for {ns}/{name}"),
-            "description": format!(
+
+    /// [`ABSENT_ALERT`]: no dead-letter depth series, so missing data alerts.
+    fn absent_rule(&self) -> Value {
+        let (ns, name, sel) = (self.ns, self.name, &self.sel);
+        self.rule(
+            ABSENT_ALERT,
+            format!("absent(dlq_queue_depth{{{sel}, role=\"dead_letter\"}})"),
+            format!("No dead-letter metrics for {ns}/{name}"),
+            format!(
                 "dlq_queue_depth of DeadLetterQueue {ns}/{name} is missing: the operator is down, cannot reach the broker, or is not scraped. Its backlog is not watched."
             ),
-        })),
-    }));
-    json!({"name": format!("dlq-operator.{ns}.{name}"), "rules": rules})
+            false,
+        )
+    }
 }
 
 /// A Prometheus rule file (`groups:`) with the group of every `(resource, params)`.

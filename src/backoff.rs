@@ -117,7 +117,11 @@ impl Backoff {
     pub fn nominal_ms(&self, attempt: u32) -> u64 {
         match self.strategy {
             BackoffStrategy::Fixed => self.initial_ms.min(self.max_ms),
-            _ => self.cap(self.exponential_uncapped(attempt)),
+            BackoffStrategy::Exponential
+            | BackoffStrategy::ExponentialJitter
+            | BackoffStrategy::FullJitter
+            | BackoffStrategy::EqualJitter
+            | BackoffStrategy::DecorrelatedJitter => self.cap(self.exponential_uncapped(attempt)),
         }
     }
 
@@ -164,7 +168,9 @@ impl Backoff {
                 let half = nominal / 2;
                 half + rng.random_range(0..=nominal - half)
             }
-            _ => rng.random_range(low..=high),
+            BackoffStrategy::ExponentialJitter
+            | BackoffStrategy::FullJitter
+            | BackoffStrategy::DecorrelatedJitter => rng.random_range(low..=high),
         }
     }
 
@@ -179,7 +185,11 @@ impl Backoff {
                 }
                 worst
             }
-            _ => self.bounds_ms(attempt, None).1,
+            BackoffStrategy::Fixed
+            | BackoffStrategy::Exponential
+            | BackoffStrategy::ExponentialJitter
+            | BackoffStrategy::FullJitter
+            | BackoffStrategy::EqualJitter => self.bounds_ms(attempt, None).1,
         }
     }
 }

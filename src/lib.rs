@@ -18,6 +18,8 @@ pub mod controller;
 pub mod crd;
 pub mod dlq;
 pub mod duration;
+pub mod error_class;
+pub mod filter;
 pub mod manifest;
 pub mod metrics;
 pub mod monitor;

@@ -86,7 +86,52 @@ struct BacklogMetrics {
     written: std::sync::Arc<std::sync::Mutex<WrittenSeries>>,
 }
 
+/// A gauge family (never fails: the names and labels are fixed and valid).
+fn gauge(name: &str, help: &str, labels: &[&str]) -> prometheus::GaugeVec {
+    prometheus::GaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition")
+}
+
+/// The labels of a per-resource series: the DeadLetterQueue's namespace and name.
+const PER_RESOURCE: [&str; 2] = ["namespace", "name"];
+
 impl BacklogMetrics {
+    /// The backlog families, unregistered, with no label set written.
+    fn new() -> Self {
+        BacklogMetrics {
+            depth: gauge(
+                "dlq_queue_depth",
+                "Messages (ready + unacknowledged) in a managed queue.",
+                &["namespace", "name", "queue", "role", "tier"],
+            ),
+            baseline: gauge(
+                "dlq_backlog_baseline",
+                "Baseline depth of the dead-letter backlog (messages).",
+                &PER_RESOURCE,
+            ),
+            threshold: gauge(
+                "dlq_backlog_threshold",
+                "Threshold depth of the dead-letter backlog (messages).",
+                &PER_RESOURCE,
+            ),
+            ratio: gauge(
+                "dlq_backlog_ratio",
+                "Backlog ratio (D - B) / max(T - B, minHeadroom); 1 is the threshold.",
+                &PER_RESOURCE,
+            ),
+            alert_state: gauge(
+                "dlq_backlog_alert_state",
+                "Backlog alert state: 0 inactive, 1 pending, 2 firing.",
+                &PER_RESOURCE,
+            ),
+            growth: gauge(
+                "dlq_growth_per_minute",
+                "Dead-letter growth over the last 5 minutes (messages per minute).",
+                &PER_RESOURCE,
+            ),
+            written: Default::default(),
+        }
+    }
+
     /// Every backlog family.
     fn gauges(&self) -> [&prometheus::GaugeVec; 6] {
         [
@@ -122,6 +167,26 @@ struct ReplayMetrics {
 }
 
 impl ReplayMetrics {
+    /// The replay families, unregistered, with no window yet.
+    fn new() -> Self {
+        ReplayMetrics {
+            total: IntCounterVec::new(
+                Opts::new(
+                    "dlq_replayed_messages_total",
+                    "Messages handled by the DeadLetterReplays of a DeadLetterQueue, by outcome: replayed (copy confirmed, original removed), skipped (kept on purpose), failed (copy refused or unroutable; kept).",
+                ),
+                &["namespace", "name", "outcome"],
+            )
+            .expect("valid metric definition"),
+            ratio: gauge(
+                "dlq_compensation_success_ratio",
+                "Messages replayed / messages dead-lettered into the DeadLetterQueue's dead-letter queues over the last hour (arrivals from depth change plus replays); absent while nothing was dead-lettered.",
+                &PER_RESOURCE,
+            ),
+            windows: Default::default(),
+        }
+    }
+
     /// Sets (or removes, when absent) the ratio series of `key` from its window.
     fn publish_ratio(&self, key: &(String, String), window: Option<&Window>) {
         let labels = [key.0.as_str(), key.1.as_str()];
@@ -167,60 +232,8 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric definition");
-        let gauge = |name: &str, help: &str, labels: &[&str]| {
-            prometheus::GaugeVec::new(Opts::new(name, help), labels)
-                .expect("valid metric definition")
-        };
-        let per_resource = ["namespace", "name"];
-        let backlog = BacklogMetrics {
-            depth: gauge(
-                "dlq_queue_depth",
-                "Messages (ready + unacknowledged) in a managed queue.",
-                &["namespace", "name", "queue", "role", "tier"],
-            ),
-            baseline: gauge(
-                "dlq_backlog_baseline",
-                "Baseline depth of the dead-letter backlog (messages).",
-                &per_resource,
-            ),
-            threshold: gauge(
-                "dlq_backlog_threshold",
-                "Threshold depth of the dead-letter backlog (messages).",
-                &per_resource,
-            ),
-            ratio: gauge(
-                "dlq_backlog_ratio",
-                "Backlog ratio (D - B) / max(T - B, minHeadroom); 1 is the threshold.",
-                &per_resource,
-            ),
-            alert_state: gauge(
-                "dlq_backlog_alert_state",
-                "Backlog alert state: 0 inactive, 1 pending, 2 firing.",
-                &per_resource,
-            ),
-            growth: gauge(
-                "dlq_growth_per_minute",
-                "Dead-letter growth over the last 5 minutes (messages per minute).",
-                &per_resource,
-            ),
-            written: Default::default(),
-        };
-        let replays = ReplayMetrics {
-            total: IntCounterVec::new(
-                Opts::new(
-                    "dlq_replayed_messages_total",
-                    "Messages handled by the DeadLetterReplays of a DeadLetterQueue, by outcome: replayed (copy confirmed, original removed), skipped (kept on purpose), failed (copy refused or unroutable; kept).",
-                ),
-                &["namespace", "name", "outcome"],
-            )
-            .expect("valid metric definition"),
-            ratio: gauge(
-                "dlq_compensation_success_ratio",
-                "Messages replayed / messages dead-lettered into the DeadLetterQueue's dead-letter queues over the last hour (arrivals from depth change plus replays); absent while nothing was dead-lettered.",
-                &per_resource,
-            ),
-            windows: Default::default(),
-        };
+        let backlog = BacklogMetrics::new();
+        let replays = ReplayMetrics::new();
         let mut collectors: Vec<Box<dyn Collector>> = Vec::new();
         register(&registry, &mut collectors, &reconcile_total);
         register(&registry, &mut collectors, &reconcile_duration);
@@ -473,7 +486,9 @@ fn sample_names(name: &str, kind: Option<MetricType>) -> Vec<String> {
     match kind {
         Some(MetricType::HISTOGRAM) => suffixed(&["_bucket", "_sum", "_count"]),
         Some(MetricType::SUMMARY) => suffixed(&["", "_sum", "_count"]),
-        _ => vec![name.to_string()],
+        Some(MetricType::COUNTER | MetricType::GAUGE | MetricType::UNTYPED) | None => {
+            vec![name.to_string()]
+        }
     }
 }
 

@@ -46,7 +46,9 @@ pub fn find_too_deep(text: &str, max: usize) -> Option<TooDeep> {
         let (event, span) = match event {
             Ok(e) => e,
             // saphyr's own recursion limit is above MAX_DEPTH: a text it stops there nests
-            // deeper than any limit we use.
+            // deeper than any limit we use. Its ScanError carries only a text (no kind),
+            // so the limit is known by its message, `recursion limit exceeded`; a new
+            // wording only loses this early verdict (serde_yaml_ng still refuses the text).
             Err(e) if e.info().contains("recursion limit") => {
                 return Some(TooDeep {
                     document: document.max(1),

@@ -342,126 +342,14 @@ pub fn policy_name(queue: &str) -> String {
 /// topology. Pure and deterministic: the same inputs give the same plan.
 pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) -> DesiredTopology {
     let q = spec.source.queue.as_str();
-    let qtype = spec.source.queue_type;
     let dlx = spec.dead_letter_exchange_name();
     let retry_exchange = spec.retry_exchange_name();
-    let priority = spec.broker.policy_priority;
-
-    let exact = |name: &str| format!("^{}$", regex::escape(name));
-    let policy_for = |queue: &str, definition: BTreeMap<String, Value>| PolicyPlan {
-        name: policy_name(queue),
-        queue: queue.to_string(),
-        pattern: exact(queue),
-        priority,
-        definition,
-    };
-
-    // Dead-letter queues: default first, then one per class when partitioned.
-    // The partition's routing key is its queue name: unlike a bare class slug it can never
-    // equal the default key (the source queue's name), which validation keeps distinct
-    // from every planned queue name.
     let dead_letter_queues = spec.dead_letter_queue_names();
-    let partitions: BTreeMap<ErrorClass, String> = dead_letter_queues
-        .iter()
-        .filter_map(|(name, class)| class.map(|c| (c, name.clone())))
-        .collect();
-
-    let retention_ms = spec.dead_letter.retention.as_ms().unwrap_or(0);
-    let mut policies = Vec::new();
-    let mut queues = Vec::new();
-    let mut bindings = Vec::new();
-    for (name, class) in &dead_letter_queues {
-        let mut def = BTreeMap::new();
-        def.insert("message-ttl".to_string(), json!(retention_ms));
-        def.insert("max-length".to_string(), json!(spec.dead_letter.max_length));
-        def.insert(
-            "overflow".to_string(),
-            json!(spec.dead_letter.overflow.argument()),
-        );
-        policies.push(policy_for(name, def));
-        queues.push(QueuePlan {
-            name: name.clone(),
-            role: QueueRole::DeadLetter { class: *class },
-            queue_type: qtype,
-            arguments: BTreeMap::new(),
-            declare: true,
-        });
-        bindings.push(BindingPlan {
-            exchange: dlx.clone(),
-            queue: name.clone(),
-            routing_key: if class.is_some() {
-                name.clone()
-            } else {
-                q.to_string()
-            },
-        });
-    }
-
-    // Source queue policy: dead-letter route and broker-side limits.
-    let mut source_def = BTreeMap::new();
-    source_def.insert("dead-letter-exchange".to_string(), json!(dlx));
-    source_def.insert("dead-letter-routing-key".to_string(), json!(q));
-    if qtype == QueueType::Quorum {
-        source_def.insert(
-            "delivery-limit".to_string(),
-            json!(spec.source.delivery_limit),
-        );
-        source_def.insert("dead-letter-strategy".to_string(), json!("at-least-once"));
-        source_def.insert("overflow".to_string(), json!("reject-publish"));
-    }
-    policies.push(policy_for(q, source_def));
-    queues.push(QueuePlan {
-        name: q.to_string(),
-        role: QueueRole::Source,
-        queue_type: qtype,
-        arguments: BTreeMap::new(),
-        declare: spec.source.manage,
-    });
-
-    // Retry tiers.
-    let mut tiers = Vec::new();
-    for &delay_ms in &policy.tiers_ms {
-        let tier = format_ms(delay_ms);
-        let name = format!("{retry_exchange}.{tier}");
-        let mut args = BTreeMap::new();
-        args.insert("x-message-ttl".to_string(), json!(delay_ms));
-        args.insert("x-dead-letter-exchange".to_string(), json!(""));
-        args.insert("x-dead-letter-routing-key".to_string(), json!(q));
-        if qtype == QueueType::Quorum {
-            args.insert("x-dead-letter-strategy".to_string(), json!("at-least-once"));
-            args.insert("x-overflow".to_string(), json!("reject-publish"));
-        }
-        queues.push(QueuePlan {
-            name: name.clone(),
-            role: QueueRole::Retry { delay_ms },
-            queue_type: qtype,
-            arguments: args,
-            declare: true,
-        });
-        bindings.push(BindingPlan {
-            exchange: retry_exchange.clone(),
-            queue: name.clone(),
-            routing_key: tier.clone(),
-        });
-        tiers.push(TierRoute {
-            delay_ms,
-            name: tier,
-            queue: name,
-        });
-    }
-
-    if let Some(x) = &spec.source.exchange {
-        bindings.push(BindingPlan {
-            exchange: x.clone(),
-            queue: q.to_string(),
-            routing_key: spec
-                .source
-                .routing_key
-                .clone()
-                .unwrap_or_else(|| q.to_string()),
-        });
-    }
-
+    let mut parts = Parts::default();
+    parts.dead_letter_route(spec, &dead_letter_queues, &dlx);
+    parts.source_queue(spec, &dlx);
+    let tiers = parts.retry_tiers(spec, &retry_exchange, &policy.tiers_ms);
+    parts.source_binding(spec);
     DesiredTopology {
         owner: owner.to_string(),
         vhost: spec.broker.vhost.clone(),
@@ -475,9 +363,9 @@ pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) ->
                 kind: ExchangeKind::Direct,
             },
         ],
-        policies,
-        queues,
-        bindings,
+        policies: parts.policies,
+        queues: parts.queues,
+        bindings: parts.bindings,
         source_exchange: spec.source.exchange.clone(),
         routes: Routes {
             source_queue: q.to_string(),
@@ -485,7 +373,170 @@ pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) ->
             tiers,
             dead_letter_exchange: dlx,
             dead_letter_routing_key: q.to_string(),
-            partitions,
+            partitions: dead_letter_queues
+                .iter()
+                .filter_map(|(name, class)| class.map(|c| (c, name.clone())))
+                .collect(),
         },
+    }
+}
+
+/// The policies, queues and bindings of a plan as [`plan`] collects them, each list in
+/// its final order: dead-letter route first, then the source queue, then the retry tiers
+/// (and last the source exchange's binding).
+#[derive(Default)]
+struct Parts {
+    policies: Vec<PolicyPlan>,
+    queues: Vec<QueuePlan>,
+    bindings: Vec<BindingPlan>,
+}
+
+impl Parts {
+    /// Each dead-letter queue (default first, then one per class when partitioned) with
+    /// its policy (retention as message TTL, max length, overflow) and its binding on the
+    /// dead-letter exchange. A partition's routing key is its queue name: unlike a bare
+    /// class slug it can never equal the default key (the source queue's name), which
+    /// validation keeps distinct from every planned queue name.
+    fn dead_letter_route(
+        &mut self,
+        spec: &DeadLetterQueueSpec,
+        dead_letter_queues: &[(String, Option<ErrorClass>)],
+        dlx: &str,
+    ) {
+        // Validated: the retention parses.
+        let retention_ms = spec.dead_letter.retention.as_ms().unwrap_or(0);
+        for (name, class) in dead_letter_queues {
+            let mut def = BTreeMap::new();
+            def.insert("message-ttl".to_string(), json!(retention_ms));
+            def.insert("max-length".to_string(), json!(spec.dead_letter.max_length));
+            def.insert(
+                "overflow".to_string(),
+                json!(spec.dead_letter.overflow.argument()),
+            );
+            self.policies.push(exact_policy(spec, name, def));
+            self.queues.push(QueuePlan {
+                name: name.clone(),
+                role: QueueRole::DeadLetter { class: *class },
+                queue_type: spec.source.queue_type,
+                arguments: BTreeMap::new(),
+                declare: true,
+            });
+            self.bindings.push(BindingPlan {
+                exchange: dlx.to_string(),
+                queue: name.clone(),
+                routing_key: if class.is_some() {
+                    name.clone()
+                } else {
+                    spec.source.queue.clone()
+                },
+            });
+        }
+    }
+
+    /// The source queue and its policy: the dead-letter route and, on a quorum queue, the
+    /// broker-side delivery limit, at-least-once dead-lettering and `reject-publish`.
+    fn source_queue(&mut self, spec: &DeadLetterQueueSpec, dlx: &str) {
+        let q = spec.source.queue.as_str();
+        let mut def = BTreeMap::new();
+        def.insert("dead-letter-exchange".to_string(), json!(dlx));
+        def.insert("dead-letter-routing-key".to_string(), json!(q));
+        if spec.source.queue_type == QueueType::Quorum {
+            def.insert(
+                "delivery-limit".to_string(),
+                json!(spec.source.delivery_limit),
+            );
+            def.insert("dead-letter-strategy".to_string(), json!("at-least-once"));
+            def.insert("overflow".to_string(), json!("reject-publish"));
+        }
+        self.policies.push(exact_policy(spec, q, def));
+        self.queues.push(QueuePlan {
+            name: q.to_string(),
+            role: QueueRole::Source,
+            queue_type: spec.source.queue_type,
+            arguments: BTreeMap::new(),
+            declare: spec.source.manage,
+        });
+    }
+
+    /// One queue per tier delay (ms) `<retry exchange>.<tier>`, bound on the retry
+    /// exchange with the tier's name; returns the tiers' routes.
+    fn retry_tiers(
+        &mut self,
+        spec: &DeadLetterQueueSpec,
+        retry_exchange: &str,
+        tiers_ms: &[u64],
+    ) -> Vec<TierRoute> {
+        let mut tiers = Vec::new();
+        for &delay_ms in tiers_ms {
+            let tier = format_ms(delay_ms);
+            let name = format!("{retry_exchange}.{tier}");
+            self.queues.push(QueuePlan {
+                name: name.clone(),
+                role: QueueRole::Retry { delay_ms },
+                queue_type: spec.source.queue_type,
+                arguments: tier_arguments(spec, delay_ms),
+                declare: true,
+            });
+            self.bindings.push(BindingPlan {
+                exchange: retry_exchange.to_string(),
+                queue: name.clone(),
+                routing_key: tier.clone(),
+            });
+            tiers.push(TierRoute {
+                delay_ms,
+                name: tier,
+                queue: name,
+            });
+        }
+        tiers
+    }
+
+    /// The binding of the source queue to `spec.source.exchange`, if set (routing key
+    /// `spec.source.routingKey`, default the queue's name).
+    fn source_binding(&mut self, spec: &DeadLetterQueueSpec) {
+        let q = &spec.source.queue;
+        if let Some(x) = &spec.source.exchange {
+            self.bindings.push(BindingPlan {
+                exchange: x.clone(),
+                queue: q.clone(),
+                routing_key: spec.source.routing_key.clone().unwrap_or_else(|| q.clone()),
+            });
+        }
+    }
+}
+
+/// The declare-time arguments of the tier queue of `delay_ms`: the tier's message TTL and
+/// dead-lettering back to the source queue through the default exchange (at least once,
+/// with `reject-publish`, on quorum queues). They never change for a tier, so they are
+/// arguments, not policy: a retrying message is never dropped on expiry because a policy
+/// was removed.
+fn tier_arguments(spec: &DeadLetterQueueSpec, delay_ms: u64) -> BTreeMap<String, Value> {
+    let mut args = BTreeMap::new();
+    args.insert("x-message-ttl".to_string(), json!(delay_ms));
+    args.insert("x-dead-letter-exchange".to_string(), json!(""));
+    args.insert(
+        "x-dead-letter-routing-key".to_string(),
+        json!(spec.source.queue),
+    );
+    if spec.source.queue_type == QueueType::Quorum {
+        args.insert("x-dead-letter-strategy".to_string(), json!("at-least-once"));
+        args.insert("x-overflow".to_string(), json!("reject-publish"));
+    }
+    args
+}
+
+/// The operator's policy for exactly `queue` (pattern `^<escaped queue>$`, the spec's
+/// `policyPriority`) with `definition`.
+fn exact_policy(
+    spec: &DeadLetterQueueSpec,
+    queue: &str,
+    definition: BTreeMap<String, Value>,
+) -> PolicyPlan {
+    PolicyPlan {
+        name: policy_name(queue),
+        queue: queue.to_string(),
+        pattern: format!("^{}$", regex::escape(queue)),
+        priority: spec.broker.policy_priority,
+        definition,
     }
 }

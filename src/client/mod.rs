@@ -134,7 +134,7 @@ pub enum ClientError {
     #[error("the broker did not confirm the copy: {reason}")]
     NotConfirmed {
         /// What happened.
-        reason: String,
+        reason: NotConfirmed,
     },
     /// The copy was returned: no queue is bound for it.
     #[error("the copy was unroutable: exchange {exchange:?}, routing key {routing_key:?}")]
@@ -152,6 +152,25 @@ pub enum ClientError {
     /// closed meanwhile): it will be redelivered, so the message exists twice.
     #[error("the copy was published but the original could no longer be acked")]
     AckNotSent,
+}
+
+/// Why the broker did not confirm a copy ([`ClientError::NotConfirmed`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotConfirmed {
+    /// The broker nacked the publish (e.g. a full queue with `reject-publish`).
+    #[error("broker nacked the publish")]
+    Nacked,
+    /// The broker returned the copy, then nacked it.
+    #[error("nack after return: {reply_code} {reply_text}")]
+    NackedAfterReturn {
+        /// AMQP reply code of the return (e.g. 312 `NO_ROUTE`).
+        reply_code: u16,
+        /// Its reply text.
+        reply_text: String,
+    },
+    /// Publisher confirms are not enabled on the channel.
+    #[error("publisher confirms are not enabled on the channel")]
+    ConfirmsOff,
 }
 
 impl ClientError {
@@ -334,45 +353,7 @@ impl RetryHandler {
     ) -> Result<Outcome, ClientError> {
         let now_ms = self.clock.now_ms();
         let state = FailureState::from_properties(&delivery.properties);
-        let elapsed_ms = now_ms.saturating_sub(state.first_failed_at_ms.unwrap_or(now_ms));
-        let decision = {
-            let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-            self.policy.decide(
-                class,
-                state.retry_count,
-                elapsed_ms,
-                state.last_delay_ms,
-                &mut *rng,
-            )
-        };
-        let (exchange, routing_key, action, outcome) = match decision {
-            Decision::Retry {
-                attempt,
-                delay_ms,
-                tier_ms,
-            } => {
-                let tier = self
-                    .routes
-                    .tier(tier_ms)
-                    .ok_or(ClientError::UnknownTier { tier_ms })?;
-                (
-                    self.routes.retry_exchange.as_str(),
-                    tier.name.as_str(),
-                    Action::Retry { attempt, delay_ms },
-                    Outcome::Retried {
-                        attempt,
-                        tier: tier.name.clone(),
-                        delay_ms,
-                    },
-                )
-            }
-            Decision::DeadLetter(reason) => (
-                self.routes.dead_letter_exchange.as_str(),
-                self.routes.dead_letter_key(Some(class)),
-                Action::DeadLetter(reason),
-                Outcome::DeadLettered { reason },
-            ),
-        };
+        let route = self.route(self.decide(class, &state, now_ms), class)?;
         let properties = headers::republish_properties(
             &delivery.properties,
             &Stamp {
@@ -382,14 +363,14 @@ impl RetryHandler {
                 exchange: delivery.exchange.as_str(),
                 routing_key: delivery.routing_key.as_str(),
                 queue: &self.routes.source_queue,
-                action,
+                action: route.action,
             },
         );
         let confirmation = self
             .channel
             .basic_publish(
-                short(exchange)?,
-                short(routing_key)?,
+                short(route.exchange)?,
+                short(route.routing_key)?,
                 BasicPublishOptions {
                     mandatory: true,
                     immediate: false,
@@ -401,10 +382,80 @@ impl RetryHandler {
             .map_err(ClientError::Publish)?
             .await
             .map_err(ClientError::Publish)?;
-        let unroutable = || ClientError::Unroutable {
-            exchange: exchange.to_string(),
-            routing_key: routing_key.to_string(),
-        };
+        route.confirmed(confirmation)
+    }
+
+    /// What the policy decides for a failure of `class` in `state` at `now_ms`.
+    fn decide(&self, class: ErrorClass, state: &FailureState, now_ms: u64) -> Decision {
+        let elapsed_ms = now_ms.saturating_sub(state.first_failed_at_ms.unwrap_or(now_ms));
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        self.policy.decide(
+            class,
+            state.retry_count,
+            elapsed_ms,
+            state.last_delay_ms,
+            &mut *rng,
+        )
+    }
+
+    /// Where `decision` sends the copy of a failure of `class`.
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownTier`] when the decided tier has no route.
+    fn route(&self, decision: Decision, class: ErrorClass) -> Result<Route<'_>, ClientError> {
+        Ok(match decision {
+            Decision::Retry {
+                attempt,
+                delay_ms,
+                tier_ms,
+            } => {
+                let tier = self
+                    .routes
+                    .tier(tier_ms)
+                    .ok_or(ClientError::UnknownTier { tier_ms })?;
+                Route {
+                    exchange: self.routes.retry_exchange.as_str(),
+                    routing_key: tier.name.as_str(),
+                    action: Action::Retry { attempt, delay_ms },
+                    outcome: Outcome::Retried {
+                        attempt,
+                        tier: tier.name.clone(),
+                        delay_ms,
+                    },
+                }
+            }
+            Decision::DeadLetter(reason) => Route {
+                exchange: self.routes.dead_letter_exchange.as_str(),
+                routing_key: self.routes.dead_letter_key(Some(class)),
+                action: Action::DeadLetter(reason),
+                outcome: Outcome::DeadLettered { reason },
+            },
+        })
+    }
+}
+
+/// Where a copy goes and what that means: the exchange and routing key it is published
+/// with, the headers' [`Action`], and the [`Outcome`] once confirmed.
+struct Route<'a> {
+    exchange: &'a str,
+    routing_key: &'a str,
+    action: Action,
+    outcome: Outcome,
+}
+
+impl Route<'_> {
+    /// The outcome when the broker acked the copy without returning it.
+    ///
+    /// # Errors
+    /// [`ClientError::Unroutable`] for a returned copy, [`ClientError::NotConfirmed`] for
+    /// a nack or a channel without publisher confirms.
+    fn confirmed(self, confirmation: Confirmation) -> Result<Outcome, ClientError> {
+        let Route {
+            exchange,
+            routing_key,
+            outcome,
+            ..
+        } = self;
         match confirmation {
             Confirmation::Ack(None) => {
                 tracing::debug!(
@@ -415,15 +466,21 @@ impl RetryHandler {
                 );
                 Ok(outcome)
             }
-            Confirmation::Ack(Some(_)) => Err(unroutable()),
+            Confirmation::Ack(Some(_)) => Err(ClientError::Unroutable {
+                exchange: exchange.to_string(),
+                routing_key: routing_key.to_string(),
+            }),
             Confirmation::Nack(returned) => Err(ClientError::NotConfirmed {
                 reason: match returned {
-                    Some(r) => format!("nack after return: {} {}", r.reply_code, r.reply_text),
-                    None => "broker nacked the publish".to_string(),
+                    Some(r) => NotConfirmed::NackedAfterReturn {
+                        reply_code: r.reply_code,
+                        reply_text: r.reply_text.to_string(),
+                    },
+                    None => NotConfirmed::Nacked,
                 },
             }),
             Confirmation::NotRequested => Err(ClientError::NotConfirmed {
-                reason: "publisher confirms are not enabled on the channel".to_string(),
+                reason: NotConfirmed::ConfirmsOff,
             }),
         }
     }
@@ -448,7 +505,9 @@ mod tests {
             ClientError::UnknownTier { tier_ms: 1 },
             ClientError::InvalidName { name: "n".into() },
             ClientError::DeliveryUnusable,
-            ClientError::NotConfirmed { reason: "r".into() },
+            ClientError::NotConfirmed {
+                reason: NotConfirmed::Nacked,
+            },
             ClientError::Unroutable {
                 exchange: "x".into(),
                 routing_key: "k".into(),
@@ -459,6 +518,38 @@ mod tests {
         labels.sort_unstable();
         labels.dedup();
         assert_eq!(labels.len(), errors.len());
+    }
+
+    #[test]
+    fn unconfirmed_copies_say_why() {
+        let route = || Route {
+            exchange: "orders.dlx",
+            routing_key: "orders",
+            action: Action::DeadLetter(DeadLetterReason::NonRetryable),
+            outcome: Outcome::DeadLettered {
+                reason: DeadLetterReason::NonRetryable,
+            },
+        };
+        assert_eq!(
+            route().confirmed(Confirmation::Ack(None)).expect("acked"),
+            Outcome::DeadLettered {
+                reason: DeadLetterReason::NonRetryable
+            }
+        );
+        let text = |c| route().confirmed(c).expect_err("not confirmed").to_string();
+        assert_eq!(
+            text(Confirmation::Nack(None)),
+            "the broker did not confirm the copy: broker nacked the publish"
+        );
+        assert_eq!(
+            text(Confirmation::NotRequested),
+            "the broker did not confirm the copy: publisher confirms are not enabled on the channel"
+        );
+        let returned = NotConfirmed::NackedAfterReturn {
+            reply_code: 312,
+            reply_text: "NO_ROUTE".into(),
+        };
+        assert_eq!(returned.to_string(), "nack after return: 312 NO_ROUTE");
     }
 
     #[test]

@@ -66,13 +66,17 @@ pub struct DeadLetterReplaySpec {
     /// 1: each original removed before the next copy is published, the slowest). The
     /// `dlq replay --max-in-flight` option.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 1000))]
+    #[schemars(range(min = 1, max = MAX_IN_FLIGHT))]
     pub max_in_flight: Option<u32>,
 }
 
 fn default_max_replays() -> u32 {
     3
 }
+
+/// The largest `spec.maxInFlight` (and `dlq replay --max-in-flight`), and the default: the
+/// replay engine's confirm window ([`crate::dlq::replay::MAX_IN_FLIGHT`] is this).
+pub const MAX_IN_FLIGHT: u32 = 1000;
 
 /// Where a DeadLetterReplay sends messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -174,7 +178,7 @@ pub struct DeadLetterReplayStatus {
 
 impl DeadLetterReplaySpec {
     /// Checks what the schema cannot: the filter terms parse
-    /// ([`crate::dlq::filter::Filter::parse`]); and again the ranges the schema has, which
+    /// ([`crate::filter::Filter::parse`]); and again the ranges the schema has, which
     /// an API server may not have applied (`limit`, `rate`, `maxReplays`, `maxInFlight`).
     ///
     /// # Errors
@@ -182,7 +186,7 @@ impl DeadLetterReplaySpec {
     pub fn validate(&self) -> Result<(), InvalidSpec> {
         let mut errors = Errors::default();
         for (i, term) in self.filter.iter().enumerate() {
-            if let Err(e) = crate::dlq::filter::Filter::parse(std::slice::from_ref(term)) {
+            if let Err(e) = crate::filter::Filter::parse(std::slice::from_ref(term)) {
                 // The term and the reason, without the CLI's `--filter` prefix.
                 errors.push(
                     format!("spec.filter[{i}]"),
@@ -200,14 +204,10 @@ impl DeadLetterReplaySpec {
             errors.push("spec.maxReplays", "must be at least 1");
         }
         if let Some(n) = self.max_in_flight {
-            if n == 0 || usize::try_from(n).map_or(true, |n| n > crate::dlq::replay::MAX_IN_FLIGHT)
-            {
+            if n == 0 || n > MAX_IN_FLIGHT {
                 errors.push(
                     "spec.maxInFlight",
-                    format!(
-                        "{n} is out of range: must be 1 to {} (copies in flight)",
-                        crate::dlq::replay::MAX_IN_FLIGHT
-                    ),
+                    format!("{n} is out of range: must be 1 to {MAX_IN_FLIGHT} (copies in flight)"),
                 );
             }
         }

@@ -14,6 +14,9 @@ pub use dead_letter_queue::*;
 pub use dead_letter_replay::*;
 pub use retry_policy::*;
 
+/// The error classes a RetryPolicy classifies, from their own module.
+pub use crate::error_class::ErrorClass;
+
 use std::fmt;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

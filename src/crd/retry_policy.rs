@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Errors, InvalidSpec};
 use crate::duration::Duration;
+use crate::error_class::ErrorClass;
 
 /// Desired retry behaviour for the messages of one or more queues (`RetryPolicy`, short
 /// name `rp`). Fields and defaults: docs/REFERENCE.md.
@@ -190,84 +191,6 @@ impl Default for BackoffSpec {
     }
 }
 
-/// Class of a consumer failure (docs/ARCHITECTURE.md, "Domain").
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-pub enum ErrorClass {
-    /// The call timed out.
-    Timeout,
-    /// The peer refused the connection.
-    ConnectionRefused,
-    /// The peer is overloaded.
-    Overload,
-    /// The peer rate-limited the call.
-    RateLimited,
-    /// A dependency is down.
-    Dependency,
-    /// A resource (disk, memory, pool) is exhausted.
-    Resource,
-    /// The message failed validation.
-    Validation,
-    /// The message could not be parsed.
-    Parse,
-    /// The message crashes or poisons its consumer.
-    Poison,
-}
-
-impl ErrorClass {
-    /// Every class, in declaration order.
-    pub const ALL: [ErrorClass; 9] = [
-        ErrorClass::Timeout,
-        ErrorClass::ConnectionRefused,
-        ErrorClass::Overload,
-        ErrorClass::RateLimited,
-        ErrorClass::Dependency,
-        ErrorClass::Resource,
-        ErrorClass::Validation,
-        ErrorClass::Parse,
-        ErrorClass::Poison,
-    ];
-
-    /// The name as written in manifests and in the `dlq-error-class` header.
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorClass::Timeout => "Timeout",
-            ErrorClass::ConnectionRefused => "ConnectionRefused",
-            ErrorClass::Overload => "Overload",
-            ErrorClass::RateLimited => "RateLimited",
-            ErrorClass::Dependency => "Dependency",
-            ErrorClass::Resource => "Resource",
-            ErrorClass::Validation => "Validation",
-            ErrorClass::Parse => "Parse",
-            ErrorClass::Poison => "Poison",
-        }
-    }
-
-    /// Lower-case, dash-separated form used in queue names and routing keys
-    /// (`ConnectionRefused` → `connection-refused`).
-    pub fn slug(self) -> &'static str {
-        match self {
-            ErrorClass::Timeout => "timeout",
-            ErrorClass::ConnectionRefused => "connection-refused",
-            ErrorClass::Overload => "overload",
-            ErrorClass::RateLimited => "rate-limited",
-            ErrorClass::Dependency => "dependency",
-            ErrorClass::Resource => "resource",
-            ErrorClass::Validation => "validation",
-            ErrorClass::Parse => "parse",
-            ErrorClass::Poison => "poison",
-        }
-    }
-
-    /// Parses a class name (as in [`ErrorClass::name`]; case-insensitive).
-    pub fn from_name(s: &str) -> Option<ErrorClass> {
-        ErrorClass::ALL
-            .into_iter()
-            .find(|c| c.name().eq_ignore_ascii_case(s))
-    }
-}
-
 /// What to do with an error class that is in neither list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 pub enum ClassificationDefault {
@@ -358,100 +281,15 @@ impl RetryPolicySpec {
                 format!("{} is out of range 0..=100", self.max_retries),
             );
         }
-        let b = &self.backoff;
-        let initial = errs.duration("spec.backoff.initialDelay", &b.initial_delay);
-        let max = errs.duration("spec.backoff.maxDelay", &b.max_delay);
-        if initial == Some(0) {
-            errs.push("spec.backoff.initialDelay", "must be greater than 0");
-        }
-        if self.tiers.is_none() && max.is_some_and(|m| m > crate::duration::MAX_TTL_MS) {
-            errs.push(
-                "spec.backoff.maxDelay",
-                format!(
-                    "{} is longer than the maximum tier of 365d (tiers are derived from the schedule)",
-                    b.max_delay
-                ),
-            );
-        }
-        if let (Some(i), Some(m)) = (initial, max) {
-            if m < i {
-                errs.push(
-                    "spec.backoff.maxDelay",
-                    format!(
-                        "{} is less than initialDelay {}; maxDelay must be >= initialDelay",
-                        b.max_delay, b.initial_delay
-                    ),
-                );
-            }
-        }
-        if let Some(why) = super::out_of_range(b.multiplier, 1.0, true, 1000.0) {
-            errs.push(
-                "spec.backoff.multiplier",
-                format!(
-                    "{} {why}: the valid range is 1 to 1000 (each delay is the previous one times the multiplier)",
-                    super::readable_number(b.multiplier)
-                ),
-            );
-        }
-        if let Some(j) = &b.jitter {
-            errs.duration("spec.backoff.jitter", j);
-        }
-        if let Some(r) = b.jitter_ratio {
-            if let Some(why) = super::out_of_range(r, 0.0, true, 1.0) {
-                errs.push(
-                    "spec.backoff.jitterRatio",
-                    format!(
-                        "{} {why}: the valid range is 0 to 1 (a fraction of the delay)",
-                        super::readable_number(r)
-                    ),
-                );
-            }
-        }
-        if b.jitter.is_some() && b.jitter_ratio.is_some() {
-            errs.push(
-                "spec.backoff.jitterRatio",
-                "set at most one of jitter and jitterRatio",
-            );
-        }
-        if b.strategy == BackoffStrategy::ExponentialJitter
-            && b.jitter.is_none()
-            && b.jitter_ratio.is_none()
-        {
-            errs.push(
-                "spec.backoff.jitter",
-                "ExponentialJitter needs backoff.jitter (a duration) or backoff.jitterRatio (0..=1)",
-            );
-        }
-        if b.strategy != BackoffStrategy::ExponentialJitter
-            && (b.jitter.is_some() || b.jitter_ratio.is_some())
-        {
-            errs.push(
-                "spec.backoff.strategy",
-                format!(
-                    "jitter/jitterRatio apply only to ExponentialJitter, not {}",
-                    b.strategy.name()
-                ),
-            );
-        }
+        self.backoff.check_delays(&mut errs, self.tiers.is_none());
+        self.backoff.check_jitter(&mut errs);
         if let Some(d) = &self.max_retry_duration {
             if errs.duration("spec.maxRetryDuration", d) == Some(0) {
                 errs.push("spec.maxRetryDuration", "must be greater than 0");
             }
         }
         if let Some(tiers) = &self.tiers {
-            if tiers.is_empty() || tiers.len() > 32 {
-                errs.push("spec.tiers", "must list 1 to 32 durations");
-            }
-            for (i, t) in tiers.iter().enumerate() {
-                let field = format!("spec.tiers[{i}]");
-                match errs.duration(&field, t) {
-                    Some(0) => errs.push(field, "must be greater than 0"),
-                    Some(ms) if ms > crate::duration::MAX_TTL_MS => {
-                        errs.push(field, format!("{t} is longer than the maximum of 365d"))
-                    }
-                    _ => {}
-                }
-            }
+            check_tiers(&mut errs, tiers);
         }
         for c in &self.classification.retryable {
             if self.classification.dead_letter.contains(c) {
@@ -462,5 +300,105 @@ impl RetryPolicySpec {
             }
         }
         errs.finish()
+    }
+}
+
+impl BackoffSpec {
+    /// `initialDelay` (above 0), `maxDelay` (at least `initialDelay`; at most 365d when
+    /// `derived_tiers`, the tiers being derived from the schedule) and `multiplier` (1 to
+    /// 1000).
+    fn check_delays(&self, errs: &mut Errors, derived_tiers: bool) {
+        let initial = errs.duration("spec.backoff.initialDelay", &self.initial_delay);
+        let max = errs.duration("spec.backoff.maxDelay", &self.max_delay);
+        if initial == Some(0) {
+            errs.push("spec.backoff.initialDelay", "must be greater than 0");
+        }
+        if derived_tiers && max.is_some_and(|m| m > crate::duration::MAX_TTL_MS) {
+            errs.push(
+                "spec.backoff.maxDelay",
+                format!(
+                    "{} is longer than the maximum tier of 365d (tiers are derived from the schedule)",
+                    self.max_delay
+                ),
+            );
+        }
+        if let (Some(i), Some(m)) = (initial, max) {
+            if m < i {
+                errs.push(
+                    "spec.backoff.maxDelay",
+                    format!(
+                        "{} is less than initialDelay {}; maxDelay must be >= initialDelay",
+                        self.max_delay, self.initial_delay
+                    ),
+                );
+            }
+        }
+        if let Some(why) = super::out_of_range(self.multiplier, 1.0, true, 1000.0) {
+            errs.push(
+                "spec.backoff.multiplier",
+                format!(
+                    "{} {why}: the valid range is 1 to 1000 (each delay is the previous one times the multiplier)",
+                    super::readable_number(self.multiplier)
+                ),
+            );
+        }
+    }
+
+    /// `jitter` (a duration) or `jitterRatio` (0 to 1): at most one, required by
+    /// `ExponentialJitter` and taken by no other strategy.
+    fn check_jitter(&self, errs: &mut Errors) {
+        if let Some(j) = &self.jitter {
+            errs.duration("spec.backoff.jitter", j);
+        }
+        if let Some(r) = self.jitter_ratio {
+            if let Some(why) = super::out_of_range(r, 0.0, true, 1.0) {
+                errs.push(
+                    "spec.backoff.jitterRatio",
+                    format!(
+                        "{} {why}: the valid range is 0 to 1 (a fraction of the delay)",
+                        super::readable_number(r)
+                    ),
+                );
+            }
+        }
+        if self.jitter.is_some() && self.jitter_ratio.is_some() {
+            errs.push(
+                "spec.backoff.jitterRatio",
+                "set at most one of jitter and jitterRatio",
+            );
+        }
+        let has_jitter = self.jitter.is_some() || self.jitter_ratio.is_some();
+        if self.strategy == BackoffStrategy::ExponentialJitter && !has_jitter {
+            errs.push(
+                "spec.backoff.jitter",
+                "ExponentialJitter needs backoff.jitter (a duration) or backoff.jitterRatio (0..=1)",
+            );
+        }
+        if self.strategy != BackoffStrategy::ExponentialJitter && has_jitter {
+            errs.push(
+                "spec.backoff.strategy",
+                format!(
+                    "jitter/jitterRatio apply only to ExponentialJitter, not {}",
+                    self.strategy.name()
+                ),
+            );
+        }
+    }
+}
+
+/// `spec.tiers`: 1 to 32 durations, each above 0 and at most 365d.
+fn check_tiers(errs: &mut Errors, tiers: &[Duration]) {
+    if tiers.is_empty() || tiers.len() > 32 {
+        errs.push("spec.tiers", "must list 1 to 32 durations");
+    }
+    for (i, t) in tiers.iter().enumerate() {
+        let field = format!("spec.tiers[{i}]");
+        match errs.duration(&field, t) {
+            Some(0) => errs.push(field, "must be greater than 0"),
+            Some(ms) if ms > crate::duration::MAX_TTL_MS => {
+                errs.push(field, format!("{t} is longer than the maximum of 365d"))
+            }
+            Some(_) | None => {}
+        }
     }
 }

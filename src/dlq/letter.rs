@@ -196,21 +196,7 @@ pub fn dead_lettered_at(
     .or_else(|| timestamp_s.and_then(ms))
 }
 
-/// An error class in its canonical spelling: a known class written as its name or its
-/// queue slug, in any case (`timeout`, `TIMEOUT`, `connection-refused`), becomes
-/// [`crate::crd::ErrorClass::name`] (`Timeout`, `ConnectionRefused`) — the consumer helper
-/// writes names, other clients and the partition queues use slugs; anything else is kept
-/// as written.
-pub fn canonical_class(class: &str) -> String {
-    use crate::crd::ErrorClass;
-    ErrorClass::from_name(class)
-        .or_else(|| {
-            ErrorClass::ALL
-                .into_iter()
-                .find(|c| c.slug().eq_ignore_ascii_case(class))
-        })
-        .map_or_else(|| class.to_string(), |c| c.name().to_string())
-}
+pub use crate::error_class::canonical_class;
 
 /// A header value as JSON.
 fn to_json(v: &HeaderValue) -> Value {

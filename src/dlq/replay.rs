@@ -63,8 +63,9 @@ pub const PREFETCH: u16 = 3000;
 pub const CHECKPOINT_BATCH: u64 = 1000;
 
 /// The crash window a replay keeps by default (`--max-in-flight`, `spec.maxInFlight`), and
-/// the largest it takes: [`CONFIRM_WINDOW`].
-pub const MAX_IN_FLIGHT: usize = CONFIRM_WINDOW;
+/// the largest it takes: [`crate::crd::MAX_IN_FLIGHT`], the [`CONFIRM_WINDOW`].
+pub const MAX_IN_FLIGHT: usize = crate::crd::MAX_IN_FLIGHT as usize;
+const _: () = assert!(MAX_IN_FLIGHT == CONFIRM_WINDOW);
 
 /// Copies in flight at most when a queue is read one message at a time (a quorum queue
 /// with a delivery limit): their originals are exposed to a crash like the message in
