@@ -26,7 +26,6 @@
 //! Run: `cargo bench --bench replay` (5,000 messages) or `cargo bench --bench replay -- 20000`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use amqprs::callbacks::{ChannelCallback, DefaultChannelCallback, DefaultConnectionCallback};
@@ -43,6 +42,8 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::BasicProperties;
 use serde_json::json;
+
+use tokio_util::sync::CancellationToken;
 
 use dlq_operator::backoff::ResolvedPolicy;
 use dlq_operator::broker::rabbitmq::RabbitMq;
@@ -432,7 +433,7 @@ async fn main() {
                         &topology,
                         &opts,
                         now_ms(),
-                        &AtomicBool::new(false),
+                        &CancellationToken::new(),
                         &mut |_: &ReplayReport| {},
                     )
                     .await

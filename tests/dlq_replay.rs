@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::AtomicBool;
 
 use lapin::options::{
     BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
@@ -19,6 +18,8 @@ use common::dlq::{
     applied, applied_manifests_with, confirm_channel, connection, drain_ids, header, ids_in_order,
     now_ms, publish, ready, ready_now, text,
 };
+use tokio_util::sync::CancellationToken;
+
 use dlq_operator::dlq::filter::Filter;
 use dlq_operator::dlq::replay::{replay, Outcome, ReplayOptions, ReplayReport, Target};
 use dlq_operator::dlq::DeadLetter;
@@ -110,7 +111,7 @@ async fn replay_with_a_filter_moves_exactly_the_matching_messages_once() {
         )
         .await;
     }
-    let stop = AtomicBool::new(false);
+    let stop = CancellationToken::new();
     let report = replay(
         &connection(),
         &t,
@@ -217,7 +218,7 @@ async fn replay_through_a_burst_proxy(round: u32) -> (usize, usize) {
         &t,
         &options(&["class=timeout"]),
         now_ms(),
-        &AtomicBool::new(false),
+        &CancellationToken::new(),
         &mut |_: &ReplayReport| {},
     )
     .await
@@ -290,7 +291,7 @@ async fn replay_to_the_original_queue_skips_the_other_queues_of_a_fanout() {
     )
     .await;
 
-    let stop = AtomicBool::new(false);
+    let stop = CancellationToken::new();
     let report = replay(
         &connection(),
         &t,
@@ -508,7 +509,7 @@ async fn replay_to_the_original_exchange_reaches_the_source_queue_only() {
     )
     .await;
 
-    let stop = AtomicBool::new(false);
+    let stop = CancellationToken::new();
     let mut opts = options(&[]);
     opts.target = Target::OriginalExchange;
     let report = replay(
@@ -636,7 +637,7 @@ async fn limit_dry_run_and_max_replays() {
         header(&[("dlq-replay-count", AMQPValue::LongLongInt(3))]),
     )
     .await;
-    let stop = AtomicBool::new(false);
+    let stop = CancellationToken::new();
     let mut dry = options(&[]);
     dry.dry_run = true;
     let r = replay(
@@ -1016,7 +1017,7 @@ async fn checkpoints_precede_each_batch_a_failed_one_stops_exactly_and_a_resume_
     // 3,750 messages, every third one matching: the 2,500 kept ones fill more than half
     // of the prefetch window (3,000), so the scan changes consumers on the way.
     let all = fill_classes(&ch, &dlq, &q, "c", 3750, |i| i % 3 == 0).await;
-    let stop = AtomicBool::new(false);
+    let stop = CancellationToken::new();
     let opts = options(&["class=timeout"]);
     let mut failing = Recorder {
         calls: Vec::new(),
@@ -1121,7 +1122,7 @@ async fn replays_under_a_delivery_limit_never_dead_letter_a_kept_message() {
             expected.push(id);
         }
     }
-    let stop = AtomicBool::new(false);
+    let stop = CancellationToken::new();
     let mut replayed = 0;
     for _ in 0..10 {
         let mut opts = options(&["class=timeout"]);
@@ -1236,7 +1237,7 @@ async fn a_copy_refused_by_the_broker_fails_alone_and_loses_nothing() {
     // Bound, so that the route reaches the source queue and the copy is published; the
     // broker refuses a publish to an internal exchange by closing the channel.
     bind_to_trace(&ch, &q, "x").await;
-    let stop = AtomicBool::new(false);
+    let stop = CancellationToken::new();
     let mut opts = options(&["class=timeout"]);
     opts.target = Target::OriginalExchange;
     for run in 0..4 {
@@ -1298,7 +1299,7 @@ async fn a_checkpoint_never_announces_more_than_the_limit_allows() {
         )
         .await;
     }
-    let stop = AtomicBool::new(false);
+    let stop = CancellationToken::new();
     let mut opts = options(&[]);
     opts.limit = Some(20);
     let mut rec = Recorder {
@@ -1343,7 +1344,7 @@ async fn one_refused_copy_among_many_fails_alone() {
         .await;
     }
     bind_to_trace(&ch, &q, &q).await;
-    let stop = AtomicBool::new(false);
+    let stop = CancellationToken::new();
     let mut opts = options(&[]);
     opts.target = Target::OriginalExchange;
     let report = replay(

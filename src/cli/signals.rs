@@ -3,7 +3,6 @@
 //! for the `dlq` commands); the library functions that still take another kind of stop
 //! get it from one adapter each here ([`engine_stop`], [`controller_shutdown`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -98,20 +97,6 @@ pub fn stop_on_signals(signals: Signals, notice: Notice) -> CancellationToken {
     token
 }
 
-/// The stop the `dlq` engines take (`browse::inspect_until`, `replay::replay`,
-/// `purge::purge_into`: a flag they check before each message), set by a task once
-/// `token` is cancelled.
-pub fn engine_stop(token: &CancellationToken) -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(token.is_cancelled()));
-    let set = stop.clone();
-    let token = token.clone();
-    tokio::spawn(async move {
-        token.cancelled().await;
-        set.store(true, Ordering::SeqCst);
-    });
-    stop
-}
-
 /// The shutdown channel [`dlq_operator::controller::run`] takes: `true` once `token` is
 /// cancelled.
 pub fn controller_shutdown(token: &CancellationToken) -> dlq_operator::controller::Shutdown {
@@ -131,16 +116,11 @@ mod tests {
     #[tokio::test]
     async fn the_adapters_follow_the_token() {
         let token = CancellationToken::new();
-        let stop = engine_stop(&token);
         let mut shutdown = controller_shutdown(&token);
         tokio::task::yield_now().await;
-        assert!(!stop.load(Ordering::SeqCst));
         assert!(!*shutdown.borrow());
         token.cancel();
         let deadline = std::time::Duration::from_secs(5);
-        tokio::time::timeout(deadline, dlq_operator::dlq::stopped(&stop))
-            .await
-            .expect("the flag is set once the token is cancelled");
         tokio::time::timeout(deadline, shutdown.wait_for(|s| *s))
             .await
             .expect("shutdown is sent once the token is cancelled")
@@ -151,7 +131,6 @@ mod tests {
     async fn an_already_cancelled_token_stops_at_once() {
         let token = CancellationToken::new();
         token.cancel();
-        assert!(engine_stop(&token).load(Ordering::SeqCst));
         assert!(*controller_shutdown(&token).borrow());
     }
 }

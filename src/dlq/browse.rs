@@ -11,8 +11,6 @@
 //! `broker::rabbitmq::dead_letters::browse`; this module holds the request type, the
 //! checks every engine makes before reading, and the entry points.
 
-use std::sync::atomic::AtomicBool;
-
 use tokio_util::sync::CancellationToken;
 
 use super::Inspection;
@@ -56,30 +54,11 @@ pub async fn inspect(
     .await
 }
 
-/// [`inspect`] that stops reading once `stop` is set (the `dlq inspect` command sets it on
-/// Ctrl-C, SIGTERM or SIGHUP; [`super::with_stop_flag`]): the message in hand is settled
-/// first (a message near its delivery limit is rotated with a publisher confirm, not left
-/// to a crash), every held message is given back, and the summary covers what was read,
-/// with [`Inspection::interrupted`] set.
-///
-/// # Errors
-/// As [`inspect`]. Every dead-letter queue is looked up before any is read, so a missing
-/// one is an error with nothing read.
-pub async fn inspect_until(
-    conn: &BrokerConnection,
-    topology: &DesiredTopology,
-    opts: InspectOptions,
-    now_ms: u64,
-    stop: &AtomicBool,
-) -> Result<Inspection, BrokerError> {
-    let client = crate::broker::default_factory().client(conn)?;
-    super::with_stop_flag(stop, |cancel| async move {
-        inspect_with(client.as_ref(), topology, opts, now_ms, &cancel).await
-    })
-    .await
-}
-
-/// [`inspect_until`] on any broker client, stopped by `cancel`.
+/// [`inspect`] on any broker client, stopped by `cancel` (the `dlq inspect` command
+/// cancels it on Ctrl-C, SIGTERM or SIGHUP): the message in hand is settled first (a
+/// message near its delivery limit is rotated with a publisher confirm, not left to a
+/// crash), every held message is given back, and the summary covers what was read, with
+/// [`Inspection::interrupted`] set.
 ///
 /// # Errors
 /// As [`DeadLetterOps::inspect`].

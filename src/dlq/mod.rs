@@ -15,7 +15,7 @@
 //! `replay::replay`, `purge::purge`) build the RabbitMQ client
 //! ([`crate::broker::default_factory`]) and run the operation on it; the `*_with` forms
 //! take any [`DeadLetterOps`](crate::broker::DeadLetterOps) and a
-//! [`CancellationToken`].
+//! [`CancellationToken`](tokio_util::sync::CancellationToken).
 //!
 //! A message dead-lettered through the consumer helper carries the contract's `dlq-`
 //! headers (docs/ARCHITECTURE.md, "Broker topology"); one the broker dead-lettered itself
@@ -32,12 +32,6 @@ pub mod purge;
 pub mod replay;
 pub mod route;
 pub mod target;
-
-use std::convert::Infallible;
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use tokio_util::sync::CancellationToken;
 
 pub use inspection::Inspection;
 pub use letter::{
@@ -78,36 +72,6 @@ pub enum Release {
     Rotate,
 }
 
-/// Completes once `stop` is set (checked every 50 ms): the stop flag of the `dlq`
-/// commands' signal handlers, raced against work that may be given up before any message
-/// is read (finding the DeadLetterQueue), so that a signal ends a command at once instead
-/// of after a timeout.
-pub async fn stopped(stop: &AtomicBool) {
-    while !stop.load(Ordering::SeqCst) {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
-/// Runs `work` with a [`CancellationToken`] that is cancelled once `stop` is set
-/// ([`stopped`]: within 50 ms): how the entry points that take a stop flag drive the
-/// operations, which take a token. Returns `work`'s output.
-pub async fn with_stop_flag<F: Future>(
-    stop: &AtomicBool,
-    work: impl FnOnce(CancellationToken) -> F,
-) -> F::Output {
-    let token = CancellationToken::new();
-    let done = work(token.clone());
-    let watch = async {
-        stopped(stop).await;
-        token.cancel();
-        std::future::pending::<Infallible>().await
-    };
-    tokio::select! {
-        out = done => out,
-        never = watch => match never {},
-    }
-}
-
 /// Whether a message read by inspection may be requeued, or must be rotated.
 ///
 /// Every return to a quorum queue — a `nack` with requeue, or a channel that closes with
@@ -144,18 +108,5 @@ mod tests {
         assert_eq!(release_for(true, Some(3), 2), Release::Rotate);
         assert_eq!(release_for(true, Some(1), 0), Release::Rotate);
         assert_eq!(release_for(true, Some(u64::MAX), u64::MAX), Release::Rotate);
-    }
-
-    #[tokio::test]
-    async fn a_stop_flag_cancels_the_token_of_the_work() {
-        let stop = AtomicBool::new(false);
-        let flag = &stop;
-        let out = with_stop_flag(flag, |token| async move {
-            flag.store(true, Ordering::SeqCst);
-            token.cancelled().await;
-            "stopped"
-        })
-        .await;
-        assert_eq!(out, "stopped");
     }
 }

@@ -4,8 +4,6 @@
 //! `broker::rabbitmq::dead_letters::purge`; the per-message decision is
 //! [`PurgeReport::take`].
 
-use std::sync::atomic::AtomicBool;
-
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
@@ -70,7 +68,7 @@ impl PurgeReport {
 
 /// Removes the messages of `topology`'s dead-letter queues that `filter` takes (none with
 /// `dry_run`) on the broker of `conn` (RabbitMQ, [`crate::broker::default_factory`]).
-/// `stop` is checked before each message ([`super::with_stop_flag`]).
+/// `cancel` is checked before each message.
 ///
 /// # Errors
 /// [`BrokerError::NotFound`] for a missing dead-letter queue (every one is looked up
@@ -82,10 +80,10 @@ pub async fn purge(
     filter: &Filter,
     dry_run: bool,
     now_ms: u64,
-    stop: &AtomicBool,
+    cancel: &CancellationToken,
 ) -> Result<PurgeReport, BrokerError> {
     let mut report = PurgeReport::default();
-    purge_into(conn, topology, filter, dry_run, now_ms, stop, &mut report).await?;
+    purge_into(conn, topology, filter, dry_run, now_ms, cancel, &mut report).await?;
     Ok(report)
 }
 
@@ -100,14 +98,19 @@ pub async fn purge_into(
     filter: &Filter,
     dry_run: bool,
     now_ms: u64,
-    stop: &AtomicBool,
+    cancel: &CancellationToken,
     report: &mut PurgeReport,
 ) -> Result<(), BrokerError> {
     let client = crate::broker::default_factory().client(conn)?;
-    super::with_stop_flag(stop, |cancel| async move {
-        let broker = client.as_ref();
-        purge_with(broker, topology, filter, dry_run, now_ms, &cancel, report).await
-    })
+    purge_with(
+        client.as_ref(),
+        topology,
+        filter,
+        dry_run,
+        now_ms,
+        cancel,
+        report,
+    )
     .await
 }
 

@@ -33,7 +33,6 @@
 //! certain.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -83,7 +82,7 @@ pub trait Observer: Send {
 
     /// Called before up to `batch` copies are published, with the report so far (every
     /// earlier copy settled: replayed or failed). The replay waits for it; an error stops
-    /// the replay like `stop` does (the copies in flight are settled, the rest stays;
+    /// the replay like a cancellation does (the copies in flight are settled, the rest stays;
     /// [`Outcome::Partial`]). Default: nothing kept.
     ///
     /// # Errors
@@ -241,8 +240,8 @@ pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String
 }
 
 /// Replays the matching messages of the dead-letter queues of `topology` (module doc) on
-/// the broker of `conn` (RabbitMQ, [`crate::broker::default_factory`]). `stop` is checked
-/// before each message ([`super::with_stop_flag`]): once set, the copies in flight are
+/// the broker of `conn` (RabbitMQ, [`crate::broker::default_factory`]). `cancel` is checked
+/// before each message: once cancelled, the copies in flight are
 /// settled, the rest given back, and the report says [`Outcome::Partial`] (so it does
 /// when a checkpoint of `observer` fails). `observer` sees the progress after each
 /// message read and keeps a checkpoint before each batch of copies.
@@ -257,15 +256,11 @@ pub async fn replay(
     topology: &DesiredTopology,
     opts: &ReplayOptions,
     now_ms: u64,
-    stop: &AtomicBool,
+    cancel: &CancellationToken,
     observer: &mut dyn Observer,
 ) -> Result<ReplayReport, BrokerError> {
     let client = crate::broker::default_factory().client(conn)?;
-    super::with_stop_flag(stop, |cancel| async move {
-        let broker = client.as_ref();
-        replay_with(broker, topology, opts, now_ms, &cancel, observer).await
-    })
-    .await
+    replay_with(client.as_ref(), topology, opts, now_ms, cancel, observer).await
 }
 
 /// [`replay`] on any broker client, stopped by `cancel`.

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use dlq_operator::broker::default_factory;
 use dlq_operator::dlq::browse;
 use dlq_operator::printable::PREVIEW_BYTES;
 
@@ -33,19 +34,17 @@ pub async fn inspect(args: InspectArgs) -> Result<ExitCode, CliError> {
             PREVIEW_BYTES
         },
     };
-    let report = browse::inspect_until(
-        &prepared.connection,
-        &prepared.topology,
-        opts,
-        now_ms(),
-        &signals::engine_stop(&stop),
-    )
-    .await
-    .map_err(|source| CliError::Dlq {
+    let failed = |source| CliError::Dlq {
         key: prepared.key.clone(),
         source: Box::new(source),
         progress: Progress::Nothing,
-    })?;
+    };
+    let broker = default_factory()
+        .client(&prepared.connection)
+        .map_err(failed)?;
+    let report = browse::inspect_with(broker.as_ref(), &prepared.topology, opts, now_ms(), &stop)
+        .await
+        .map_err(failed)?;
     if report.interrupted && report.scanned == 0 {
         return Err(CliError::Interrupted);
     }

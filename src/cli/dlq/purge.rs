@@ -43,7 +43,7 @@ pub async fn purge(args: PurgeArgs) -> Result<ExitCode, CliError> {
         &filter,
         args.dry_run,
         now_ms(),
-        &signals::engine_stop(&stop),
+        &stop,
         &mut report,
     )
     .await

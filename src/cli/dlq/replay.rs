@@ -52,7 +52,7 @@ pub async fn replay(args: ReplayArgs) -> Result<ExitCode, CliError> {
         &prepared.topology,
         &opts,
         started,
-        &signals::engine_stop(&stop),
+        &stop,
         &mut shown,
     )
     .await
