@@ -1,0 +1,434 @@
+//! The run of a replay, a background task ([`Job::run`]): `Running`, the engine with a
+//! status write at each checkpoint ([`Checkpoints`]), retries after broker errors, the
+//! final status, Events and metrics.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DynamicObject};
+use kube::ResourceExt;
+use tracing::{info, warn};
+
+use crate::controller::conditions::COMPLETE;
+use crate::controller::context::Context;
+use crate::controller::object::api_resource;
+use crate::controller::{publish, Error, Note};
+use crate::crd::{DeadLetterReplay, DeadLetterReplaySpec, DeadLetterReplayStatus, ReplayPhase};
+use crate::dlq::replay::{replay, Observer, Outcome, ReplayOptions, ReplayReport};
+use crate::manifest::object_key;
+use crate::reconcile::{Prepared, ReconcileError};
+
+use super::plan::{in_doubt_after_error, remaining_limit, Base, RunPlan, Tally};
+use super::status::{
+    broker_error_status, finished_status, interrupted_status, phase_name, reasons, running_status,
+    set_counts,
+};
+use super::{retry_delay, RUN_ATTEMPTS};
+
+/// Status writes tried per checkpoint before the run is stopped (200 ms, 400 ms apart).
+const WRITE_ATTEMPTS: u32 = 3;
+
+/// Milliseconds since the Unix epoch of `t` (0 before it).
+fn epoch_ms(t: &Time) -> u64 {
+    u64::try_from(t.0.as_millisecond()).unwrap_or(0)
+}
+
+/// Everything a run needs, moved into its task.
+pub(super) struct Job {
+    pub(super) ctx: Arc<Context>,
+    /// The DeadLetterReplay (status writes and Events are about it).
+    pub(super) obj: Arc<DynamicObject>,
+    /// The DeadLetterQueue's namespace and name (labels of the replay metrics).
+    pub(super) dlq: (String, String),
+    pub(super) spec: DeadLetterReplaySpec,
+    pub(super) prepared: Prepared,
+    pub(super) options: ReplayOptions,
+    pub(super) plan: RunPlan,
+    /// The status the reconcile read.
+    pub(super) status: DeadLetterReplayStatus,
+    pub(super) stop: Arc<AtomicBool>,
+    /// The object's `resourceVersion` after the last write (guards every write).
+    pub(super) resource_version: std::sync::Mutex<String>,
+}
+
+/// Why a status write did not happen.
+enum WriteError {
+    /// The object is gone (404), or the name belongs to a re-created object (409, then
+    /// another UID).
+    Gone,
+    /// Anything else, after [`WRITE_ATTEMPTS`].
+    Failed(String),
+}
+
+impl Job {
+    fn generation(&self) -> Option<i64> {
+        self.obj.metadata.generation
+    }
+
+    fn key(&self) -> String {
+        object_key(&self.obj.metadata)
+    }
+
+    /// Writes `status` at the object's last known `resourceVersion`
+    /// ([`apply_status_at`](crate::controller::apply_status_at)). On a conflict the
+    /// object is read again: the same object (another writer, e.g. a label edit) is
+    /// written again at its new version; a re-created one (another UID) or none means
+    /// this replay is gone.
+    async fn write(&self, status: &DeadLetterReplayStatus) -> Result<(), WriteError> {
+        let ar = api_resource::<DeadLetterReplay>();
+        let mut last = String::new();
+        for attempt in 0..WRITE_ATTEMPTS {
+            if attempt > 0 && !last.is_empty() {
+                tokio::time::sleep(Duration::from_millis(200 << attempt.min(8))).await;
+            }
+            let rv = self
+                .resource_version
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let written =
+                crate::controller::apply_status_at(&self.ctx, &ar, &self.obj, status, &rv).await;
+            match written {
+                Ok(rv) => {
+                    *self
+                        .resource_version
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = rv;
+                    return Ok(());
+                }
+                Err(Error::Kube(kube::Error::Api(s))) if s.code == 404 => {
+                    return Err(WriteError::Gone)
+                }
+                Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => {
+                    last.clear();
+                    let api: Api<DynamicObject> = Api::namespaced_with(
+                        self.ctx.client.clone(),
+                        crate::manifest::namespace_of(&self.obj.metadata),
+                        &ar,
+                    );
+                    match api.get_opt(&self.obj.name_any()).await {
+                        Ok(Some(o)) if o.metadata.uid == self.obj.metadata.uid => {
+                            *self
+                                .resource_version
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner()) =
+                                o.metadata.resource_version.unwrap_or_default();
+                        }
+                        Ok(_) => return Err(WriteError::Gone),
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        if last.is_empty() {
+            last = format!("the object kept changing ({WRITE_ATTEMPTS} conflicts)");
+        }
+        Err(WriteError::Failed(last))
+    }
+
+    async fn event(&self, note: Note) {
+        publish(
+            &self.ctx,
+            &self.obj,
+            &api_resource::<DeadLetterReplay>(),
+            note,
+        )
+        .await;
+    }
+
+    /// Adds what a run did since `credited` to the metrics (never for a dry run).
+    fn credit(&self, credited: &mut Tally, now: Tally) {
+        if self.spec.dry_run {
+            return;
+        }
+        let delta = now.since(*credited);
+        *credited = now;
+        let ms = epoch_ms(&self.ctx.now());
+        self.ctx
+            .metrics
+            .record_replayed(&self.dlq.0, &self.dlq.1, delta, ms);
+    }
+
+    /// Sleeps `d`, or less when the stop flag is set meanwhile (checked every 100 ms).
+    async fn pause(&self, d: Duration) {
+        let until = tokio::time::Instant::now() + d;
+        while !self.stop.load(Ordering::SeqCst) {
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                break;
+            }
+            tokio::time::sleep((until - now).min(Duration::from_millis(100))).await;
+        }
+    }
+
+    /// The run (module doc): `Running`, the engine with checkpoints, retries after
+    /// broker errors, the final status, Events and metrics.
+    pub(super) async fn run(self) -> bool {
+        let key = self.key();
+        let uid = self.obj.metadata.uid.clone().unwrap_or_default();
+        let generation = self.generation();
+        let dry_run = self.spec.dry_run;
+        let mut base = self.plan.base;
+        let mut status =
+            running_status(&self.status, generation, &uid, &self.plan, &self.ctx.now());
+        match self.write(&status).await {
+            Ok(()) => {}
+            Err(WriteError::Gone) => {
+                info!(replay = %key, "deleted before it started");
+                return true;
+            }
+            Err(WriteError::Failed(e)) => {
+                warn!(replay = %key, error = %e, "cannot write status Running: not started (retried at the next reconcile)");
+                return false;
+            }
+        }
+        let limit = self
+            .plan
+            .limit
+            .map_or("no limit".to_string(), |l| format!("limit {l}"));
+        let note = if self.plan.resumed {
+            Note::normal(
+                "Resumed",
+                "Replay",
+                format!(
+                    "resuming the replay of DeadLetterQueue {}/{} after {} replayed ({} in doubt); {limit}",
+                    self.dlq.0, self.dlq.1, base.replayed, base.in_doubt
+                ),
+            )
+        } else {
+            Note::normal(
+                "Started",
+                "Replay",
+                format!(
+                    "replaying the dead-letter queues of DeadLetterQueue {}/{} ({}; filter {:?}; {limit}; rate {}; replay id {uid})",
+                    self.dlq.0,
+                    self.dlq.1,
+                    if dry_run { "dry run" } else { "at least once" },
+                    self.spec.filter,
+                    self.spec
+                        .rate
+                        .map_or("unlimited".to_string(), |r| format!("{r} msg/s")),
+                ),
+            )
+        };
+        self.event(note).await;
+
+        let mut attempt = 1;
+        loop {
+            let mut options = self.options.clone();
+            options.limit = remaining_limit(self.spec.limit, base);
+            let mut observer = Checkpoints {
+                job: &self,
+                base,
+                status: status.clone(),
+                credited: Tally::default(),
+                progress: Tally::default(),
+                checkpoint: None,
+                gone: false,
+                write_error: None,
+            };
+            let now_ms = epoch_ms(&self.ctx.now());
+            let result = if options.limit == Some(0) {
+                Ok(None)
+            } else {
+                replay(
+                    &self.prepared.connection,
+                    &self.prepared.topology,
+                    &options,
+                    now_ms,
+                    &self.stop,
+                    &mut observer,
+                )
+                .await
+                .map(Some)
+            };
+            let Checkpoints {
+                status: checkpointed,
+                mut credited,
+                progress,
+                checkpoint,
+                gone,
+                write_error,
+                ..
+            } = observer;
+            if gone {
+                info!(replay = %key, "deleted while running: stopped (the rest stays in the dead-letter queue)");
+                return true;
+            }
+            let now = self.ctx.now();
+            match result {
+                Ok(report) => {
+                    let (tally, reasons, outcome) = match &report {
+                        Some(r) => (Tally::from(r), reasons(r), r.outcome),
+                        // The limit was used up by the attempts before.
+                        None => (
+                            Tally::default(),
+                            checkpointed.reasons.clone(),
+                            Outcome::Succeeded,
+                        ),
+                    };
+                    self.credit(&mut credited, tally);
+                    if self.stop.load(Ordering::SeqCst) {
+                        let next =
+                            interrupted_status(&status, generation, base, tally, reasons, &now);
+                        let written = self.write(&next).await;
+                        if let Err(WriteError::Failed(e)) = &written {
+                            warn!(replay = %key, error = %e, "cannot write the interrupted status");
+                        }
+                        if written.is_ok() {
+                            let note = next
+                                .conditions
+                                .iter()
+                                .find(|c| c.type_ == COMPLETE)
+                                .map(|c| c.message.clone())
+                                .unwrap_or_default();
+                            self.event(Note::normal("Interrupted", "Replay", note))
+                                .await;
+                        }
+                        info!(replay = %key, replayed = next.replayed, "interrupted by shutdown");
+                        return false;
+                    }
+                    if let Some(e) = write_error {
+                        warn!(replay = %key, error = %e, "status could not be written: stopped; resumed at the next reconcile");
+                        return false;
+                    }
+                    let next = finished_status(
+                        &status, generation, base, tally, reasons, outcome, dry_run, &now,
+                    );
+                    let message = next
+                        .conditions
+                        .iter()
+                        .find(|c| c.type_ == COMPLETE)
+                        .map(|c| c.message.clone())
+                        .unwrap_or_default();
+                    match self.write(&next).await {
+                        Ok(()) => {}
+                        Err(WriteError::Gone) => return true,
+                        Err(WriteError::Failed(e)) => {
+                            warn!(replay = %key, error = %e, "cannot write the final status: resumed at the next reconcile");
+                            return false;
+                        }
+                    }
+                    let mut note = message;
+                    if !next.reasons.is_empty() {
+                        note.push_str("; ");
+                        note.push_str(&next.reasons.join("; "));
+                    }
+                    let reason = phase_name(next.phase);
+                    let note = if next.phase == ReplayPhase::Succeeded {
+                        Note::normal(reason, "Replay", note)
+                    } else {
+                        Note::warning(reason, "Replay", note)
+                    };
+                    self.event(note).await;
+                    info!(replay = %key, phase = reason, replayed = next.replayed, "replay finished");
+                    return true;
+                }
+                Err(error) => {
+                    // What this attempt did for sure (settled copies), and what it left in
+                    // doubt: the rest of its last checkpointed batch.
+                    self.credit(&mut credited, progress);
+                    let in_doubt = in_doubt_after_error(checkpoint, progress);
+                    let mut after = checkpointed;
+                    let kept_reasons = after.reasons.clone();
+                    set_counts(&mut after, base, progress, kept_reasons, in_doubt);
+                    base = base.then(progress.replayed, in_doubt, dry_run);
+                    let delay = retry_delay(attempt);
+                    let next =
+                        broker_error_status(&after, generation, &error, attempt, delay, &now);
+                    warn!(replay = %key, attempt, error = %error, "replay attempt failed");
+                    match self.write(&next).await {
+                        Ok(()) => {}
+                        Err(WriteError::Gone) => return true,
+                        Err(WriteError::Failed(e)) => {
+                            warn!(replay = %key, error = %e, "cannot write status after a broker error: resumed at the next reconcile");
+                            return false;
+                        }
+                    }
+                    let reason = ReconcileError::Broker(error.clone()).reason();
+                    let message = next
+                        .conditions
+                        .iter()
+                        .find(|c| c.type_ == COMPLETE)
+                        .map(|c| c.message.clone())
+                        .unwrap_or_default();
+                    if attempt >= RUN_ATTEMPTS {
+                        self.event(Note::warning("Partial", "Replay", message))
+                            .await;
+                        return true;
+                    }
+                    self.event(Note::warning(reason, "Replay", message)).await;
+                    self.pause(delay).await;
+                    if self.stop.load(Ordering::SeqCst) {
+                        // Shutdown during the pause: the counts are written, phase Running.
+                        return false;
+                    }
+                    status = next;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The engine's observer of a run: writes the counts at each checkpoint (module doc) and
+/// keeps the last report's counts.
+struct Checkpoints<'a> {
+    job: &'a Job,
+    base: Base,
+    /// The status written at the last checkpoint (the run's `Running` status before).
+    status: DeadLetterReplayStatus,
+    /// This run's counts already added to the metrics.
+    credited: Tally,
+    /// The last report seen (every copy it counts is settled).
+    progress: Tally,
+    /// Settled copies (replayed + failed) and batch size at the last checkpoint written.
+    checkpoint: Option<(u64, u64)>,
+    /// The object was deleted (or re-created): stop, write nothing more.
+    gone: bool,
+    /// A checkpoint could not be written: stopped, the status still says `Running`.
+    write_error: Option<String>,
+}
+
+impl Observer for Checkpoints<'_> {
+    fn progress(&mut self, report: &ReplayReport) {
+        self.progress = Tally::from(report);
+    }
+
+    fn checkpoint<'b>(
+        &'b mut self,
+        report: &'b ReplayReport,
+        batch: u64,
+    ) -> futures::future::BoxFuture<'b, Result<(), String>> {
+        Box::pin(async move {
+            let tally = Tally::from(report);
+            self.progress = tally;
+            self.job.credit(&mut self.credited, tally);
+            set_counts(&mut self.status, self.base, tally, reasons(report), batch);
+            match self.job.write(&self.status).await {
+                Ok(()) => {
+                    self.checkpoint = Some((tally.replayed.saturating_add(tally.failed), batch));
+                    Ok(())
+                }
+                Err(WriteError::Gone) => {
+                    self.gone = true;
+                    Err(format!(
+                        "DeadLetterReplay {} was deleted: stopping",
+                        self.job.key()
+                    ))
+                }
+                Err(WriteError::Failed(e)) => {
+                    let e = format!(
+                        "cannot write the status of DeadLetterReplay {}: {e}",
+                        self.job.key()
+                    );
+                    self.write_error = Some(e.clone());
+                    Err(e)
+                }
+            }
+        })
+    }
+}
