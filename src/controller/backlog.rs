@@ -18,28 +18,29 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{ObjectRef, Store};
 use tracing::{debug, info, warn};
 
 use crate::broker::rabbitmq::RabbitMq;
 use crate::broker::{BrokerError, QueueDepth};
 use crate::collector::{observe, Collector};
 use crate::controller::conditions::{self, ConditionStatus, Desired, BACKLOG_HIGH};
-use crate::controller::context::Context;
 use crate::controller::object::{api_resource, status_of};
+use crate::controller::shared::Context;
 use crate::controller::{publish, Note};
 use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus, DepthStatus};
 use crate::monitor::{AlertState, Evaluation, Params};
 use crate::topology::DesiredTopology;
 
 /// Field manager of the monitor's status writes (the reconcile's is
-/// [`context::FIELD_MANAGER`](crate::controller::context::FIELD_MANAGER)).
+/// [`shared::FIELD_MANAGER`](crate::controller::shared::FIELD_MANAGER)).
 pub const FIELD_MANAGER: &str = "dlq-operator-monitor";
 
 /// Least time between two status writes that only update figures (depth, baseline,
@@ -89,6 +90,27 @@ impl Targets {
             .unwrap_or_else(|p| p.into_inner())
             .insert(key.to_string(), target);
         self.changed.notify_one();
+    }
+
+    /// The reconcile's hook: watches `obj` (planned as `topology` with `params`, on
+    /// `broker`, whose Secret is `secret_key` = `namespace/name@resourceVersion`).
+    pub fn watch(
+        &self,
+        obj: &DynamicObject,
+        topology: &DesiredTopology,
+        params: &Params,
+        broker: Arc<RabbitMq>,
+        secret_key: String,
+    ) {
+        let key = crate::manifest::object_key(&obj.metadata);
+        let target = Target {
+            uid: obj.metadata.uid.clone().unwrap_or_default(),
+            topology: Arc::new(topology.clone()),
+            params: params.clone(),
+            broker,
+            group: (secret_key, topology.vhost.clone()),
+        };
+        self.set(&key, target);
     }
 
     /// Stops watching `key`.
@@ -359,9 +381,25 @@ pub fn backlog_events(before: &DeadLetterQueueStatus, after: &DeadLetterQueueSta
     }
 }
 
+/// What the monitor works with: the shared context (client, metrics, clock) and, of the
+/// DeadLetterQueue controller, its Event recorder, its store of watched
+/// DeadLetterQueues and the targets its reconcile registers
+/// ([`DeadLetterQueueContext::monitor`](crate::controller::context::DeadLetterQueueContext::monitor)).
+#[derive(Clone)]
+pub struct MonitorContext {
+    /// What the controllers share.
+    pub shared: Arc<Context>,
+    /// The DeadLetterQueue controller's Event recorder.
+    pub recorder: Recorder,
+    /// The DeadLetterQueue controller's store, set once it starts.
+    pub dead_letter_queues: Arc<OnceLock<Store<DynamicObject>>>,
+    /// What to watch.
+    pub targets: Arc<Targets>,
+}
+
 /// One listing per group, then evaluation and status of each member.
 struct Monitor {
-    ctx: Arc<Context>,
+    ctx: MonitorContext,
     collector: Collector,
     /// Backlog part last written, by UID (the watch may lag behind our own writes).
     written: HashMap<String, DeadLetterQueueStatus>,
@@ -370,10 +408,10 @@ struct Monitor {
 }
 
 /// Runs the backlog monitor of the controller until `stop` resolves.
-pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()>) {
+pub async fn run(ctx: MonitorContext, stop: impl Future<Output = ()>) {
     tokio::pin!(stop);
     let mut m = Monitor {
-        collector: Collector::new(ctx.metrics.clone()),
+        collector: Collector::new(ctx.shared.metrics.clone()),
         ctx,
         written: HashMap::new(),
         polled: HashMap::new(),
@@ -384,7 +422,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()>) {
         tokio::select! {
             _ = &mut stop => break,
             _ = tokio::time::sleep(wait) => {}
-            _ = m.ctx.backlog.changed.notified() => {}
+            _ = m.ctx.targets.changed.notified() => {}
         }
     }
     info!("backlog monitor stopped");
@@ -393,7 +431,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()>) {
 impl Monitor {
     /// Polls the groups that are due; returns how long to wait for the next one.
     async fn tick(&mut self) -> Duration {
-        let targets = self.ctx.backlog.snapshot();
+        let targets = self.ctx.targets.snapshot();
         let store = self.ctx.dead_letter_queues.get().cloned();
         // Gone from the watch (deleted without our finalizer, or out of the selector).
         let gone: Vec<String> = match &store {
@@ -413,7 +451,7 @@ impl Monitor {
             None => Vec::new(),
         };
         for k in &gone {
-            self.ctx.backlog.remove(k);
+            self.ctx.targets.remove(k);
             // Deleted: its replay counters go with its other series.
             self.collector.forget(k);
         }
@@ -471,7 +509,7 @@ impl Monitor {
         }
         // Samples are dated at the start of the poll, so their spacing is the polls'
         // spacing whatever each listing takes.
-        let now_time = self.ctx.now();
+        let now_time = self.ctx.shared.now();
         let now_ms = u64::try_from(now_time.0.as_millisecond()).unwrap_or(0);
         let results: Vec<(Group, Listing, Duration)> = futures::stream::iter(due)
             .map(|(group, broker, spacing, required)| async move {
@@ -555,11 +593,16 @@ impl Monitor {
         let failed: Vec<String> = futures::stream::iter(writes)
             .map(|(obj, status, notes)| async move {
                 let ar = api_resource::<DeadLetterQueue>();
-                let result =
-                    crate::controller::apply_status_as(ctx, &ar, &obj, &status, FIELD_MANAGER)
-                        .await;
+                let result = crate::controller::apply_status_as(
+                    &ctx.shared,
+                    &ar,
+                    &obj,
+                    &status,
+                    FIELD_MANAGER,
+                )
+                .await;
                 for note in notes {
-                    publish(ctx, &obj, &ar, note).await;
+                    publish(&ctx.recorder, &obj, &ar, note).await;
                 }
                 match result {
                     Ok(()) => None,
@@ -580,27 +623,6 @@ impl Monitor {
         debug!(targets = targets.len(), "backlog poll done");
         wait
     }
-}
-
-/// The reconcile's hook: watch `obj` (planned as `topology` with `params`, on `broker`,
-/// whose Secret is `secret_key` = `namespace/name@resourceVersion`).
-pub fn watch(
-    ctx: &Context,
-    obj: &DynamicObject,
-    topology: &DesiredTopology,
-    params: &Params,
-    broker: Arc<RabbitMq>,
-    secret_key: String,
-) {
-    let key = crate::manifest::object_key(&obj.metadata);
-    let target = Target {
-        uid: obj.metadata.uid.clone().unwrap_or_default(),
-        topology: Arc::new(topology.clone()),
-        params: params.clone(),
-        broker,
-        group: (secret_key, topology.vhost.clone()),
-    };
-    ctx.backlog.set(&key, target);
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The DeadLetterQueue controller's reconcile, in the stages of docs/ARCHITECTURE.md, "Reconcile stages":
 //! read (resource, RetryPolicy, Secret) → validate and plan ([`reconcile::prepare`], pure) →
-//! register the plan with the backlog monitor ([`backlog::watch`]) → apply to the broker
+//! register the plan with the backlog monitor
+//! ([`Targets::watch`](crate::controller::backlog::Targets::watch)) → apply to the broker
 //! ([`reconcile::apply`]) → the PrometheusRule ([`alert_rules::apply`]) → status
 //! ([`status_after`], pure; only the reconcile's part, written by server-side apply only
 //! when it changed) and Events ([`events_for`], [`alert_rule_events`], pure).
@@ -24,9 +25,9 @@ use crate::broker::{ApplyReport, Broker, ObjectKind, Outcome};
 use crate::controller::conditions::{
     self, ConditionStatus, Desired, ALERT_RULES_READY, READY, TOPOLOGY_READY,
 };
-use crate::controller::context::Context;
+use crate::controller::context::{Context, DeadLetterQueueContext};
 use crate::controller::object::{api_resource, decode, status_of};
-use crate::controller::{alert_rules, backlog, ownership};
+use crate::controller::{alert_rules, ownership};
 use crate::controller::{publish, Error, Note};
 use crate::crd::{
     DeadLetterQueue, DeadLetterQueueStatus, DeletionPolicy, InvalidSpec, RetryPolicy,
@@ -51,11 +52,17 @@ pub const KIND: &str = "DeadLetterQueue";
 /// Kubernetes API errors, [`ReconcileError`]s (after writing them to status), and
 /// [`Error::DeletionBlocked`]; the controller's error policy retries them with per-object
 /// backoff (never for `InvalidSpec`).
-pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<DeadLetterQueueContext>,
+) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &ns, &api_resource::<DeadLetterQueue>());
-    crate::controller::instrumented(KIND, &obj.clone(), &ctx, async {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.shared.client.clone(),
+        &ns,
+        &api_resource::<DeadLetterQueue>(),
+    );
+    crate::controller::instrumented(KIND, &obj.clone(), &ctx.shared, async {
         finalizer(&api, FINALIZER, obj, |event| async {
             match event {
                 FinalizerEvent::Apply(o) => apply(&o, &ctx).await,
@@ -77,7 +84,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
 }
 
 /// Every DeadLetterQueue the controller watches (empty before it started).
-fn others(ctx: &Context) -> Vec<Arc<DynamicObject>> {
+fn others(ctx: &DeadLetterQueueContext) -> Vec<Arc<DynamicObject>> {
     ctx.dead_letter_queues
         .get()
         .map(|store| store.state())
@@ -137,7 +144,7 @@ pub(crate) fn prepare(
     }
 }
 
-async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
+async fn apply(obj: &DynamicObject, ctx: &DeadLetterQueueContext) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let key = object_key(&obj.metadata);
     let current: DeadLetterQueueStatus = status_of(obj);
@@ -147,13 +154,13 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let result = match decode_valid(obj) {
         Err(e) => Err(e),
         Ok(dlq) => {
-            let (policy, secret) = read_references(ctx, &ns, &dlq).await?;
+            let (policy, secret) = read_references(&ctx.shared, &ns, &dlq).await?;
             match prepare(&dlq, policy.as_ref(), secret.as_ref()) {
                 Err(e) => Err(e),
                 Ok(p) => {
                     let result = match secret
                         .as_ref()
-                        .map(|s| (s, ctx.brokers.get(&ns, s, &p.connection)))
+                        .map(|s| (s, ctx.shared.brokers.get(&ns, s, &p.connection)))
                     {
                         Some((s, Ok(broker))) => {
                             match name_conflict(ctx, &dlq, &current, &broker).await {
@@ -164,8 +171,7 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
                                         s.metadata.name.as_deref().unwrap_or_default(),
                                         s.metadata.resource_version.as_deref().unwrap_or_default()
                                     );
-                                    backlog::watch(
-                                        ctx,
+                                    ctx.backlog.watch(
                                         obj,
                                         &p.topology,
                                         &p.monitoring,
@@ -194,15 +200,16 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
                         .conditions
                         .iter()
                         .any(|c| c.type_ == ALERT_RULES_READY);
-                    alert_rules =
-                        Some(alert_rules::apply(ctx, &ns, &dlq, &p.monitoring, had_rules).await);
+                    alert_rules = Some(
+                        alert_rules::apply(&ctx.shared, &ns, &dlq, &p.monitoring, had_rules).await,
+                    );
                     prepared = Some(p);
                     result
                 }
             }
         }
     };
-    let now = ctx.now();
+    let now = ctx.shared.now();
     let (mut status, _) = status_after(
         &current,
         obj.metadata.generation,
@@ -225,7 +232,7 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     // Only the reconcile's part: the backlog fields belong to the monitor.
     if status.reconcile_part() != current.reconcile_part() {
         crate::controller::apply_status(
-            ctx,
+            &ctx.shared,
             &api_resource::<DeadLetterQueue>(),
             obj,
             &status.reconcile_part(),
@@ -235,7 +242,7 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let mut notes = events_for(&current, &status, &result);
     notes.extend(alert_rule_events(&current, &status));
     for note in notes {
-        publish(ctx, obj, &api_resource::<DeadLetterQueue>(), note).await;
+        publish(&ctx.recorder, obj, &api_resource::<DeadLetterQueue>(), note).await;
     }
     match result {
         Ok(_) => {
@@ -260,13 +267,13 @@ async fn apply(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
 /// a name `dlq` (with status `mine`) claims ([`ownership`](crate::controller::ownership)).
 /// Reads other Secrets and the brokers' cluster names only when names overlap.
 async fn name_conflict(
-    ctx: &Context,
+    ctx: &DeadLetterQueueContext,
     dlq: &DeadLetterQueue,
     mine: &DeadLetterQueueStatus,
     broker: &crate::broker::rabbitmq::RabbitMq,
 ) -> Option<ReconcileError> {
     for owner in ownership::owner_of_overlap(dlq, mine, &others(ctx)) {
-        if ownership::same_broker(ctx, dlq, broker, &owner.other).await {
+        if ownership::same_broker(&ctx.shared, dlq, broker, &owner.other).await {
             let c = &owner.claim;
             let what = if c.prefix {
                 format!("{} {}*", c.kind, c.name)
@@ -462,7 +469,7 @@ pub fn alert_rule_events(
 /// `reason`/`message` (status written, and a Warning Event recorded, only when that
 /// changes them); returns `err`, which keeps the finalizer and retries with backoff.
 async fn deletion_stopped(
-    ctx: &Context,
+    ctx: &DeadLetterQueueContext,
     obj: &DynamicObject,
     current: &DeadLetterQueueStatus,
     reason: &'static str,
@@ -470,7 +477,7 @@ async fn deletion_stopped(
     err: Error,
 ) -> Result<Action, Error> {
     let mut status = current.clone();
-    let now = ctx.now();
+    let now = ctx.shared.now();
     for type_ in [TOPOLOGY_READY, READY] {
         let desired = Desired {
             type_,
@@ -487,19 +494,30 @@ async fn deletion_stopped(
     }
     if status != *current {
         let ar = api_resource::<DeadLetterQueue>();
-        crate::controller::apply_status(ctx, &ar, obj, &status.reconcile_part()).await?;
-        publish(ctx, obj, &ar, Note::warning(reason, "Delete", message)).await;
+        crate::controller::apply_status(&ctx.shared, &ar, obj, &status.reconcile_part()).await?;
+        publish(
+            &ctx.recorder,
+            obj,
+            &ar,
+            Note::warning(reason, "Delete", message),
+        )
+        .await;
     }
     Err(err)
 }
 
 /// Releases `obj` without deleting anything, with a `CleanupSkipped` Warning saying why.
-async fn skipped(ctx: &Context, obj: &DynamicObject, note: String) -> Result<Action, Error> {
+async fn skipped(
+    ctx: &DeadLetterQueueContext,
+    obj: &DynamicObject,
+    note: String,
+) -> Result<Action, Error> {
     let note = Note::warning("CleanupSkipped", "Delete", note);
-    crate::controller::release_with(ctx, obj, &api_resource::<DeadLetterQueue>(), note).await
+    crate::controller::release_with(&ctx.recorder, obj, &api_resource::<DeadLetterQueue>(), note)
+        .await
 }
 
-async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(obj: &DynamicObject, ctx: &DeadLetterQueueContext) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let ar = api_resource::<DeadLetterQueue>();
     // Its backlog stays watched until the finalizer is released (a blocked deletion still
@@ -526,7 +544,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     };
     if dlq.spec.deletion_policy == DeletionPolicy::Retain {
         return crate::controller::release_with(
-            ctx,
+            &ctx.recorder,
             obj,
             &ar,
             Note::normal(
@@ -540,7 +558,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     let Some(recorded) = current.topology.clone() else {
         // Never applied: nothing on the broker is ours, no need to reach it.
         return crate::controller::release_with(
-            ctx,
+            &ctx.recorder,
             obj,
             &ar,
             Note::normal(
@@ -557,14 +575,14 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         );
         return skipped(ctx, obj, note).await;
     }
-    let (policy, secret) = read_references(ctx, &ns, &dlq).await?;
+    let (policy, secret) = read_references(&ctx.shared, &ns, &dlq).await?;
     let Some(secret) = secret else {
         let note = format!(
             "Secret {} not found: finalizer released, broker objects not deleted{left_note}",
             dlq.spec.broker.secret_ref.name
         );
         return crate::controller::release_with(
-            ctx,
+            &ctx.recorder,
             obj,
             &ar,
             Note::warning("SecretNotFound", "Delete", note),
@@ -621,6 +639,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
         .policies
         .retain(|p| recorded.policies.contains(&p.name));
     let broker = ctx
+        .shared
         .brokers
         .get(&ns, &secret, &prepared.connection)
         .map_err(ReconcileError::from)?;
@@ -628,7 +647,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
     // across namespaces and Secrets): deleting them would take its topology away.
     let mut shared = Vec::new();
     for other in ownership::recorded_by_others(&dlq, &others(ctx)) {
-        if ownership::same_broker(ctx, &dlq, &broker, &other).await {
+        if ownership::same_broker(&ctx.shared, &dlq, &broker, &other).await {
             shared.push(object_key(&other.metadata));
         }
     }
@@ -655,7 +674,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Context) -> Result<Action, Error> {
             removed.join("; ")
         };
         return crate::controller::release_with(
-            ctx,
+            &ctx.recorder,
             obj,
             &ar,
             Note::normal("TopologyDeleted", "Delete", note),

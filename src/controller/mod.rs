@@ -8,7 +8,9 @@
 //!   dead-lettered messages each, run in a background task, resumed after a restart.
 //! - [`conditions`]: status conditions (Kubernetes API conventions).
 //! - [`object`]: lenient decoding of watched objects (one bad object never stops a watch).
-//! - [`context`]: what reconciles share (client, recorder, broker clients, backoff).
+//! - [`shared`]: what the controllers share (client, metrics, broker clients, clock).
+//! - [`context`]: each controller's own context (recorder, backoff, and what only it
+//!   uses) over the shared one.
 //! - [`rbac`]: every API call the operator makes, as RBAC rules.
 //! - [`run`]: waits for the CRDs, takes the leader Lease, runs the controllers until
 //!   SIGTERM (draining in-flight reconciles and running replays) or until the lease is
@@ -24,6 +26,7 @@ pub mod object;
 pub mod ownership;
 pub mod rbac;
 pub mod retry_policy;
+pub mod shared;
 
 /// Fixtures shared by the controller's unit tests.
 #[cfg(test)]
@@ -63,14 +66,17 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{predicates, watcher, Predicate, WatchStreamExt};
 use kube::{Client, Resource};
 use tokio::sync::watch;
 use tracing::{info, warn, Instrument};
 
-use crate::controller::context::{BrokerClients, Context};
+use crate::controller::context::{
+    BrokerClients, Context, ControllerContext, DeadLetterQueueContext, DeadLetterReplayContext,
+    RetryPolicyContext,
+};
 use crate::controller::object::{api_resource, referencing};
 use crate::crd::{DeadLetterQueue, DeadLetterReplay, RetryPolicy};
 use crate::metrics::{Metrics, Readiness};
@@ -222,10 +228,10 @@ pub fn truncate_note(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
-/// Records `note` about `obj` with the context's recorder. A failure to record is logged
-/// (Events are informational; the status carries the same facts) and does not fail the
-/// reconcile.
-pub async fn publish(ctx: &Context, obj: &DynamicObject, resource: &ApiResource, note: Note) {
+/// Records `note` about `obj` (a resource of `resource`) with a controller's `recorder`.
+/// A failure to record is logged (Events are informational; the status carries the same
+/// facts) and does not fail the reconcile.
+pub async fn publish(recorder: &Recorder, obj: &DynamicObject, resource: &ApiResource, note: Note) {
     let reference = obj.object_ref(resource);
     let event = Event {
         type_: note.type_,
@@ -239,23 +245,24 @@ pub async fn publish(ctx: &Context, obj: &DynamicObject, resource: &ApiResource,
         action: note.action,
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+    if let Err(e) = recorder.publish(&event, &reference).await {
         warn!(reason = %note.reason, error = %e, "could not record Event");
     }
 }
 
-/// Writes `status` of `obj` (a resource of `resource`) with server-side apply: field
-/// manager [`context::FIELD_MANAGER`], forced (the operator owns the status).
+/// Writes `status` of `obj` (a resource of `resource`) with `shared`'s client by
+/// server-side apply: field manager [`context::FIELD_MANAGER`], forced (the operator owns
+/// the status).
 ///
 /// # Errors
 /// The API server's error.
 pub async fn apply_status<S: serde::Serialize>(
-    ctx: &Context,
+    shared: &Context,
     resource: &ApiResource,
     obj: &DynamicObject,
     status: &S,
 ) -> Result<(), Error> {
-    apply_status_as(ctx, resource, obj, status, context::FIELD_MANAGER).await
+    apply_status_as(shared, resource, obj, status, context::FIELD_MANAGER).await
 }
 
 /// [`apply_status`] under the field manager `manager` (the backlog monitor owns its own
@@ -264,13 +271,13 @@ pub async fn apply_status<S: serde::Serialize>(
 /// # Errors
 /// Kubernetes API errors.
 pub async fn apply_status_as<S: serde::Serialize>(
-    ctx: &Context,
+    shared: &Context,
     resource: &ApiResource,
     obj: &DynamicObject,
     status: &S,
     manager: &str,
 ) -> Result<(), Error> {
-    apply_status_body(ctx, resource, obj, status, manager, None).await?;
+    apply_status_body(shared, resource, obj, status, manager, None).await?;
     Ok(())
 }
 
@@ -284,14 +291,14 @@ pub async fn apply_status_as<S: serde::Serialize>(
 /// # Errors
 /// Kubernetes API errors: 404 when the object is gone, 409 when it changed.
 pub async fn apply_status_at<S: serde::Serialize>(
-    ctx: &Context,
+    shared: &Context,
     resource: &ApiResource,
     obj: &DynamicObject,
     status: &S,
     resource_version: &str,
 ) -> Result<String, Error> {
     let written = apply_status_body(
-        ctx,
+        shared,
         resource,
         obj,
         status,
@@ -303,7 +310,7 @@ pub async fn apply_status_at<S: serde::Serialize>(
 }
 
 async fn apply_status_body<S: serde::Serialize>(
-    ctx: &Context,
+    shared: &Context,
     resource: &ApiResource,
     obj: &DynamicObject,
     status: &S,
@@ -315,7 +322,7 @@ async fn apply_status_body<S: serde::Serialize>(
         .namespace
         .as_deref()
         .ok_or(Error::NoNamespace)?;
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, resource);
+    let api: Api<DynamicObject> = Api::namespaced_with(shared.client.clone(), ns, resource);
     let mut body = serde_json::json!({
         "apiVersion": resource.api_version,
         "kind": resource.kind,
@@ -333,24 +340,25 @@ async fn apply_status_body<S: serde::Serialize>(
         .await?)
 }
 
-/// Records `note` about `obj` and releases it (the finalizer's cleanup is done).
+/// Records `note` about `obj` with `recorder` and releases it (the finalizer's cleanup is
+/// done).
 async fn release_with(
-    ctx: &Context,
+    recorder: &Recorder,
     obj: &DynamicObject,
     resource: &ApiResource,
     note: Note,
 ) -> Result<Action, Error> {
-    publish(ctx, obj, resource, note).await;
+    publish(recorder, obj, resource, note).await;
     Ok(Action::await_change())
 }
 
 /// Runs one reconcile `fut` of the `kind` resource `obj` inside a `reconcile` tracing span
 /// (fields `kind`, `namespace`, `name`), recording its duration and result in the
-/// metrics and logging the outcome.
+/// metrics of `shared` and logging the outcome.
 pub async fn instrumented<F>(
     kind: &'static str,
     obj: &DynamicObject,
-    ctx: &Context,
+    shared: &Context,
     fut: F,
 ) -> Result<Action, Error>
 where
@@ -370,7 +378,8 @@ where
             Ok(_) => "success",
             Err(e) => e.metric_label(),
         };
-        ctx.metrics
+        shared
+            .metrics
             .record_reconcile(kind, label, elapsed.as_secs_f64());
         tracing::debug!(
             result = label,
@@ -385,7 +394,11 @@ where
 
 /// The controllers' error policy: per-object exponential backoff (5 s doubling to 5 min,
 /// equal jitter; [`context::ErrorBackoff`]); an invalid spec waits for a change instead.
-pub fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy<C: ControllerContext>(
+    obj: Arc<DynamicObject>,
+    err: &Error,
+    ctx: Arc<C>,
+) -> Action {
     let key = crate::manifest::object_key(&obj.metadata);
     if err.is_permanent() {
         info!(object = %key, error = %err, "invalid spec: waiting for a change");
@@ -397,7 +410,7 @@ pub fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> 
         tracing::debug!(object = %key, error = %err, "finalizer patch on a stale copy; retrying");
         return Action::requeue(Duration::from_secs(1));
     }
-    let (delay, failures) = ctx.backoff.next_delay(&key);
+    let (delay, failures) = ctx.backoff().next_delay(&key);
     warn!(object = %key, error = %err, failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
 }
@@ -524,26 +537,13 @@ async fn run_inner(
     {
         return Ok(());
     }
-    let brokers = Arc::new(BrokerClients::default());
-    let mut dlq_ctx = Context::new(
+    let shared = Arc::new(Context::new(
         client.clone(),
         &opts.identity,
-        metrics.clone(),
-        brokers.clone(),
-    );
-    dlq_ctx.resync = opts.resync;
-    let rp_ctx = Context::new(
-        client.clone(),
-        &opts.identity,
-        metrics.clone(),
-        brokers.clone(),
-    );
-    let replay_ctx = Context::new(client.clone(), &opts.identity, metrics, brokers);
-    let contexts = Contexts {
-        dead_letter_queue: Arc::new(dlq_ctx),
-        retry_policy: Arc::new(rp_ctx),
-        dead_letter_replay: Arc::new(replay_ctx),
-    };
+        metrics,
+        Arc::new(BrokerClients::default()),
+    ));
+    let contexts = Contexts::new(shared, opts.resync);
 
     if !opts.leader_election {
         readiness.set_ready();
@@ -715,15 +715,29 @@ fn deletion_requested(obj: &DynamicObject) -> Option<u64> {
 /// Lease) before the controllers are dropped. Below Kubernetes' default 30 s grace period.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
-/// The context of each controller (one event recorder per controller).
-#[derive(Debug, Clone)]
+/// The context of each controller, over one shared [`Context`].
+#[derive(Clone)]
 pub struct Contexts {
-    /// The DeadLetterQueue controller's (also the backlog monitor's).
-    pub dead_letter_queue: Arc<Context>,
+    /// The DeadLetterQueue controller's (the backlog monitor works with part of it).
+    pub dead_letter_queue: Arc<DeadLetterQueueContext>,
     /// The RetryPolicy controller's.
-    pub retry_policy: Arc<Context>,
+    pub retry_policy: Arc<RetryPolicyContext>,
     /// The DeadLetterReplay controller's (it holds the running replays).
-    pub dead_letter_replay: Arc<Context>,
+    pub dead_letter_replay: Arc<DeadLetterReplayContext>,
+}
+
+impl Contexts {
+    /// The three contexts over `shared`; healthy DeadLetterQueues are reconciled again
+    /// every `resync`.
+    pub fn new(shared: Arc<Context>, resync: Duration) -> Self {
+        let mut dead_letter_queue = DeadLetterQueueContext::new(shared.clone());
+        dead_letter_queue.resync = resync;
+        Contexts {
+            dead_letter_queue: Arc::new(dead_letter_queue),
+            retry_policy: Arc::new(RetryPolicyContext::new(shared.clone())),
+            dead_letter_replay: Arc::new(DeadLetterReplayContext::new(shared)),
+        }
+    }
 }
 
 /// Runs the three controllers and the backlog monitor until `stop` resolves, then lets
@@ -864,7 +878,7 @@ pub async fn controllers(
         replay_ctx.replays.shutdown().await;
     };
 
-    let monitor = backlog::run(dlq_ctx, stop_monitor);
+    let monitor = backlog::run(dlq_ctx.monitor(), stop_monitor);
     let both = futures::future::join5(
         dlq_controller.instrument(tracing::info_span!("controller", kind = "DeadLetterQueue")),
         rp_controller.instrument(tracing::info_span!("controller", kind = "RetryPolicy")),

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use tracing::{info, warn};
 
 use crate::controller::conditions::COMPLETE;
-use crate::controller::context::Context;
+use crate::controller::context::DeadLetterReplayContext;
 use crate::controller::object::api_resource;
 use crate::controller::{publish, Error, Note};
 use crate::crd::{DeadLetterReplay, DeadLetterReplaySpec, DeadLetterReplayStatus, ReplayPhase};
@@ -37,7 +37,7 @@ fn epoch_ms(t: &Time) -> u64 {
 
 /// Everything a run needs, moved into its task.
 pub(super) struct Job {
-    pub(super) ctx: Arc<Context>,
+    pub(super) ctx: Arc<DeadLetterReplayContext>,
     /// The DeadLetterReplay (status writes and Events are about it).
     pub(super) obj: Arc<DynamicObject>,
     /// The DeadLetterQueue's namespace and name (labels of the replay metrics).
@@ -89,7 +89,8 @@ impl Job {
                 .unwrap_or_else(|p| p.into_inner())
                 .clone();
             let written =
-                crate::controller::apply_status_at(&self.ctx, &ar, &self.obj, status, &rv).await;
+                crate::controller::apply_status_at(&self.ctx.shared, &ar, &self.obj, status, &rv)
+                    .await;
             match written {
                 Ok(rv) => {
                     *self
@@ -104,7 +105,7 @@ impl Job {
                 Err(Error::Kube(kube::Error::Api(s))) if s.code == 409 => {
                     last.clear();
                     let api: Api<DynamicObject> = Api::namespaced_with(
-                        self.ctx.client.clone(),
+                        self.ctx.shared.client.clone(),
                         crate::manifest::namespace_of(&self.obj.metadata),
                         &ar,
                     );
@@ -131,7 +132,7 @@ impl Job {
 
     async fn event(&self, note: Note) {
         publish(
-            &self.ctx,
+            &self.ctx.recorder,
             &self.obj,
             &api_resource::<DeadLetterReplay>(),
             note,
@@ -146,8 +147,9 @@ impl Job {
         }
         let delta = now.since(*credited);
         *credited = now;
-        let ms = epoch_ms(&self.ctx.now());
+        let ms = epoch_ms(&self.ctx.shared.now());
         self.ctx
+            .shared
             .metrics
             .record_replayed(&self.dlq.0, &self.dlq.1, delta, ms);
     }
@@ -172,8 +174,13 @@ impl Job {
         let generation = self.generation();
         let dry_run = self.spec.dry_run;
         let mut base = self.plan.base;
-        let mut status =
-            running_status(&self.status, generation, &uid, &self.plan, &self.ctx.now());
+        let mut status = running_status(
+            &self.status,
+            generation,
+            &uid,
+            &self.plan,
+            &self.ctx.shared.now(),
+        );
         match self.write(&status).await {
             Ok(()) => {}
             Err(WriteError::Gone) => {
@@ -230,7 +237,7 @@ impl Job {
                 gone: false,
                 write_error: None,
             };
-            let now_ms = epoch_ms(&self.ctx.now());
+            let now_ms = epoch_ms(&self.ctx.shared.now());
             let result = if options.limit == Some(0) {
                 Ok(None)
             } else {
@@ -258,7 +265,7 @@ impl Job {
                 info!(replay = %key, "deleted while running: stopped (the rest stays in the dead-letter queue)");
                 return true;
             }
-            let now = self.ctx.now();
+            let now = self.ctx.shared.now();
             match result {
                 Ok(report) => {
                     let (tally, reasons, outcome) = match &report {

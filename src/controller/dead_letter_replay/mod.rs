@@ -67,7 +67,7 @@ use kube::ResourceExt;
 use tracing::{info, Instrument};
 
 use crate::controller::conditions::COMPLETE;
-use crate::controller::context::Context;
+use crate::controller::context::DeadLetterReplayContext;
 use crate::controller::object::{api_resource, decode, status_of};
 use crate::controller::{publish, Error, Note};
 use crate::crd::{DeadLetterReplay, DeadLetterReplayStatus, ReplayPhase};
@@ -102,9 +102,12 @@ pub fn retry_delay(n: u32) -> Duration {
 /// # Errors
 /// Kubernetes API errors, and broker errors before the start (after writing them to
 /// status as `Pending`); retried with per-object backoff.
-pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    crate::controller::instrumented(KIND, &obj.clone(), &ctx, reconcile_inner(obj, ctx.clone()))
-        .await
+pub async fn reconcile(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<DeadLetterReplayContext>,
+) -> Result<Action, Error> {
+    let inner = reconcile_inner(obj.clone(), ctx.clone());
+    crate::controller::instrumented(KIND, &obj, &ctx.shared, inner).await
 }
 
 /// Ends a reconcile for a replay that will not run (again): writes `status`, records
@@ -113,18 +116,21 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
 /// # Errors
 /// The status write's Kubernetes API error.
 async fn conclude(
-    ctx: &Context,
+    ctx: &DeadLetterReplayContext,
     ar: &ApiResource,
     obj: &DynamicObject,
     status: &DeadLetterReplayStatus,
     note: Note,
 ) -> Result<Action, Error> {
-    crate::controller::apply_status(ctx, ar, obj, status).await?;
-    publish(ctx, obj, ar, note).await;
+    crate::controller::apply_status(&ctx.shared, ar, obj, status).await?;
+    publish(&ctx.recorder, obj, ar, note).await;
     Ok(Action::await_change())
 }
 
-async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_inner(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<DeadLetterReplayContext>,
+) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let current: DeadLetterReplayStatus = status_of(&obj);
     if current.phase.is_finished() {
@@ -142,7 +148,7 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     let generation = obj.metadata.generation;
     let key = object_key(&obj.metadata);
     if spec_changed_while_running(&current, generation) {
-        let status = spec_changed_status(&current, generation, &ctx.now());
+        let status = spec_changed_status(&current, generation, &ctx.shared.now());
         let note = format!(
             "DeadLetterReplay {key}: the spec changed while it ran; not resumed ({} replayed)",
             current.replayed
@@ -159,24 +165,24 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     let (spec, plan, options) = match checked {
         Ok(checked) => checked,
         Err(invalid) => {
-            let status = invalid_status(&current, generation, &invalid, &ctx.now());
+            let status = invalid_status(&current, generation, &invalid, &ctx.shared.now());
             let note = format!("DeadLetterReplay {key}: invalid spec: {invalid}");
             let note = Note::warning("InvalidSpec", "Validate", note);
             return conclude(&ctx, &ar, &obj, &status, note).await;
         }
     };
-    let prepared = match target(&ctx, &ns, &spec).await? {
+    let prepared = match target(&ctx.shared, &ns, &spec).await? {
         Ok(p) => p,
         Err(waiting) => {
-            let now = ctx.now();
+            let now = ctx.shared.now();
             let (status, changed) =
                 pending_status(&current, generation, waiting.reason, &waiting.message, &now);
             if changed {
-                crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
+                crate::controller::apply_status(&ctx.shared, &ar, &obj, &status).await?;
                 let old = current.conditions.iter().find(|c| c.type_ == COMPLETE);
                 if old.is_none_or(|c| c.reason != waiting.reason || c.message != waiting.message) {
                     let note = Note::warning(waiting.reason, "Start", waiting.message.clone());
-                    publish(&ctx, &obj, &ar, note).await;
+                    publish(&ctx.recorder, &obj, &ar, note).await;
                 }
             }
             return match waiting.error {
@@ -188,7 +194,7 @@ async fn reconcile_inner(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<A
     ctx.backoff.reset(&key);
     if plan.limit == Some(0) {
         // A resumed replay whose earlier runs reached the limit: done, nothing to send.
-        let now = ctx.now();
+        let now = ctx.shared.now();
         let mut status = current.clone();
         let message = format!(
             "limit of {} reached: {}",
