@@ -17,7 +17,6 @@
 //!   (the `absent` alert rule covers them), and the monitor keeps polling.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -26,6 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::broker::rabbitmq::RabbitMq;
@@ -407,9 +407,8 @@ struct Monitor {
     polled: HashMap<(String, String), tokio::time::Instant>,
 }
 
-/// Runs the backlog monitor of the controller until `stop` resolves.
-pub async fn run(ctx: MonitorContext, stop: impl Future<Output = ()>) {
-    tokio::pin!(stop);
+/// Runs the backlog monitor of the controller until `stop` is cancelled.
+pub async fn run(ctx: MonitorContext, stop: CancellationToken) {
     let mut m = Monitor {
         collector: Collector::new(ctx.shared.metrics.clone()),
         ctx,
@@ -420,7 +419,7 @@ pub async fn run(ctx: MonitorContext, stop: impl Future<Output = ()>) {
     loop {
         let wait = m.tick().await;
         tokio::select! {
-            _ = &mut stop => break,
+            _ = stop.cancelled() => break,
             _ = tokio::time::sleep(wait) => {}
             _ = m.ctx.targets.changed.notified() => {}
         }

@@ -10,13 +10,14 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use kube::api::DynamicObject;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::controller::backlog::{self, Targets};
 
@@ -142,25 +143,21 @@ impl ControllerContext for DeadLetterReplayContext {
     }
 }
 
-/// One replay running in this process: its stop flag and its task.
-#[derive(Debug)]
-struct RunningReplay {
-    stop: Arc<AtomicBool>,
-    handle: tokio::task::JoinHandle<()>,
-}
-
 /// The DeadLetterReplays running in this process (background tasks of the
 /// DeadLetterReplay controller), by object UID: a second reconcile of a running replay
 /// does not start it twice, and a graceful shutdown stops and awaits them
-/// ([`Replays::shutdown`]).
+/// ([`Replays::shutdown`]). Each task gets a child of the registry's stop token.
 #[derive(Debug, Default)]
 pub struct Replays {
     inner: Mutex<ReplaysInner>,
+    /// Parent of every task's stop token; cancelled by [`Replays::shutdown`].
+    stop: CancellationToken,
 }
 
 #[derive(Debug, Default)]
 struct ReplaysInner {
-    running: HashMap<String, RunningReplay>,
+    /// The task of each running replay.
+    running: HashMap<String, JoinHandle<()>>,
     /// Replays whose task ended them for good (final status written, or object gone):
     /// a reconcile working on a cached copy that still says `Running` must not start
     /// them again.
@@ -173,10 +170,7 @@ impl Replays {
     /// `true` while the replay `uid` has a task in this process that has not ended.
     pub fn is_running(&self, uid: &str) -> bool {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner
-            .running
-            .get(uid)
-            .is_some_and(|r| !r.handle.is_finished())
+        inner.running.get(uid).is_some_and(|h| !h.is_finished())
     }
 
     /// `true` when a task of this process ended the replay `uid` for good.
@@ -185,24 +179,24 @@ impl Replays {
         inner.over.contains(uid)
     }
 
-    /// Spawns `task` for the replay `uid` with its `stop` flag, unless one is running, it
-    /// is over, or shutdown began; returns whether it was started. The entry is removed
-    /// when the task ends; a task that returns `true` (the replay is over) marks it
-    /// [over](Replays::is_over), `false` lets a later reconcile resume it.
-    pub fn start<F>(self: &Arc<Self>, uid: &str, stop: Arc<AtomicBool>, task: F) -> bool
+    /// Spawns the task `task(stop)` makes for the replay `uid` (`stop`: its own child of
+    /// the registry's token, cancelled by [`Replays::shutdown`]), unless one is running,
+    /// it is over, or shutdown began; returns whether it was started. The entry is
+    /// removed when the task ends; a task that returns `true` (the replay is over) marks
+    /// it [over](Replays::is_over), `false` lets a later reconcile resume it.
+    pub fn start<T, F>(self: &Arc<Self>, uid: &str, task: T) -> bool
     where
+        T: FnOnce(CancellationToken) -> F,
         F: Future<Output = bool> + Send + 'static,
     {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if inner.closed
             || inner.over.contains(uid)
-            || inner
-                .running
-                .get(uid)
-                .is_some_and(|r| !r.handle.is_finished())
+            || inner.running.get(uid).is_some_and(|h| !h.is_finished())
         {
             return false;
         }
+        let task = task(self.stop.child_token());
         let registry = Arc::clone(self);
         let key = uid.to_string();
         // The task removes its own entry; it cannot do so before the insert below, which
@@ -215,20 +209,14 @@ impl Replays {
                 inner.over.insert(key);
             }
         });
-        inner
-            .running
-            .insert(uid.to_string(), RunningReplay { stop, handle });
+        inner.running.insert(uid.to_string(), handle);
         true
     }
 
     /// Replays running now.
     pub fn len(&self) -> usize {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner
-            .running
-            .values()
-            .filter(|r| !r.handle.is_finished())
-            .count()
+        inner.running.values().filter(|h| !h.is_finished()).count()
     }
 
     /// `true` when no replay runs.
@@ -236,22 +224,17 @@ impl Replays {
         self.len() == 0
     }
 
-    /// Graceful shutdown: refuses new starts, sets every running replay's stop flag (the
-    /// engine settles the copies in flight and gives the rest back; the task writes its
-    /// counts with phase `Running`, to be resumed) and waits for the tasks to end. The
-    /// caller bounds the wait (`SHUTDOWN_GRACE`).
+    /// Graceful shutdown: refuses new starts, cancels every running replay's stop token
+    /// (the engine settles the copies in flight and gives the rest back; the task writes
+    /// its counts with phase `Running`, to be resumed) and waits for the tasks to end.
+    /// The caller bounds the wait
+    /// ([`SHUTDOWN_GRACE`](crate::controller::SHUTDOWN_GRACE)).
     pub async fn shutdown(&self) {
-        let handles: Vec<tokio::task::JoinHandle<()>> = {
+        let handles: Vec<JoinHandle<()>> = {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             inner.closed = true;
-            inner
-                .running
-                .drain()
-                .map(|(_, r)| {
-                    r.stop.store(true, Ordering::SeqCst);
-                    r.handle
-                })
-                .collect()
+            self.stop.cancel();
+            inner.running.drain().map(|(_, h)| h).collect()
         };
         for handle in handles {
             if let Err(e) = handle.await {
@@ -312,32 +295,34 @@ mod tests {
     #[tokio::test]
     async fn a_replay_starts_once_and_shutdown_stops_and_awaits_it() {
         let replays = Arc::new(Replays::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let seen = stop.clone();
-        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        let task = async move {
-            while !seen.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            let _ = done_tx.send(());
-            false
-        };
-        assert!(replays.start("uid-1", stop.clone(), task));
+        // Two replays that run until their stop token is cancelled.
+        let mut done = Vec::new();
+        for uid in ["uid-1", "uid-2"] {
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+            let task = |stop: CancellationToken| async move {
+                stop.cancelled().await;
+                let _ = done_tx.send(());
+                false
+            };
+            assert!(replays.start(uid, task));
+            done.push(done_rx);
+        }
         assert!(replays.is_running("uid-1"));
         assert!(
-            !replays.start("uid-1", Arc::new(AtomicBool::new(false)), async { true }),
+            !replays.start("uid-1", |_| async { true }),
             "a running replay is not started twice"
         );
-        assert_eq!(replays.len(), 1);
+        assert_eq!(replays.len(), 2);
         replays.shutdown().await;
-        assert!(stop.load(Ordering::SeqCst));
-        assert!(
-            done_rx.await.is_ok(),
-            "the task ended before shutdown returned"
-        );
+        for done_rx in done {
+            assert!(
+                done_rx.await.is_ok(),
+                "the task saw its token cancelled and ended before shutdown returned"
+            );
+        }
         assert!(replays.is_empty());
         assert!(
-            !replays.start("uid-2", Arc::new(AtomicBool::new(false)), async { true }),
+            !replays.start("uid-3", |_| async { true }),
             "nothing starts after shutdown"
         );
     }
@@ -346,12 +331,10 @@ mod tests {
     async fn an_ended_task_leaves_the_registry_and_one_that_is_over_stays_over() {
         let replays = Arc::new(Replays::default());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        assert!(
-            replays.start("u", Arc::new(AtomicBool::new(false)), async move {
-                let _ = rx.await;
-                false
-            })
-        );
+        assert!(replays.start("u", |_| async move {
+            let _ = rx.await;
+            false
+        }));
         assert!(replays.is_running("u"));
         let _ = tx.send(());
         // Wait (up to 5 s) for the task to end and leave.
@@ -365,12 +348,10 @@ mod tests {
         assert!(!replays.is_over("u"));
         // A new run of the same replay may start (its status could not be written).
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        assert!(
-            replays.start("u", Arc::new(AtomicBool::new(false)), async move {
-                let _ = tx.send(());
-                true
-            })
-        );
+        assert!(replays.start("u", |_| async move {
+            let _ = tx.send(());
+            true
+        }));
         let _ = rx.await;
         for _ in 0..1000 {
             if replays.is_over("u") {
@@ -380,7 +361,7 @@ mod tests {
         }
         assert!(replays.is_over("u"), "ended for good");
         assert!(
-            !replays.start("u", Arc::new(AtomicBool::new(false)), async { true }),
+            !replays.start("u", |_| async { true }),
             "an ended replay is never started again"
         );
     }

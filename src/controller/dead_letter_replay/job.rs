@@ -9,8 +9,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject};
 use kube::ResourceExt;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::broker::BrokerError;
 use crate::controller::conditions::COMPLETE;
 use crate::controller::context::DeadLetterReplayContext;
 use crate::controller::object::api_resource;
@@ -27,7 +29,8 @@ use super::status::{
 };
 use super::{retry_delay, RUN_ATTEMPTS};
 
-/// Status writes tried per checkpoint before the run is stopped (200 ms, 400 ms apart).
+/// Status writes tried per checkpoint before the run is stopped (after an error: 400 ms,
+/// then 800 ms apart; a conflict is read again at once).
 const WRITE_ATTEMPTS: u32 = 3;
 
 /// Milliseconds since the Unix epoch of `t` (0 before it).
@@ -48,7 +51,8 @@ pub(super) struct Job {
     pub(super) plan: RunPlan,
     /// The status the reconcile read.
     pub(super) status: DeadLetterReplayStatus,
-    pub(super) stop: Arc<AtomicBool>,
+    /// Cancelled to stop the run (graceful shutdown).
+    pub(super) stop: CancellationToken,
     /// The object's `resourceVersion` after the last write (guards every write).
     pub(super) resource_version: std::sync::Mutex<String>,
 }
@@ -154,29 +158,56 @@ impl Job {
             .record_replayed(&self.dlq.0, &self.dlq.1, delta, ms);
     }
 
-    /// Sleeps `d`, or less when the stop flag is set meanwhile (checked every 100 ms).
+    /// Sleeps `d`, or less when the run is stopped meanwhile.
     async fn pause(&self, d: Duration) {
-        let until = tokio::time::Instant::now() + d;
-        while !self.stop.load(Ordering::SeqCst) {
-            let now = tokio::time::Instant::now();
-            if now >= until {
-                break;
-            }
-            tokio::time::sleep((until - now).min(Duration::from_millis(100))).await;
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = self.stop.cancelled() => {}
         }
     }
 
-    /// The run (module doc): `Running`, the engine with checkpoints, retries after
-    /// broker errors, the final status, Events and metrics.
+    /// The run (module doc): `Running` ([`Job::start`]), then passes of the engine
+    /// ([`Job::engine_pass`]) until one ends it: finished or stopped
+    /// ([`Job::after_pass`]), or a broker error after the last of [`RUN_ATTEMPTS`]
+    /// ([`Job::after_error`]). Returns whether the replay is over (final status written,
+    /// or the object gone); `false` lets a later reconcile resume it.
     pub(super) async fn run(self) -> bool {
+        let mut status = match self.start().await {
+            Ok(status) => status,
+            Err(over) => return over,
+        };
+        let mut base = self.plan.base;
+        let mut attempt = 1;
+        loop {
+            let (result, seen) = self.engine_pass(base, &status).await;
+            if seen.gone {
+                info!(replay = %self.key(), "deleted while running: stopped (the rest stays in the dead-letter queue)");
+                return true;
+            }
+            let retry = match result {
+                Ok(report) => return self.after_pass(&status, base, seen, report).await,
+                Err(error) => self.after_error(attempt, base, seen, error).await,
+            };
+            match retry {
+                Retry::Again(next, next_base) => {
+                    status = *next;
+                    base = next_base;
+                    attempt += 1;
+                }
+                Retry::Over(over) => return over,
+            }
+        }
+    }
+
+    /// Writes `Running` and records `Started` (or `Resumed`); returns the status written.
+    /// `Err(over)` when the run cannot start: the object is gone (`true`), or the status
+    /// cannot be written (`false`: retried at the next reconcile).
+    async fn start(&self) -> Result<DeadLetterReplayStatus, bool> {
         let key = self.key();
         let uid = self.obj.metadata.uid.clone().unwrap_or_default();
-        let generation = self.generation();
-        let dry_run = self.spec.dry_run;
-        let mut base = self.plan.base;
-        let mut status = running_status(
+        let status = running_status(
             &self.status,
-            generation,
+            self.generation(),
             &uid,
             &self.plan,
             &self.ctx.shared.now(),
@@ -185,18 +216,26 @@ impl Job {
             Ok(()) => {}
             Err(WriteError::Gone) => {
                 info!(replay = %key, "deleted before it started");
-                return true;
+                return Err(true);
             }
             Err(WriteError::Failed(e)) => {
                 warn!(replay = %key, error = %e, "cannot write status Running: not started (retried at the next reconcile)");
-                return false;
+                return Err(false);
             }
         }
+        self.event(self.start_note(&uid)).await;
+        Ok(status)
+    }
+
+    /// The `Started` Event of a first run (what it replays, how), or `Resumed` with what
+    /// earlier runs did.
+    fn start_note(&self, uid: &str) -> Note {
+        let base = self.plan.base;
         let limit = self
             .plan
             .limit
             .map_or("no limit".to_string(), |l| format!("limit {l}"));
-        let note = if self.plan.resumed {
+        if self.plan.resumed {
             Note::normal(
                 "Resumed",
                 "Replay",
@@ -213,171 +252,234 @@ impl Job {
                     "replaying the dead-letter queues of DeadLetterQueue {}/{} ({}; filter {:?}; {limit}; rate {}; replay id {uid})",
                     self.dlq.0,
                     self.dlq.1,
-                    if dry_run { "dry run" } else { "at least once" },
+                    if self.spec.dry_run { "dry run" } else { "at least once" },
                     self.spec.filter,
                     self.spec
                         .rate
                         .map_or("unlimited".to_string(), |r| format!("{r} msg/s")),
                 ),
             )
-        };
-        self.event(note).await;
+        }
+    }
 
-        let mut attempt = 1;
-        loop {
-            let mut options = self.options.clone();
-            options.limit = remaining_limit(self.spec.limit, base);
-            let mut observer = Checkpoints {
-                job: &self,
-                base,
-                status: status.clone(),
-                credited: Tally::default(),
-                progress: Tally::default(),
-                checkpoint: None,
-                gone: false,
-                write_error: None,
-            };
-            let now_ms = epoch_ms(&self.ctx.shared.now());
-            let result = if options.limit == Some(0) {
-                Ok(None)
-            } else {
-                replay(
-                    &self.prepared.connection,
-                    &self.prepared.topology,
-                    &options,
-                    now_ms,
-                    &self.stop,
-                    &mut observer,
-                )
-                .await
-                .map(Some)
-            };
-            let Checkpoints {
-                status: checkpointed,
-                mut credited,
-                progress,
-                checkpoint,
-                gone,
-                write_error,
-                ..
-            } = observer;
-            if gone {
-                info!(replay = %key, "deleted while running: stopped (the rest stays in the dead-letter queue)");
-                return true;
-            }
-            let now = self.ctx.shared.now();
-            match result {
-                Ok(report) => {
-                    let (tally, reasons, outcome) = match &report {
-                        Some(r) => (Tally::from(r), reasons(r), r.outcome),
-                        // The limit was used up by the attempts before.
-                        None => (
-                            Tally::default(),
-                            checkpointed.reasons.clone(),
-                            Outcome::Succeeded,
-                        ),
-                    };
-                    self.credit(&mut credited, tally);
-                    if self.stop.load(Ordering::SeqCst) {
-                        let next =
-                            interrupted_status(&status, generation, base, tally, reasons, &now);
-                        let written = self.write(&next).await;
-                        if let Err(WriteError::Failed(e)) = &written {
-                            warn!(replay = %key, error = %e, "cannot write the interrupted status");
-                        }
-                        if written.is_ok() {
-                            let note = next
-                                .conditions
-                                .iter()
-                                .find(|c| c.type_ == COMPLETE)
-                                .map(|c| c.message.clone())
-                                .unwrap_or_default();
-                            self.event(Note::normal("Interrupted", "Replay", note))
-                                .await;
-                        }
-                        info!(replay = %key, replayed = next.replayed, "interrupted by shutdown");
-                        return false;
-                    }
-                    if let Some(e) = write_error {
-                        warn!(replay = %key, error = %e, "status could not be written: stopped; resumed at the next reconcile");
-                        return false;
-                    }
-                    let next = finished_status(
-                        &status, generation, base, tally, reasons, outcome, dry_run, &now,
-                    );
-                    let message = next
-                        .conditions
-                        .iter()
-                        .find(|c| c.type_ == COMPLETE)
-                        .map(|c| c.message.clone())
-                        .unwrap_or_default();
-                    match self.write(&next).await {
-                        Ok(()) => {}
-                        Err(WriteError::Gone) => return true,
-                        Err(WriteError::Failed(e)) => {
-                            warn!(replay = %key, error = %e, "cannot write the final status: resumed at the next reconcile");
-                            return false;
-                        }
-                    }
-                    let mut note = message;
-                    if !next.reasons.is_empty() {
-                        note.push_str("; ");
-                        note.push_str(&next.reasons.join("; "));
-                    }
-                    let reason = phase_name(next.phase);
-                    let note = if next.phase == ReplayPhase::Succeeded {
-                        Note::normal(reason, "Replay", note)
-                    } else {
-                        Note::warning(reason, "Replay", note)
-                    };
-                    self.event(note).await;
-                    info!(replay = %key, phase = reason, replayed = next.replayed, "replay finished");
-                    return true;
-                }
-                Err(error) => {
-                    // What this attempt did for sure (settled copies), and what it left in
-                    // doubt: the rest of its last checkpointed batch.
-                    self.credit(&mut credited, progress);
-                    let in_doubt = in_doubt_after_error(checkpoint, progress);
-                    let mut after = checkpointed;
-                    let kept_reasons = after.reasons.clone();
-                    set_counts(&mut after, base, progress, kept_reasons, in_doubt);
-                    base = base.then(progress.replayed, in_doubt, dry_run);
-                    let delay = retry_delay(attempt);
-                    let next =
-                        broker_error_status(&after, generation, &error, attempt, delay, &now);
-                    warn!(replay = %key, attempt, error = %error, "replay attempt failed");
-                    match self.write(&next).await {
-                        Ok(()) => {}
-                        Err(WriteError::Gone) => return true,
-                        Err(WriteError::Failed(e)) => {
-                            warn!(replay = %key, error = %e, "cannot write status after a broker error: resumed at the next reconcile");
-                            return false;
-                        }
-                    }
-                    let reason = ReconcileError::Broker(error.clone()).reason();
-                    let message = next
-                        .conditions
-                        .iter()
-                        .find(|c| c.type_ == COMPLETE)
-                        .map(|c| c.message.clone())
-                        .unwrap_or_default();
-                    if attempt >= RUN_ATTEMPTS {
-                        self.event(Note::warning("Partial", "Replay", message))
-                            .await;
-                        return true;
-                    }
-                    self.event(Note::warning(reason, "Replay", message)).await;
-                    self.pause(delay).await;
-                    if self.stop.load(Ordering::SeqCst) {
-                        // Shutdown during the pause: the counts are written, phase Running.
-                        return false;
-                    }
-                    status = next;
-                    attempt += 1;
-                }
+    /// One pass of the engine over what is left (the limit less what `base` counts),
+    /// writing the counts on top of `status` at each checkpoint. Returns the engine's
+    /// report (`None`: earlier passes used up the limit) or its error, and what the
+    /// observer saw.
+    async fn engine_pass(
+        &self,
+        base: Base,
+        status: &DeadLetterReplayStatus,
+    ) -> (Result<Option<ReplayReport>, BrokerError>, Checkpoints<'_>) {
+        let mut options = self.options.clone();
+        options.limit = remaining_limit(self.spec.limit, base);
+        let mut observer = Checkpoints {
+            job: self,
+            base,
+            status: status.clone(),
+            credited: Tally::default(),
+            progress: Tally::default(),
+            checkpoint: None,
+            gone: false,
+            write_error: None,
+        };
+        let now_ms = epoch_ms(&self.ctx.shared.now());
+        let result = if options.limit == Some(0) {
+            Ok(None)
+        } else {
+            replay(
+                &self.prepared.connection,
+                &self.prepared.topology,
+                &options,
+                now_ms,
+                &engine_stop(&self.stop),
+                &mut observer,
+            )
+            .await
+            .map(Some)
+        };
+        (result, observer)
+    }
+
+    /// After a pass the engine ended (`report`; `None` when earlier passes used up the
+    /// limit): its counts credited, then the interrupted status when the run was stopped,
+    /// nothing more when a checkpoint could not be written, else the final status and its
+    /// Event. Returns whether the replay is over.
+    async fn after_pass(
+        &self,
+        status: &DeadLetterReplayStatus,
+        base: Base,
+        mut seen: Checkpoints<'_>,
+        report: Option<ReplayReport>,
+    ) -> bool {
+        let key = self.key();
+        let now = self.ctx.shared.now();
+        let (tally, reasons, outcome) = match &report {
+            Some(r) => (Tally::from(r), reasons(r), r.outcome),
+            // The limit was used up by the attempts before.
+            None => (
+                Tally::default(),
+                seen.status.reasons.clone(),
+                Outcome::Succeeded,
+            ),
+        };
+        self.credit(&mut seen.credited, tally);
+        if self.stop.is_cancelled() {
+            let next = interrupted_status(status, self.generation(), base, tally, reasons, &now);
+            self.interrupted(&next).await;
+            return false;
+        }
+        if let Some(e) = seen.write_error {
+            warn!(replay = %key, error = %e, "status could not be written: stopped; resumed at the next reconcile");
+            return false;
+        }
+        let next = finished_status(
+            status,
+            self.generation(),
+            base,
+            tally,
+            reasons,
+            outcome,
+            self.spec.dry_run,
+            &now,
+        );
+        match self.write(&next).await {
+            Ok(()) => {}
+            Err(WriteError::Gone) => return true,
+            Err(WriteError::Failed(e)) => {
+                warn!(replay = %key, error = %e, "cannot write the final status: resumed at the next reconcile");
+                return false;
             }
         }
+        let mut note = complete_message(&next);
+        if !next.reasons.is_empty() {
+            note.push_str("; ");
+            note.push_str(&next.reasons.join("; "));
+        }
+        let reason = phase_name(next.phase);
+        let note = if next.phase == ReplayPhase::Succeeded {
+            Note::normal(reason, "Replay", note)
+        } else {
+            Note::warning(reason, "Replay", note)
+        };
+        self.event(note).await;
+        info!(replay = %key, phase = reason, replayed = next.replayed, "replay finished");
+        true
+    }
+
+    /// Writes `next`, the status of a run stopped by shutdown (still `Running`, resumed
+    /// by the next operator), with its `Interrupted` Event.
+    async fn interrupted(&self, next: &DeadLetterReplayStatus) {
+        let key = self.key();
+        let written = self.write(next).await;
+        if let Err(WriteError::Failed(e)) = &written {
+            warn!(replay = %key, error = %e, "cannot write the interrupted status");
+        }
+        if written.is_ok() {
+            let note = complete_message(next);
+            self.event(Note::normal("Interrupted", "Replay", note))
+                .await;
+        }
+        info!(replay = %key, replayed = next.replayed, "interrupted by shutdown");
+    }
+
+    /// After attempt `attempt` of the run failed with `error`: what it did for sure
+    /// (settled copies) credited, what it left in doubt (the rest of its last checkpointed
+    /// batch) counted, and the status written with its Event: still `Running` and retried
+    /// after [`retry_delay`] with the next base, or `Partial` after [`RUN_ATTEMPTS`].
+    async fn after_error(
+        &self,
+        attempt: u32,
+        base: Base,
+        mut seen: Checkpoints<'_>,
+        error: BrokerError,
+    ) -> Retry {
+        let key = self.key();
+        let progress = seen.progress;
+        self.credit(&mut seen.credited, progress);
+        let in_doubt = in_doubt_after_error(seen.checkpoint, progress);
+        let mut after = seen.status;
+        let kept_reasons = after.reasons.clone();
+        set_counts(&mut after, base, progress, kept_reasons, in_doubt);
+        let base = base.then(progress.replayed, in_doubt, self.spec.dry_run);
+        let delay = retry_delay(attempt);
+        let now = self.ctx.shared.now();
+        let next = broker_error_status(&after, self.generation(), &error, attempt, delay, &now);
+        warn!(replay = %key, attempt, error = %error, "replay attempt failed");
+        match self.write(&next).await {
+            Ok(()) => {}
+            Err(WriteError::Gone) => return Retry::Over(true),
+            Err(WriteError::Failed(e)) => {
+                warn!(replay = %key, error = %e, "cannot write status after a broker error: resumed at the next reconcile");
+                return Retry::Over(false);
+            }
+        }
+        let message = complete_message(&next);
+        if attempt >= RUN_ATTEMPTS {
+            self.event(Note::warning("Partial", "Replay", message))
+                .await;
+            return Retry::Over(true);
+        }
+        let reason = ReconcileError::Broker(error).reason();
+        self.event(Note::warning(reason, "Replay", message)).await;
+        self.pause(delay).await;
+        if self.stop.is_cancelled() {
+            // Shutdown during the pause: the counts are written, phase Running.
+            return Retry::Over(false);
+        }
+        Retry::Again(Box::new(next), base)
+    }
+}
+
+/// What a run does after a failed attempt.
+enum Retry {
+    /// Another attempt, from this status (written) and base.
+    Again(Box<DeadLetterReplayStatus>, Base),
+    /// The run ends; whether the replay is over (see [`Job::run`]).
+    Over(bool),
+}
+
+/// The message of the `Complete` condition of `status` (empty without one).
+pub(super) fn complete_message(status: &DeadLetterReplayStatus) -> String {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == COMPLETE)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// The replay engine's stop flag for `token`: set by a watcher task once `token` is
+/// cancelled. The engine ([`replay`]) still polls an `AtomicBool`; once it takes a
+/// [`CancellationToken`], pass the token itself and remove this adapter.
+fn engine_stop(token: &CancellationToken) -> EngineStop {
+    let flag = Arc::new(AtomicBool::new(false));
+    let (set, token) = (flag.clone(), token.clone());
+    let watcher = tokio::spawn(async move {
+        token.cancelled().await;
+        set.store(true, Ordering::SeqCst);
+    });
+    EngineStop { flag, watcher }
+}
+
+/// A stop flag set when its token is cancelled ([`engine_stop`]); dropping it ends the
+/// watcher task.
+struct EngineStop {
+    flag: Arc<AtomicBool>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl std::ops::Deref for EngineStop {
+    type Target = AtomicBool;
+
+    fn deref(&self) -> &AtomicBool {
+        &self.flag
+    }
+}
+
+impl Drop for EngineStop {
+    fn drop(&mut self) {
+        self.watcher.abort();
     }
 }
 
@@ -437,5 +539,41 @@ impl Observer for Checkpoints<'_> {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waits (up to 5 s) for `done`.
+    async fn eventually(done: impl Fn() -> bool) -> bool {
+        for _ in 0..1000 {
+            if done() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        done()
+    }
+
+    #[tokio::test]
+    async fn the_engine_stop_flag_is_set_once_the_token_is_cancelled() {
+        let token = CancellationToken::new();
+        let child = token.child_token();
+        let flag = engine_stop(&child);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !flag.load(Ordering::SeqCst),
+            "not before the token is cancelled"
+        );
+        token.cancel();
+        assert!(eventually(|| flag.load(Ordering::SeqCst)).await);
+
+        // Dropped with its pass: the watcher of a token never cancelled ends too.
+        let flag = engine_stop(&CancellationToken::new());
+        let watcher = flag.watcher.abort_handle();
+        drop(flag);
+        assert!(eventually(|| watcher.is_finished()).await);
     }
 }

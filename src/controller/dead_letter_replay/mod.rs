@@ -53,15 +53,14 @@ pub use plan::{
 };
 pub use status::{
     broker_error_status, final_phase, finished_status, interrupted_status, invalid_status,
-    pending_reason, pending_status, phase_name, reasons, rfc3339, running_status, set_counts,
-    spec_changed_status, spec_changed_while_running, summary,
+    limit_reached_status, pending_reason, pending_status, phase_name, reasons, rfc3339,
+    running_status, set_counts, spec_changed_status, spec_changed_while_running, summary,
 };
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::ResourceExt;
 use tracing::{info, Instrument};
@@ -70,12 +69,13 @@ use crate::controller::conditions::COMPLETE;
 use crate::controller::context::DeadLetterReplayContext;
 use crate::controller::object::{api_resource, decode, status_of};
 use crate::controller::{publish, Error, Note};
-use crate::crd::{DeadLetterReplay, DeadLetterReplayStatus, ReplayPhase};
+use crate::crd::{DeadLetterReplay, DeadLetterReplaySpec, DeadLetterReplayStatus, InvalidSpec};
+use crate::dlq::replay::ReplayOptions;
 use crate::manifest::object_key;
+use crate::reconcile::Prepared;
 
-use job::Job;
-use status::end;
-use target::target;
+use job::{complete_message, Job};
+use target::{target, Waiting};
 
 /// Kind label of this controller's metrics.
 pub const KIND: &str = "DeadLetterReplay";
@@ -110,23 +110,10 @@ pub async fn reconcile(
     crate::controller::instrumented(KIND, &obj, &ctx.shared, inner).await
 }
 
-/// Ends a reconcile for a replay that will not run (again): writes `status`, records
-/// `note` as an Event, and waits for a change.
-///
-/// # Errors
-/// The status write's Kubernetes API error.
-async fn conclude(
-    ctx: &DeadLetterReplayContext,
-    ar: &ApiResource,
-    obj: &DynamicObject,
-    status: &DeadLetterReplayStatus,
-    note: Note,
-) -> Result<Action, Error> {
-    crate::controller::apply_status(&ctx.shared, ar, obj, status).await?;
-    publish(&ctx.recorder, obj, ar, note).await;
-    Ok(Action::await_change())
-}
-
+/// The reconcile (module doc), stage by stage: skip what is finished or handled by this
+/// process ([`in_process`]), end a replay whose spec changed while it ran, check the spec
+/// ([`check`]), read what it replays ([`target`]; else `Pending`, [`wait`]), end one
+/// whose limit is reached, or start the run ([`start`]).
 async fn reconcile_inner(
     obj: Arc<DynamicObject>,
     ctx: Arc<DeadLetterReplayContext>,
@@ -137,101 +124,175 @@ async fn reconcile_inner(
         return Ok(Action::await_change());
     }
     let uid = obj.metadata.uid.clone().ok_or(Error::NoUid)?;
-    if ctx.replays.is_over(&uid) {
-        // Finished by this process; the cached copy may not show it yet.
-        return Ok(Action::await_change());
+    if let Some(action) = in_process(&ctx, &uid) {
+        return Ok(action);
     }
-    if ctx.replays.is_running(&uid) {
-        return Ok(Action::requeue(RUNNING_RECHECK));
-    }
-    let ar = api_resource::<DeadLetterReplay>();
-    let generation = obj.metadata.generation;
-    let key = object_key(&obj.metadata);
-    if spec_changed_while_running(&current, generation) {
-        let status = spec_changed_status(&current, generation, &ctx.shared.now());
+    let now = ctx.shared.now();
+    if spec_changed_while_running(&current, obj.metadata.generation) {
+        let status = spec_changed_status(&current, obj.metadata.generation, &now);
         let note = format!(
-            "DeadLetterReplay {key}: the spec changed while it ran; not resumed ({} replayed)",
+            "DeadLetterReplay {}: the spec changed while it ran; not resumed ({} replayed)",
+            object_key(&obj.metadata),
             current.replayed
         );
         let note = Note::warning("SpecChanged", "Resume", note);
-        return conclude(&ctx, &ar, &obj, &status, note).await;
+        return conclude(&ctx, &obj, &status, note).await;
     }
-    let checked = decode::<DeadLetterReplay>(&obj).and_then(|r| {
-        r.spec.validate()?;
-        let plan = plan_run(&current, &r.spec);
-        let options = options_for(&r.spec, &uid, plan.limit)?;
-        Ok((r.spec, plan, options))
-    });
-    let (spec, plan, options) = match checked {
+    let checked = match check(&obj, &current, &uid) {
         Ok(checked) => checked,
         Err(invalid) => {
-            let status = invalid_status(&current, generation, &invalid, &ctx.shared.now());
-            let note = format!("DeadLetterReplay {key}: invalid spec: {invalid}");
+            let status = invalid_status(&current, obj.metadata.generation, &invalid, &now);
+            let note = format!(
+                "DeadLetterReplay {}: invalid spec: {invalid}",
+                object_key(&obj.metadata)
+            );
             let note = Note::warning("InvalidSpec", "Validate", note);
-            return conclude(&ctx, &ar, &obj, &status, note).await;
+            return conclude(&ctx, &obj, &status, note).await;
         }
     };
-    let prepared = match target(&ctx.shared, &ns, &spec).await? {
+    let prepared = match target(&ctx.shared, &ns, &checked.spec).await? {
         Ok(p) => p,
-        Err(waiting) => {
-            let now = ctx.shared.now();
-            let (status, changed) =
-                pending_status(&current, generation, waiting.reason, &waiting.message, &now);
-            if changed {
-                crate::controller::apply_status(&ctx.shared, &ar, &obj, &status).await?;
-                let old = current.conditions.iter().find(|c| c.type_ == COMPLETE);
-                if old.is_none_or(|c| c.reason != waiting.reason || c.message != waiting.message) {
-                    let note = Note::warning(waiting.reason, "Start", waiting.message.clone());
-                    publish(&ctx.recorder, &obj, &ar, note).await;
-                }
-            }
-            return match waiting.error {
-                Some(e) => Err(e.into()),
-                None => Ok(Action::requeue(PENDING_RECHECK)),
-            };
-        }
+        Err(waiting) => return wait(&ctx, &obj, &current, waiting).await,
     };
-    ctx.backoff.reset(&key);
-    if plan.limit == Some(0) {
+    ctx.backoff.reset(&object_key(&obj.metadata));
+    if checked.plan.limit == Some(0) {
         // A resumed replay whose earlier runs reached the limit: done, nothing to send.
-        let now = ctx.shared.now();
-        let mut status = current.clone();
-        let message = format!(
-            "limit of {} reached: {}",
-            spec.limit.unwrap_or_default(),
-            summary(&status, spec.dry_run)
-        );
-        end(
-            &mut status,
-            ReplayPhase::Succeeded,
-            "Succeeded",
-            message.clone(),
-            generation,
-            &now,
-        );
-        let note = Note::normal("Succeeded", "Replay", message);
-        return conclude(&ctx, &ar, &obj, &status, note).await;
+        let spec = &checked.spec;
+        let status =
+            limit_reached_status(&current, obj.metadata.generation, spec, &ctx.shared.now());
+        let note = Note::normal("Succeeded", "Replay", complete_message(&status));
+        return conclude(&ctx, &obj, &status, note).await;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let job = Job {
+    start(&ctx, &obj, &ns, &uid, checked, prepared, current);
+    Ok(Action::requeue(RUNNING_RECHECK))
+}
+
+/// What to do with the replay `uid` when this process already handles it: wait for a
+/// change when a task of this process ended it (the cached copy may not show it yet),
+/// look again after [`RUNNING_RECHECK`] while its task runs; `None` otherwise.
+fn in_process(ctx: &DeadLetterReplayContext, uid: &str) -> Option<Action> {
+    if ctx.replays.is_over(uid) {
+        return Some(Action::await_change());
+    }
+    ctx.replays
+        .is_running(uid)
+        .then(|| Action::requeue(RUNNING_RECHECK))
+}
+
+/// A replay's checked spec, with the plan of its run and the engine's options.
+struct Checked {
+    spec: DeadLetterReplaySpec,
+    plan: RunPlan,
+    options: ReplayOptions,
+}
+
+/// Decodes and validates the replay `obj` (UID `uid`, status `current`) and plans its run
+/// ([`plan_run`], [`options_for`]). Pure.
+///
+/// # Errors
+/// [`InvalidSpec`] naming the fields that do not decode or are invalid.
+fn check(
+    obj: &DynamicObject,
+    current: &DeadLetterReplayStatus,
+    uid: &str,
+) -> Result<Checked, InvalidSpec> {
+    let replay = decode::<DeadLetterReplay>(obj)?;
+    replay.spec.validate()?;
+    let plan = plan_run(current, &replay.spec);
+    let options = options_for(&replay.spec, uid, plan.limit)?;
+    Ok(Checked {
+        spec: replay.spec,
+        plan,
+        options,
+    })
+}
+
+/// Ends a reconcile for a replay that will not run (again): writes `status`, records
+/// `note` as an Event, and waits for a change.
+///
+/// # Errors
+/// The status write's Kubernetes API error.
+async fn conclude(
+    ctx: &DeadLetterReplayContext,
+    obj: &DynamicObject,
+    status: &DeadLetterReplayStatus,
+    note: Note,
+) -> Result<Action, Error> {
+    let ar = api_resource::<DeadLetterReplay>();
+    crate::controller::apply_status(&ctx.shared, &ar, obj, status).await?;
+    publish(&ctx.recorder, obj, &ar, note).await;
+    Ok(Action::await_change())
+}
+
+/// A replay that cannot start yet (`waiting`): `Pending` with the reason, written (with a
+/// Warning Event when the reason or message changed) only when the status changes;
+/// looked at again after [`PENDING_RECHECK`], or with the per-object backoff after a
+/// broker error.
+///
+/// # Errors
+/// The status write's Kubernetes API error, or the broker error that keeps it waiting.
+async fn wait(
+    ctx: &DeadLetterReplayContext,
+    obj: &DynamicObject,
+    current: &DeadLetterReplayStatus,
+    waiting: Waiting,
+) -> Result<Action, Error> {
+    let now = ctx.shared.now();
+    let generation = obj.metadata.generation;
+    let (status, changed) =
+        pending_status(current, generation, waiting.reason, &waiting.message, &now);
+    if changed {
+        let ar = api_resource::<DeadLetterReplay>();
+        crate::controller::apply_status(&ctx.shared, &ar, obj, &status).await?;
+        let old = current.conditions.iter().find(|c| c.type_ == COMPLETE);
+        if old.is_none_or(|c| c.reason != waiting.reason || c.message != waiting.message) {
+            let note = Note::warning(waiting.reason, "Start", waiting.message.clone());
+            publish(&ctx.recorder, obj, &ar, note).await;
+        }
+    }
+    match waiting.error {
+        Some(e) => Err(e.into()),
+        None => Ok(Action::requeue(PENDING_RECHECK)),
+    }
+}
+
+/// Starts the run of the replay `obj` (UID `uid`, in `ns`) as a task of the registry,
+/// unless one runs already ([`Replays::start`](crate::controller::context::Replays::start)).
+fn start(
+    ctx: &Arc<DeadLetterReplayContext>,
+    obj: &Arc<DynamicObject>,
+    ns: &str,
+    uid: &str,
+    checked: Checked,
+    prepared: Prepared,
+    current: DeadLetterReplayStatus,
+) {
+    let Checked {
+        spec,
+        plan,
+        options,
+    } = checked;
+    let span = tracing::info_span!("replay", namespace = %ns, name = %obj.name_any(), uid = %uid);
+    let job = |stop| Job {
         ctx: ctx.clone(),
         obj: obj.clone(),
-        dlq: (ns.clone(), spec.dead_letter_queue_ref.name.clone()),
+        dlq: (ns.to_string(), spec.dead_letter_queue_ref.name.clone()),
         spec,
         prepared,
         options,
         plan,
         status: current,
-        stop: stop.clone(),
+        stop,
         resource_version: std::sync::Mutex::new(
             obj.metadata.resource_version.clone().unwrap_or_default(),
         ),
     };
-    let span = tracing::info_span!("replay", namespace = %ns, name = %obj.name_any(), uid = %uid);
-    if ctx.replays.start(&uid, stop, job.run().instrument(span)) {
-        info!(replay = %key, "replay started");
+    if ctx
+        .replays
+        .start(uid, |stop| job(stop).run().instrument(span))
+    {
+        info!(replay = %object_key(&obj.metadata), "replay started");
     }
-    Ok(Action::requeue(RUNNING_RECHECK))
 }
 
 /// Fixtures of the replay controller's unit tests.

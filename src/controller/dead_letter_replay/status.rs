@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::broker::BrokerError;
 use crate::controller::conditions::{self, ConditionStatus, Desired, COMPLETE};
-use crate::crd::{DeadLetterReplayStatus, InvalidSpec, ReplayPhase};
+use crate::crd::{DeadLetterReplaySpec, DeadLetterReplayStatus, InvalidSpec, ReplayPhase};
 use crate::dlq::replay::{Outcome, ReplayReport};
 use crate::reconcile::ReconcileError;
 
@@ -143,7 +143,7 @@ pub fn invalid_status(
 
 /// Ends a replay in `status`: `phase` (a finished one), `completionTime` = `now`,
 /// `Complete=True` with `reason` and `message`.
-pub(super) fn end(
+fn end(
     status: &mut DeadLetterReplayStatus,
     phase: ReplayPhase,
     reason: &'static str,
@@ -155,6 +155,32 @@ pub(super) fn end(
     status.completion_time = Some(rfc3339(now));
     let desired = complete(ConditionStatus::True, reason, message);
     conditions::set(&mut status.conditions, &desired, generation, now);
+}
+
+/// `Succeeded` for a resumed replay whose earlier runs reached `spec.limit`: nothing is
+/// left to send. `Complete=True, reason=Succeeded` with the [`summary`], `completionTime`;
+/// the counts stay.
+pub fn limit_reached_status(
+    current: &DeadLetterReplayStatus,
+    generation: Option<i64>,
+    spec: &DeadLetterReplaySpec,
+    now: &Time,
+) -> DeadLetterReplayStatus {
+    let mut status = current.clone();
+    let message = format!(
+        "limit of {} reached: {}",
+        spec.limit.unwrap_or_default(),
+        summary(&status, spec.dry_run)
+    );
+    end(
+        &mut status,
+        ReplayPhase::Succeeded,
+        "Succeeded",
+        message,
+        generation,
+        now,
+    );
+    status
 }
 
 /// `Partial` for a `Running` replay whose spec changed since it started (an API server
@@ -604,6 +630,30 @@ mod tests {
         let (_, reason, message) = complete_of(&failed);
         assert_eq!(reason, "Failed");
         assert!(message.contains("64 in doubt"), "{message}");
+    }
+
+    #[test]
+    fn a_resumed_replay_whose_limit_is_reached_ends_succeeded_with_its_counts() {
+        let s = spec(serde_json::json!({"deadLetterQueueRef": {"name": "orders"}, "limit": 10}));
+        let running = DeadLetterReplayStatus {
+            phase: ReplayPhase::Running,
+            scanned: 12,
+            matched: 10,
+            replayed: 8,
+            in_doubt: 2,
+            ..Default::default()
+        };
+        assert_eq!(plan_run(&running, &s).limit, Some(0));
+        let done = limit_reached_status(&running, Some(1), &s, &at(50));
+        assert_eq!(done.phase, ReplayPhase::Succeeded);
+        assert_eq!((done.replayed, done.in_doubt), (8, 2), "the counts stay");
+        assert!(done.completion_time.is_some());
+        let (st, reason, message) = complete_of(&done);
+        assert_eq!((st.as_str(), reason.as_str()), ("True", "Succeeded"));
+        assert!(
+            message.starts_with("limit of 10 reached: replayed 8 of 10"),
+            "{message}"
+        );
     }
 
     #[test]
