@@ -25,10 +25,9 @@ use tracing::{info, warn, Instrument};
 use crate::controller::context::{
     Context, DeadLetterQueueContext, DeadLetterReplayContext, RetryPolicyContext,
 };
-use crate::controller::error_policy;
 use crate::controller::object::{api_resource, referencing};
-use crate::controller::operator::Options;
 use crate::controller::{backlog, dead_letter_queue, dead_letter_replay, retry_policy};
+use crate::controller::{error_policy, Options};
 use crate::crd::{DeadLetterQueue, DeadLetterReplay, RetryPolicy};
 
 /// How long in-flight reconciles may take to finish after a stop request (SIGTERM, lost

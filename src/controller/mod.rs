@@ -33,7 +33,7 @@ pub mod retry_policy;
 pub mod shared;
 
 pub use controllers::{controllers, Contexts, SHUTDOWN_GRACE};
-pub use operator::{run, run_until, until_shutdown, Options, RunError, Shutdown};
+pub use operator::{run, run_until, until_shutdown, RunError, Shutdown};
 
 /// Fixtures shared by the controller's unit tests.
 #[cfg(test)]
@@ -64,6 +64,7 @@ pub(crate) mod test_support {
 }
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -407,4 +408,30 @@ pub fn error_policy<C: ControllerContext>(
     let (delay, failures) = ctx.backoff().next_delay(&key);
     warn!(object = %key, error = %err, failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
+}
+
+/// Settings of `dlq-operator run`.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Watch only this namespace (`None`: all namespaces).
+    pub namespace: Option<String>,
+    /// Label selector on DeadLetterQueues, RetryPolicies and DeadLetterReplays, to shard
+    /// resources across several operator deployments (e.g. `dlqoperator.io/shard=a`).
+    pub selector: Option<String>,
+    /// Take the Lease before reconciling.
+    pub leader_election: bool,
+    /// Lease name.
+    pub lease_name: String,
+    /// Lease namespace (`None`: the client's default namespace).
+    pub lease_namespace: Option<String>,
+    /// This process's identity in the Lease and in Events.
+    pub identity: String,
+    /// Lease duration, seconds: how long a dead leader keeps the lease.
+    pub lease_duration_s: u64,
+    /// Where `/metrics`, `/healthz`, `/readyz` are served.
+    pub metrics_addr: SocketAddr,
+    /// Requeue interval of healthy DeadLetterQueues (drift repair).
+    pub resync: Duration,
+    /// Reconciles running at once per controller.
+    pub concurrency: u16,
 }

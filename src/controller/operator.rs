@@ -9,7 +9,6 @@
 //! token when it fires.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,34 +22,9 @@ use tracing::{info, warn};
 use crate::controller::context::{self, BrokerClients, Context};
 use crate::controller::controllers::{controllers, Contexts};
 use crate::controller::object::api_resource;
+use crate::controller::Options;
 use crate::crd::{DeadLetterQueue, DeadLetterReplay, RetryPolicy};
 use crate::metrics::{Metrics, Readiness};
-
-/// Settings of `dlq-operator run`.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Watch only this namespace (`None`: all namespaces).
-    pub namespace: Option<String>,
-    /// Label selector on DeadLetterQueues, RetryPolicies and DeadLetterReplays, to shard
-    /// resources across several operator deployments (e.g. `dlqoperator.io/shard=a`).
-    pub selector: Option<String>,
-    /// Take the Lease before reconciling.
-    pub leader_election: bool,
-    /// Lease name.
-    pub lease_name: String,
-    /// Lease namespace (`None`: the client's default namespace).
-    pub lease_namespace: Option<String>,
-    /// This process's identity in the Lease and in Events.
-    pub identity: String,
-    /// Lease duration, seconds: how long a dead leader keeps the lease.
-    pub lease_duration_s: u64,
-    /// Where `/metrics`, `/healthz`, `/readyz` are served.
-    pub metrics_addr: SocketAddr,
-    /// Requeue interval of healthy DeadLetterQueues (drift repair).
-    pub resync: Duration,
-    /// Reconciles running at once per controller.
-    pub concurrency: u16,
-}
 
 /// Why `run` stopped with an error.
 #[derive(Debug, thiserror::Error)]
