@@ -7,6 +7,9 @@
 //! - [`RetryPolicyContext`]: its Event recorder and error backoff.
 //! - [`DeadLetterReplayContext`]: its Event recorder and error backoff, and the replays
 //!   running in this process ([`Replays`]).
+//!
+//! Each controller keeps its own error backoff: its keys are `namespace/name`, so a
+//! DeadLetterQueue and a RetryPolicy of the same name count their failures apart.
 
 use std::collections::HashMap;
 use std::future::Future;

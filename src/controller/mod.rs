@@ -11,9 +11,12 @@
 //! - [`shared`]: what the controllers share (client, metrics, broker clients, clock).
 //! - [`context`]: each controller's own context (recorder, backoff, and what only it
 //!   uses) over the shared one.
+//! - [`backlog`]: the backlog monitor beside the controllers (depths, `BacklogHigh`).
+//! - [`alert_rules`]: the PrometheusRule of a DeadLetterQueue.
+//! - [`ownership`]: one owner per broker name.
 //! - [`rbac`]: every API call the operator makes, as RBAC rules.
-//! - [`controllers`]: the three controllers and the backlog monitor, run together until a
-//!   stop token is cancelled.
+//! - [`controllers`](mod@controllers): the three controllers and the backlog monitor, run
+//!   together until a stop token is cancelled.
 //! - [`operator`]: `dlq-operator run` ([`run`], [`run_until`]): waits for the CRDs, takes
 //!   the leader Lease, runs the controllers until SIGTERM (draining in-flight reconciles
 //!   and running replays) or until the lease is lost.
@@ -387,8 +390,10 @@ where
     .await
 }
 
-/// The controllers' error policy: per-object exponential backoff (5 s doubling to 5 min,
-/// equal jitter; [`context::ErrorBackoff`]); an invalid spec waits for a change instead.
+/// The controllers' error policy for `obj` after `err`: the controller's own per-object
+/// exponential backoff (`ctx`'s [`ErrorBackoff`](context::ErrorBackoff): 5 s doubling to
+/// 5 min, equal jitter); a finalizer patch on a stale copy is retried after 1 s; an
+/// invalid spec waits for a change instead.
 pub fn error_policy<C: ControllerContext>(
     obj: Arc<DynamicObject>,
     err: &Error,

@@ -1,6 +1,6 @@
 //! `dlq-operator run` as a process: serves `/metrics`, `/healthz` and `/readyz`, waits
 //! for the CRDs, takes the leader Lease (unless leader election is off), then runs the
-//! controllers ([`crate::controller::controllers`]) until the stop token is cancelled
+//! controllers ([`crate::controller::controllers()`]) until the stop token is cancelled
 //! (SIGTERM) or the Lease is lost, and releases the Lease.
 //!
 //! One cancellation type: a [`CancellationToken`] for the operator ([`run_until`]); the

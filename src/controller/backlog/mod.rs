@@ -1,11 +1,11 @@
-//! The controller's backlog monitor (docs/ARCHITECTURE.md, "Monitoring and alerting"): a task beside the controllers that
-//! polls the depths of every managed queue — one management-API listing per broker
+//! The controller's backlog monitor (docs/ARCHITECTURE.md, "Monitoring and alerting"): a
+//! task beside the controllers that polls the depths of every managed queue — one management-API listing per broker
 //! Secret and vhost per interval, shared by every DeadLetterQueue on it
 //! ([`crate::collector`]) — evaluates each resource's dead-letter backlog, records the
 //! metrics, and writes the backlog part of the status and the `BacklogHigh` condition.
 //!
-//! - Targets are registered by the reconcile once a resource is planned ([`Targets::set`])
-//!   and dropped once the resource is gone from the watch (its finalizer released; a
+//! - Targets are registered by the DeadLetterQueue reconcile once a resource is planned
+//!   ([`Targets::watch`]) and dropped once the resource is gone from the watch (its finalizer released; a
 //!   deletion blocked by messages keeps it watched).
 //! - Status is written by server-side apply under its own field manager
 //!   ([`FIELD_MANAGER`]), so it never overwrites what the reconcile owns and vice versa

@@ -7,7 +7,7 @@
 //! when it changed) and Events ([`events_for`], [`alert_rule_events`], pure).
 //!
 //! Deletion goes through the finalizer `dlqoperator.io/cleanup` ([`FINALIZER`]) and
-//! `spec.deletionPolicy` ([`cleanup`]): `Retain` releases at once; `Delete` removes the
+//! `spec.deletionPolicy` (`cleanup`): `Retain` releases at once; `Delete` removes the
 //! operator-owned broker objects ([`Broker::remove`](crate::broker::Broker::remove)) and
 //! keeps the finalizer, with a `DeletionBlocked` condition and Event, while a queue to
 //! delete still holds messages.

@@ -3,8 +3,8 @@
 //!
 //! The reconcile is short: it reads the replay and its DeadLetterQueue (the DeadLetterQueue
 //! controller's own read + [`crate::reconcile::prepare`]), checks that the broker answers and
-//! the dead-letter queues exist, then starts the run as a tokio task tracked in the
-//! context ([`Replays`](crate::controller::context::Replays), by object UID), so that a
+//! the dead-letter queues exist, then starts the run as a tokio task tracked in its
+//! controller's context ([`Replays`](crate::controller::context::Replays), by object UID), so that a
 //! second reconcile does not start it twice. Status is written by server-side apply
 //! (field manager `dlq-operator`); a run's writes carry the `resourceVersion` it last
 //! wrote, so they never land on a re-created object of the same name.
@@ -18,12 +18,13 @@
 //!   `Complete=False` with the reason (`DeadLetterQueueNotFound`,
 //!   `DeadLetterQueueDeleting`, `DeadLetterQueueInvalid`, `RetryPolicyNotFound`,
 //!   `RetryPolicyInvalid`, `SecretNotFound`, `DeadLetterQueueNotReady`,
-//!   `BrokerUnreachable`, …) and a Warning Event when it changes; looked at again after [`PENDING_RECHECK`] (broker errors: the
-//!   controller's per-object backoff).
+//!   `BrokerUnreachable`, …) and a Warning Event when it changes; looked at again after
+//!   [`PENDING_RECHECK`] (broker errors: the controller's per-object backoff).
 //! - **Run** (a background task): `Running` with `startTime` (kept from an earlier run) and
 //!   `replayId` (the object's UID, stamped as `dlq-replay-id` on every copy). The engine
-//!   calls [`Observer::checkpoint`](crate::dlq::replay::Observer::checkpoint) before publishing each batch of copies (every earlier
-//!   copy settled): the task writes the counts then, with `inDoubt` raised by the batch,
+//!   calls [`Observer::checkpoint`](crate::dlq::replay::Observer::checkpoint) before
+//!   publishing each batch of copies (every earlier copy settled): the task writes the
+//!   counts then, with `inDoubt` raised by the batch,
 //!   so a crash leaves at most that batch unaccounted for, and recorded. At the end:
 //!   the phase from the outcome ([`final_phase`]), `completionTime`, `inDoubt` back to
 //!   what earlier runs left, `reasons`, `Complete=True` with the phase as reason, a Normal
@@ -34,14 +35,19 @@
 //! - **Operator restart**: a `Running` replay without a task in this process is resumed
 //!   ([`plan_run`]): same replay id, counts continued from status ([`set_counts`]),
 //!   `limit` lowered by what earlier runs replayed or left in doubt.
-//! - **Graceful shutdown** (SIGTERM, lost Lease): the stop flag is set, the engine settles
-//!   the copies in flight and gives the rest back, and the exact counts are written with
-//!   phase still `Running` (condition reason `Interrupted`), within `SHUTDOWN_GRACE`; the
-//!   next leader resumes it.
+//! - **Graceful shutdown** (SIGTERM, lost Lease): the run's stop token is cancelled
+//!   ([`Replays::shutdown`](crate::controller::context::Replays::shutdown)), the engine
+//!   settles the copies in flight and gives the rest back, and the exact counts are
+//!   written with phase still `Running` (condition reason `Interrupted`), within
+//!   [`SHUTDOWN_GRACE`](crate::controller::SHUTDOWN_GRACE); the next leader resumes it.
 //! - **Deleted while running**: no finalizer. The next status write is refused (404, or
 //!   409 and another UID for a re-created object of the same name); the
 //!   checkpoint then fails, the engine stops after settling its copies (nothing is lost:
 //!   the rest stays in the dead-letter queue) and the task ends quietly.
+//!
+//! By stage: [`plan`] (how a run starts, pure), [`status`] (the statuses, pure), `target`
+//! (what a replay reads, and whether it can start), `job` (the run task), and here the
+//! reconcile.
 
 mod job;
 pub mod plan;
