@@ -25,7 +25,7 @@ use futures::StreamExt;
 use kube::api::DynamicObject;
 use serde_json::{json, Value};
 
-use dlq_operator::controller::context::{BrokerClients, Context};
+use dlq_operator::controller::context::{BrokerClients, Context, DeadLetterQueueContext};
 use dlq_operator::controller::dead_letter_queue;
 use dlq_operator::metrics::Metrics;
 use fake_api::FakeApi;
@@ -147,12 +147,12 @@ async fn main() {
             json!(dlq(i, &prefix, queue_type, None)),
         );
     }
-    let ctx = Arc::new(Context::new(
+    let ctx = Arc::new(DeadLetterQueueContext::new(Arc::new(Context::new(
         fake.client(NS),
         "bench",
         Metrics::new(),
         Arc::new(BrokerClients::default()),
-    ));
+    ))));
 
     println!(
         "reconcile of {n} DeadLetterQueues ({queue_type} queues, 1 retry tier each), 4 at a time"
@@ -184,7 +184,7 @@ async fn main() {
             (name.to_string(), c.body["status"].clone())
         })
         .collect();
-    let broker = ctx.brokers.request_counts();
+    let broker = ctx.shared.brokers.request_counts();
     println!(
         "first reconcile: {:.1} s ({:.1} ms per object), {failures} failed, {} API calls, {} broker requests ({} writes), peak RSS {} MiB (start {} MiB)",
         first.as_secs_f64(),
@@ -213,7 +213,7 @@ async fn main() {
     let cpu = cpu_seconds() - cpu_before;
     let calls = fake.take();
     let api_writes = calls.iter().filter(|c| c.is_write()).count();
-    let after = ctx.brokers.request_counts();
+    let after = ctx.shared.brokers.request_counts();
     println!(
         "steady-state resync round: {:.1} s wall, {:.2} s CPU (this process), {api_writes} API writes, {} broker writes, {} broker reads; at the default 5 min resync: {:.0} API writes/min, {:.3} CPU s/min",
         round.as_secs_f64(),

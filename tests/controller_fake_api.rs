@@ -19,7 +19,9 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use common::{cleanup, mgmt_get, unique, AMQP};
-use dlq_operator::controller::context::{BrokerClients, Context};
+use dlq_operator::controller::context::{
+    BrokerClients, Context, DeadLetterQueueContext, DeadLetterReplayContext, RetryPolicyContext,
+};
 use dlq_operator::controller::object::{api_resource, referencing};
 use dlq_operator::controller::{
     dead_letter_queue, dead_letter_replay, error_policy, retry_policy, Error,
@@ -39,8 +41,8 @@ fn at(secs: i64) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("valid timestamp"))
 }
 
-/// A context for the fake client with a fixed clock (t = 1_000_000 s).
-fn context(client: Client) -> Arc<Context> {
+/// The shared context for the fake client with a fixed clock (t = 1_000_000 s).
+fn shared(client: Client) -> Arc<Context> {
     let mut ctx = Context::new(
         client,
         "test-instance",
@@ -49,6 +51,21 @@ fn context(client: Client) -> Arc<Context> {
     );
     ctx.clock = Arc::new(|| at(1_000_000));
     Arc::new(ctx)
+}
+
+/// The DeadLetterQueue controller's context over [`shared`].
+fn context(client: Client) -> Arc<DeadLetterQueueContext> {
+    Arc::new(DeadLetterQueueContext::new(shared(client)))
+}
+
+/// The RetryPolicy controller's context over [`shared`].
+fn policy_context(client: Client) -> Arc<RetryPolicyContext> {
+    Arc::new(RetryPolicyContext::new(shared(client)))
+}
+
+/// The DeadLetterReplay controller's context over [`shared`].
+fn replay_context(client: Client) -> Arc<DeadLetterReplayContext> {
+    Arc::new(DeadLetterReplayContext::new(shared(client)))
 }
 
 /// Test fixture: a DeadLetterQueue as the API server would send it.
@@ -235,7 +252,7 @@ async fn create_adds_finalizer_applies_topology_and_patches_status_then_steady_s
         ])
     );
     assert!(
-        ctx.brokers.is_empty(),
+        ctx.shared.brokers.is_empty(),
         "no broker contact before the finalizer"
     );
 
@@ -343,7 +360,7 @@ async fn create_adds_finalizer_applies_topology_and_patches_status_then_steady_s
             "{queue} declared"
         );
     }
-    let broker_writes = ctx.brokers.request_counts().writes;
+    let broker_writes = ctx.shared.brokers.request_counts().writes;
     assert!(broker_writes > 0);
 
     // 3. Steady state: the same object with that status, reconciled three times: reads
@@ -365,11 +382,16 @@ async fn create_adds_finalizer_applies_topology_and_patches_status_then_steady_s
         "no API write: {calls:#?}"
     );
     assert_eq!(
-        ctx.brokers.request_counts().writes,
+        ctx.shared.brokers.request_counts().writes,
         broker_writes,
         "no broker write in steady state"
     );
-    assert_eq!(ctx.metrics.reconcile_count("DeadLetterQueue", "success"), 5);
+    assert_eq!(
+        ctx.shared
+            .metrics
+            .reconcile_count("DeadLetterQueue", "success"),
+        5
+    );
     cleanup(&q).await;
 }
 
@@ -426,7 +448,7 @@ async fn policy_change_reconciles_dependents_and_replans_tiers() {
 #[tokio::test]
 async fn retry_policy_status_is_written_once_and_invalid_spec_is_named() {
     let fake = FakeApi::default();
-    let ctx = context(fake.client(NS));
+    let ctx = policy_context(fake.client(NS));
     let rp = policy(json!({"maxRetries": 3, "backoff": {"initialDelay": "2s"}}));
     fake.put(&format!("{RP_PATH}/policy"), rp.clone());
     let obj: DynamicObject = serde_json::from_value(rp.clone()).expect("dynamic");
@@ -514,7 +536,10 @@ async fn invalid_spec_is_reported_without_any_broker_call_and_not_retried() {
         .as_str()
         .unwrap_or_default()
         .contains("spec.deadLetter.retention"));
-    assert!(ctx.brokers.is_empty(), "no broker client was even built");
+    assert!(
+        ctx.shared.brokers.is_empty(),
+        "no broker client was even built"
+    );
     assert_eq!(events(&calls)[0].1, "InvalidSpec");
 
     // A wrong type in the DeadLetterQueue itself: nothing is read at all.
@@ -538,7 +563,7 @@ async fn invalid_spec_is_reported_without_any_broker_call_and_not_retried() {
         .as_str()
         .unwrap_or_default()
         .contains("spec.source.queueType"));
-    assert!(ctx.brokers.is_empty());
+    assert!(ctx.shared.brokers.is_empty());
 }
 
 #[tokio::test]
@@ -575,7 +600,7 @@ async fn missing_secret_and_missing_policy_are_conditions_with_backoff() {
         .unwrap_or_default()
         .contains("team-a/rabbit"));
     assert_eq!(events(&calls)[0].1, "SecretNotFound");
-    assert!(ctx.brokers.is_empty());
+    assert!(ctx.shared.brokers.is_empty());
     // Not permanent: retried with backoff.
     assert!(matches!(
         error_policy(Arc::new(dlq.build()), &err, ctx.clone()),
@@ -646,14 +671,15 @@ async fn broker_down_is_broker_unreachable_with_growing_backoff() {
     assert_eq!(limits[..3], [5_000, 10_000, 20_000]);
     assert_eq!(limits[7], 300_000, "capped at 5 minutes");
     assert_eq!(
-        ctx.metrics
+        ctx.shared
+            .metrics
             .reconcile_count("DeadLetterQueue", "unreachable"),
         1
     );
 }
 
 /// Applies `dlq` once (finalizer already there) and returns its status.
-async fn applied(fake: &FakeApi, ctx: &Arc<Context>, dlq: &DlqBuilder) -> Value {
+async fn applied(fake: &FakeApi, ctx: &Arc<DeadLetterQueueContext>, dlq: &DlqBuilder) -> Value {
     fake.put(&format!("{DLQ_PATH}/{}", dlq.name), json!(dlq.build()));
     dead_letter_queue::reconcile(Arc::new(dlq.build()), ctx.clone())
         .await
@@ -679,7 +705,7 @@ async fn delete_with_retain_releases_at_once_and_keeps_broker_objects() {
     let ctx = context(fake.client(NS));
     let dlq = DlqBuilder::new("orders", &q).finalizer();
     let status = applied(&fake, &ctx, &dlq).await;
-    let before = ctx.brokers.request_counts();
+    let before = ctx.shared.brokers.request_counts();
 
     let deleting = dlq.status(status).deleting();
     fake.put(&format!("{DLQ_PATH}/orders"), json!(deleting.build()));
@@ -698,7 +724,7 @@ async fn delete_with_retain_releases_at_once_and_keeps_broker_objects() {
     assert_eq!(events(&calls)[0].1, "Retained");
     assert!(finalizer_removed(&calls), "{calls:#?}");
     assert_eq!(
-        ctx.brokers.request_counts(),
+        ctx.shared.brokers.request_counts(),
         before,
         "Retain never calls the broker"
     );
@@ -715,7 +741,8 @@ async fn delete_with_retain_releases_at_once_and_keeps_broker_objects() {
     assert_eq!(action, Action::await_change());
     assert!(finalizer_removed(&fake.take()), "the removal was tried");
     assert_eq!(
-        ctx.metrics
+        ctx.shared
+            .metrics
             .reconcile_count("DeadLetterQueue", "finalizer_patch"),
         0
     );
@@ -826,7 +853,7 @@ async fn delete_when_secret_is_gone_or_nothing_was_created_releases_with_an_even
     assert_eq!(evs[0].0, "Warning");
     assert_eq!(evs[0].1, "SecretNotFound");
     assert!(evs[0].2.contains("x.dlq"), "{}", evs[0].2);
-    assert!(ctx.brokers.is_empty());
+    assert!(ctx.shared.brokers.is_empty());
     fake.remove(&format!("{DLQ_PATH}/orders"));
 }
 
@@ -1031,7 +1058,7 @@ async fn a_second_resource_on_the_same_source_queue_is_a_name_conflict_without_b
         ready["message"],
         format!("spec.source.queue: queue \"{q}\" is already managed by DeadLetterQueue team-a/first on the same broker and vhost; each queue and exchange belongs to one DeadLetterQueue")
     );
-    let counts = ctx.brokers.request_counts();
+    let counts = ctx.shared.brokers.request_counts();
     assert_eq!(
         (counts.reads, counts.writes),
         (0, 0),
@@ -1149,7 +1176,7 @@ fn replay_object(name: &str, spec: Value, status: Option<Value>) -> DynamicObjec
 #[tokio::test]
 async fn replay_waits_for_its_dead_letter_queue_and_fails_on_an_invalid_spec() {
     let fake = FakeApi::default();
-    let ctx = context(fake.client(NS));
+    let ctx = replay_context(fake.client(NS));
     let spec = json!({"deadLetterQueueRef": {"name": "orders"}, "filter": ["class=Timeout"]});
     let r = replay_object("again", spec.clone(), None);
     fake.put(&format!("{REPLAY_PATH}/again"), json!(r));

@@ -8,22 +8,35 @@
 //!   dead-lettered messages each, run in a background task, resumed after a restart.
 //! - [`conditions`]: status conditions (Kubernetes API conventions).
 //! - [`object`]: lenient decoding of watched objects (one bad object never stops a watch).
-//! - [`context`]: what reconciles share (client, recorder, broker clients, backoff).
+//! - [`shared`]: what the controllers share (client, metrics, broker clients, clock).
+//! - [`context`]: each controller's own context (recorder, backoff, and what only it
+//!   uses) over the shared one.
+//! - [`backlog`]: the backlog monitor beside the controllers (depths, `BacklogHigh`).
+//! - [`alert_rules`]: the PrometheusRule of a DeadLetterQueue.
+//! - [`ownership`]: one owner per broker name.
 //! - [`rbac`]: every API call the operator makes, as RBAC rules.
-//! - [`run`]: waits for the CRDs, takes the leader Lease, runs the controllers until
-//!   SIGTERM (draining in-flight reconciles and running replays) or until the lease is
-//!   lost.
+//! - [`controllers`](mod@controllers): the three controllers and the backlog monitor, run
+//!   together until a stop token is cancelled.
+//! - [`operator`]: `dlq-operator run` ([`run`], [`run_until`]): waits for the CRDs, takes
+//!   the leader Lease, runs the controllers until SIGTERM (draining in-flight reconciles
+//!   and running replays) or until the lease is lost.
 
 pub mod alert_rules;
 pub mod backlog;
 pub mod conditions;
 pub mod context;
+pub mod controllers;
 pub mod dead_letter_queue;
 pub mod dead_letter_replay;
 pub mod object;
+pub mod operator;
 pub mod ownership;
 pub mod rbac;
 pub mod retry_policy;
+pub mod shared;
+
+pub use controllers::{controllers, Contexts, SHUTDOWN_GRACE};
+pub use operator::{run, run_until, until_shutdown, RunError, Shutdown};
 
 /// Fixtures shared by the controller's unit tests.
 #[cfg(test)]
@@ -58,22 +71,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::store::Writer;
-use kube::runtime::{predicates, watcher, Predicate, WatchStreamExt};
-use kube::{Client, Resource};
-use tokio::sync::watch;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::Resource;
 use tracing::{info, warn, Instrument};
 
-use crate::controller::context::{BrokerClients, Context};
-use crate::controller::object::{api_resource, referencing};
-use crate::crd::{DeadLetterQueue, DeadLetterReplay, RetryPolicy};
-use crate::metrics::{Metrics, Readiness};
+use crate::controller::context::{Context, ControllerContext};
 use crate::reconcile::ReconcileError;
 
 /// Why a reconcile failed. Each variant has a metric label ([`Error::metric_label`]).
@@ -222,10 +226,10 @@ pub fn truncate_note(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
-/// Records `note` about `obj` with the context's recorder. A failure to record is logged
-/// (Events are informational; the status carries the same facts) and does not fail the
-/// reconcile.
-pub async fn publish(ctx: &Context, obj: &DynamicObject, resource: &ApiResource, note: Note) {
+/// Records `note` about `obj` (a resource of `resource`) with a controller's `recorder`.
+/// A failure to record is logged (Events are informational; the status carries the same
+/// facts) and does not fail the reconcile.
+pub async fn publish(recorder: &Recorder, obj: &DynamicObject, resource: &ApiResource, note: Note) {
     let reference = obj.object_ref(resource);
     let event = Event {
         type_: note.type_,
@@ -239,23 +243,24 @@ pub async fn publish(ctx: &Context, obj: &DynamicObject, resource: &ApiResource,
         action: note.action,
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+    if let Err(e) = recorder.publish(&event, &reference).await {
         warn!(reason = %note.reason, error = %e, "could not record Event");
     }
 }
 
-/// Writes `status` of `obj` (a resource of `resource`) with server-side apply: field
-/// manager [`context::FIELD_MANAGER`], forced (the operator owns the status).
+/// Writes `status` of `obj` (a resource of `resource`) with `shared`'s client by
+/// server-side apply: field manager [`context::FIELD_MANAGER`], forced (the operator owns
+/// the status).
 ///
 /// # Errors
 /// The API server's error.
 pub async fn apply_status<S: serde::Serialize>(
-    ctx: &Context,
+    shared: &Context,
     resource: &ApiResource,
     obj: &DynamicObject,
     status: &S,
 ) -> Result<(), Error> {
-    apply_status_as(ctx, resource, obj, status, context::FIELD_MANAGER).await
+    apply_status_as(shared, resource, obj, status, context::FIELD_MANAGER).await
 }
 
 /// [`apply_status`] under the field manager `manager` (the backlog monitor owns its own
@@ -264,13 +269,13 @@ pub async fn apply_status<S: serde::Serialize>(
 /// # Errors
 /// Kubernetes API errors.
 pub async fn apply_status_as<S: serde::Serialize>(
-    ctx: &Context,
+    shared: &Context,
     resource: &ApiResource,
     obj: &DynamicObject,
     status: &S,
     manager: &str,
 ) -> Result<(), Error> {
-    apply_status_body(ctx, resource, obj, status, manager, None).await?;
+    apply_status_body(shared, resource, obj, status, manager, None).await?;
     Ok(())
 }
 
@@ -284,14 +289,14 @@ pub async fn apply_status_as<S: serde::Serialize>(
 /// # Errors
 /// Kubernetes API errors: 404 when the object is gone, 409 when it changed.
 pub async fn apply_status_at<S: serde::Serialize>(
-    ctx: &Context,
+    shared: &Context,
     resource: &ApiResource,
     obj: &DynamicObject,
     status: &S,
     resource_version: &str,
 ) -> Result<String, Error> {
     let written = apply_status_body(
-        ctx,
+        shared,
         resource,
         obj,
         status,
@@ -303,7 +308,7 @@ pub async fn apply_status_at<S: serde::Serialize>(
 }
 
 async fn apply_status_body<S: serde::Serialize>(
-    ctx: &Context,
+    shared: &Context,
     resource: &ApiResource,
     obj: &DynamicObject,
     status: &S,
@@ -315,7 +320,7 @@ async fn apply_status_body<S: serde::Serialize>(
         .namespace
         .as_deref()
         .ok_or(Error::NoNamespace)?;
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, resource);
+    let api: Api<DynamicObject> = Api::namespaced_with(shared.client.clone(), ns, resource);
     let mut body = serde_json::json!({
         "apiVersion": resource.api_version,
         "kind": resource.kind,
@@ -333,24 +338,25 @@ async fn apply_status_body<S: serde::Serialize>(
         .await?)
 }
 
-/// Records `note` about `obj` and releases it (the finalizer's cleanup is done).
+/// Records `note` about `obj` with `recorder` and releases it (the finalizer's cleanup is
+/// done).
 async fn release_with(
-    ctx: &Context,
+    recorder: &Recorder,
     obj: &DynamicObject,
     resource: &ApiResource,
     note: Note,
 ) -> Result<Action, Error> {
-    publish(ctx, obj, resource, note).await;
+    publish(recorder, obj, resource, note).await;
     Ok(Action::await_change())
 }
 
 /// Runs one reconcile `fut` of the `kind` resource `obj` inside a `reconcile` tracing span
 /// (fields `kind`, `namespace`, `name`), recording its duration and result in the
-/// metrics and logging the outcome.
+/// metrics of `shared` and logging the outcome.
 pub async fn instrumented<F>(
     kind: &'static str,
     obj: &DynamicObject,
-    ctx: &Context,
+    shared: &Context,
     fut: F,
 ) -> Result<Action, Error>
 where
@@ -370,7 +376,8 @@ where
             Ok(_) => "success",
             Err(e) => e.metric_label(),
         };
-        ctx.metrics
+        shared
+            .metrics
             .record_reconcile(kind, label, elapsed.as_secs_f64());
         tracing::debug!(
             result = label,
@@ -383,9 +390,15 @@ where
     .await
 }
 
-/// The controllers' error policy: per-object exponential backoff (5 s doubling to 5 min,
-/// equal jitter; [`context::ErrorBackoff`]); an invalid spec waits for a change instead.
-pub fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
+/// The controllers' error policy for `obj` after `err`: the controller's own per-object
+/// exponential backoff (`ctx`'s [`ErrorBackoff`](context::ErrorBackoff): 5 s doubling to
+/// 5 min, equal jitter); a finalizer patch on a stale copy is retried after 1 s; an
+/// invalid spec waits for a change instead.
+pub fn error_policy<C: ControllerContext>(
+    obj: Arc<DynamicObject>,
+    err: &Error,
+    ctx: Arc<C>,
+) -> Action {
     let key = crate::manifest::object_key(&obj.metadata);
     if err.is_permanent() {
         info!(object = %key, error = %err, "invalid spec: waiting for a change");
@@ -397,7 +410,7 @@ pub fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> 
         tracing::debug!(object = %key, error = %err, "finalizer patch on a stale copy; retrying");
         return Action::requeue(Duration::from_secs(1));
     }
-    let (delay, failures) = ctx.backoff.next_delay(&key);
+    let (delay, failures) = ctx.backoff().next_delay(&key);
     warn!(object = %key, error = %err, failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
 }
@@ -407,8 +420,8 @@ pub fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> 
 pub struct Options {
     /// Watch only this namespace (`None`: all namespaces).
     pub namespace: Option<String>,
-    /// Label selector on DeadLetterQueues and RetryPolicies, to shard resources across
-    /// several operator deployments (e.g. `dlqoperator.io/shard=a`).
+    /// Label selector on DeadLetterQueues, RetryPolicies and DeadLetterReplays, to shard
+    /// resources across several operator deployments (e.g. `dlqoperator.io/shard=a`).
     pub selector: Option<String>,
     /// Take the Lease before reconciling.
     pub leader_election: bool,
@@ -422,474 +435,8 @@ pub struct Options {
     pub lease_duration_s: u64,
     /// Where `/metrics`, `/healthz`, `/readyz` are served.
     pub metrics_addr: SocketAddr,
-    /// Requeue interval of healthy DeadLetterQueues (drift repair), seconds.
+    /// Requeue interval of healthy DeadLetterQueues (drift repair).
     pub resync: Duration,
     /// Reconciles running at once per controller.
     pub concurrency: u16,
-}
-
-/// Why `run` stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The metrics server could not bind.
-    #[error("{0}")]
-    Bind(std::io::Error),
-    /// The Lease could not be set up.
-    #[error("leader election on Lease {lease}: {reason}")]
-    Lease {
-        /// `namespace/name` of the Lease.
-        lease: String,
-        /// What failed.
-        reason: String,
-    },
-    /// The API server refused the label selector (`--selector`).
-    #[error("--selector {selector:?}: {reason}")]
-    Selector {
-        /// The selector as given.
-        selector: String,
-        /// The API server's reason.
-        reason: String,
-    },
-    /// Another replica took the lease; this process stops so it restarts as a standby.
-    #[error("lost the leader Lease {0}: stopping")]
-    LostLeadership(String),
-}
-
-/// A shutdown signal shared by every task: `true` once shutdown was requested.
-pub type Shutdown = watch::Receiver<bool>;
-
-/// Resolves when `shutdown` is (or already was) requested.
-pub async fn until_shutdown(mut shutdown: Shutdown) {
-    let _ = shutdown.wait_for(|s| *s).await;
-}
-
-/// Runs the operator until `shutdown` (SIGTERM drains in-flight reconciles and running
-/// replays, and releases the Lease) or until the Lease is lost. Serves `/metrics`,
-/// `/healthz`, `/readyz`; `/readyz` fails until the three CRDs are installed.
-///
-/// # Errors
-/// [`RunError`]: the metrics address cannot be bound, the Lease cannot be used, or the
-/// lease was lost.
-pub async fn run(client: Client, opts: Options, shutdown: Shutdown) -> Result<(), RunError> {
-    let metrics = Metrics::new();
-    let readiness = Readiness::new("starting");
-    // The HTTP server stops on shutdown, or as soon as the operator itself stops (an
-    // error must not wait for a signal to be reported).
-    let (stopped_tx, stopped_rx) = watch::channel(false);
-    let server_shutdown = {
-        let shutdown = shutdown.clone();
-        async move {
-            tokio::select! {
-                _ = until_shutdown(shutdown) => {}
-                _ = until_shutdown(stopped_rx) => {}
-            }
-        }
-    };
-    let (addr, server) = crate::metrics::bind(
-        opts.metrics_addr,
-        metrics.clone(),
-        readiness.clone(),
-        server_shutdown,
-    )
-    .await
-    .map_err(RunError::Bind)?;
-    info!(%addr, "serving /metrics, /healthz, /readyz");
-    let server = tokio::spawn(server);
-
-    let result = run_inner(client, &opts, metrics, readiness, shutdown).await;
-    let _ = stopped_tx.send(true);
-    match server.await {
-        Ok(Err(e)) => warn!(error = %e, "metrics server failed"),
-        Err(e) => warn!(error = %e, "metrics server task failed"),
-        Ok(Ok(())) => {}
-    }
-    result
-}
-
-async fn run_inner(
-    client: Client,
-    opts: &Options,
-    metrics: Metrics,
-    readiness: Readiness,
-    shutdown: Shutdown,
-) -> Result<(), RunError> {
-    if !wait_for_crds(
-        &client,
-        opts.namespace.as_deref(),
-        opts.selector.as_deref(),
-        &readiness,
-        shutdown.clone(),
-    )
-    .await?
-    {
-        return Ok(());
-    }
-    let brokers = Arc::new(BrokerClients::default());
-    let mut dlq_ctx = Context::new(
-        client.clone(),
-        &opts.identity,
-        metrics.clone(),
-        brokers.clone(),
-    );
-    dlq_ctx.resync = opts.resync;
-    let rp_ctx = Context::new(
-        client.clone(),
-        &opts.identity,
-        metrics.clone(),
-        brokers.clone(),
-    );
-    let replay_ctx = Context::new(client.clone(), &opts.identity, metrics, brokers);
-    let contexts = Contexts {
-        dead_letter_queue: Arc::new(dlq_ctx),
-        retry_policy: Arc::new(rp_ctx),
-        dead_letter_replay: Arc::new(replay_ctx),
-    };
-
-    if !opts.leader_election {
-        readiness.set_ready();
-        info!("leader election disabled: starting controllers");
-        controllers(client, opts, contexts, until_shutdown(shutdown)).await;
-        return Ok(());
-    }
-
-    let lease_ns = opts
-        .lease_namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let lease = format!("{lease_ns}/{}", opts.lease_name);
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &opts.lease_name)
-        .with_namespace(&lease_ns)
-        .with_identity(&opts.identity)
-        .with_duration(opts.lease_duration_s)
-        .with_grace(opts.lease_duration_s.div_ceil(3).max(1))
-        .with_field_manager(context::FIELD_MANAGER)
-        .build()
-        .await
-        .map_err(|e| RunError::Lease {
-            lease: lease.clone(),
-            reason: match e {
-                // The API's own message (e.g. `namespaces "x" not found`), not its debug dump.
-                kube_lease_manager::LeaseManagerError::KubeError(kube::Error::Api(s)) => {
-                    format!(
-                        "{} (HTTP {}; set --lease-namespace or POD_NAMESPACE)",
-                        s.message, s.code
-                    )
-                }
-                other => other.to_string(),
-            },
-        })?;
-    let (mut leader, handle) = manager.watch().await;
-    readiness.set_ready();
-    info!(%lease, identity = %opts.identity, "waiting to acquire the leader Lease");
-    loop {
-        let leading = *leader.borrow_and_update();
-        if leading {
-            break;
-        }
-        tokio::select! {
-            changed = leader.changed() => {
-                if changed.is_err() {
-                    return Err(RunError::Lease { lease, reason: "lease manager stopped".into() });
-                }
-            }
-            _ = until_shutdown(shutdown.clone()) => {
-                drop(leader);
-                release(handle, &lease).await;
-                return Ok(());
-            }
-        }
-    }
-    info!(%lease, identity = %opts.identity, "acquired the leader Lease: starting controllers");
-
-    // Stop on shutdown or when the lease is lost, whichever comes first.
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut lost_rx = leader.clone();
-    let watch_lease = async move {
-        let lost = tokio::select! {
-            lost = async { lost_rx.wait_for(|l| !*l).await.is_ok() } => lost,
-            _ = until_shutdown(shutdown) => false,
-        };
-        let _ = stop_tx.send(true);
-        lost
-    };
-    let (lost, ()) = tokio::join!(
-        watch_lease,
-        controllers(client, opts, contexts, until_shutdown(stop_rx))
-    );
-    drop(leader);
-    release(handle, &lease).await;
-    if lost {
-        Err(RunError::LostLeadership(lease))
-    } else {
-        Ok(())
-    }
-}
-
-/// Waits for the lease manager's task to release the Lease (it does when its channel
-/// closes).
-async fn release(
-    handle: tokio::task::JoinHandle<
-        Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>,
-    >,
-    lease: &str,
-) {
-    match tokio::time::timeout(Duration::from_secs(10), handle).await {
-        Ok(Ok(Ok(_))) => info!(%lease, "released the leader Lease"),
-        Ok(Ok(Err(e))) => warn!(%lease, error = %e, "could not release the leader Lease"),
-        Ok(Err(e)) => warn!(%lease, error = %e, "lease task failed"),
-        Err(_) => warn!(%lease, "timed out releasing the leader Lease"),
-    }
-}
-
-/// Waits until the three CRDs are served, logging what to do while they are not; the probe
-/// lists with the label selector, so a selector the API server refuses stops the
-/// operator at once. Returns `false` when shutdown was requested first.
-///
-/// # Errors
-/// [`RunError::Selector`] when the API server answers 400 to the selector.
-async fn wait_for_crds(
-    client: &Client,
-    namespace: Option<&str>,
-    selector: Option<&str>,
-    readiness: &Readiness,
-    shutdown: Shutdown,
-) -> Result<bool, RunError> {
-    for ar in [
-        api_resource::<DeadLetterQueue>(),
-        api_resource::<RetryPolicy>(),
-        api_resource::<DeadLetterReplay>(),
-    ] {
-        let crd = format!("{}.{}", ar.plural, ar.group);
-        let api: Api<DynamicObject> = match namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-            None => Api::all_with(client.clone(), &ar),
-        };
-        let mut logged = false;
-        let mut params = ListParams::default().limit(1);
-        if let Some(sel) = selector {
-            params = params.labels(sel);
-        }
-        loop {
-            match api.list_metadata(&params).await {
-                Ok(_) => break,
-                Err(kube::Error::Api(status)) if status.code == 400 && selector.is_some() => {
-                    return Err(RunError::Selector {
-                        selector: selector.unwrap_or_default().to_string(),
-                        reason: status.message,
-                    });
-                }
-                Err(kube::Error::Api(status)) if status.code == 404 => {
-                    let reason = format!(
-                        "CRD {crd} is not installed: waiting for it (install: kubectl create -f crds/, with --validate=false before Kubernetes 1.25)"
-                    );
-                    if !logged {
-                        warn!("{reason}");
-                        logged = true;
-                    }
-                    readiness.set_not_ready(&reason);
-                }
-                Err(e) => {
-                    warn!(crd = %crd, error = %e, "cannot list the resource: retrying");
-                    readiness.set_not_ready(&format!("cannot list {crd}: {e}"));
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-                _ = until_shutdown(shutdown.clone()) => return Ok(false),
-            }
-        }
-        if logged {
-            info!(crd = %crd, "CRD installed");
-        }
-    }
-    Ok(true)
-}
-
-/// Hash of "deletion requested", so the generation-filtered main stream still passes the
-/// update that sets `deletionTimestamp`.
-fn deletion_requested(obj: &DynamicObject) -> Option<u64> {
-    Some(u64::from(obj.metadata.deletion_timestamp.is_some()))
-}
-
-/// How long in-flight reconciles may take to finish after a stop request (SIGTERM, lost
-/// Lease) before the controllers are dropped. Below Kubernetes' default 30 s grace period.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
-
-/// The context of each controller (one event recorder per controller).
-#[derive(Debug, Clone)]
-pub struct Contexts {
-    /// The DeadLetterQueue controller's (also the backlog monitor's).
-    pub dead_letter_queue: Arc<Context>,
-    /// The RetryPolicy controller's.
-    pub retry_policy: Arc<Context>,
-    /// The DeadLetterReplay controller's (it holds the running replays).
-    pub dead_letter_replay: Arc<Context>,
-}
-
-/// Runs the three controllers and the backlog monitor until `stop` resolves, then lets
-/// in-flight reconciles finish and running replays stop (settling their copies and
-/// writing their counts), at most [`SHUTDOWN_GRACE`] in all.
-pub async fn controllers(
-    client: Client,
-    opts: &Options,
-    contexts: Contexts,
-    stop: impl Future<Output = ()> + Send + Sync + 'static,
-) {
-    let Contexts {
-        dead_letter_queue: dlq_ctx,
-        retry_policy: rp_ctx,
-        dead_letter_replay: replay_ctx,
-    } = contexts;
-    let stop = futures::FutureExt::shared(Box::pin(stop));
-    let stop_after = stop.clone();
-    let stop_monitor = stop.clone();
-    let stop_replays = stop.clone();
-    let dlq_ar = api_resource::<DeadLetterQueue>();
-    let rp_ar = api_resource::<RetryPolicy>();
-    let replay_ar = api_resource::<DeadLetterReplay>();
-    let all_or_ns = |ar: &ApiResource| -> Api<DynamicObject> {
-        match &opts.namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
-            None => Api::all_with(client.clone(), ar),
-        }
-    };
-    let selected = || {
-        let wc = watcher::Config::default();
-        match &opts.selector {
-            Some(s) => wc.labels(s),
-            None => wc,
-        }
-    };
-    let config = ControllerConfig::default().concurrency(opts.concurrency);
-
-    // DeadLetterQueues: reflected into a store (for the mappers), filtered so that our
-    // own status writes do not trigger reconciles.
-    let writer = Writer::<DynamicObject>::new(dlq_ar.clone());
-    let reader = writer.as_reader();
-    let _ = dlq_ctx.dead_letter_queues.set(reader.clone());
-    let dlq_stream = watcher(all_or_ns(&dlq_ar), selected())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(
-            predicates::generation
-                .combine(predicates::finalizers)
-                .combine(deletion_requested),
-            Default::default(),
-        );
-    let policies = watcher(all_or_ns(&rp_ar), watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(predicates::resource_version, Default::default());
-    // Secrets: metadata only (no credentials held by the watch), for rotations.
-    let secrets_api: Api<PartialObjectMeta<Secret>> = match &opts.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let secrets = watcher(secrets_api, watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(predicates::resource_version, Default::default());
-    let (store_rp, store_secret) = (reader.clone(), reader.clone());
-    let (ar_rp, ar_secret) = (dlq_ar.clone(), dlq_ar.clone());
-    let dlq_controller = Controller::for_stream_with(dlq_stream, reader, dlq_ar.clone())
-        .with_config(config.clone())
-        .watches_stream_with(
-            policies,
-            move |rp: DynamicObject| {
-                let name = rp.metadata.name.clone().unwrap_or_default();
-                referencing(
-                    &store_rp.state(),
-                    &ar_rp,
-                    rp.metadata.namespace.as_deref(),
-                    "/spec/retryPolicyRef/name",
-                    &name,
-                )
-            },
-            rp_ar.clone(),
-        )
-        .watches_stream(secrets, move |s| {
-            let name = s.metadata.name.clone().unwrap_or_default();
-            referencing(
-                &store_secret.state(),
-                &ar_secret,
-                s.metadata.namespace.as_deref(),
-                "/spec/broker/secretRef/name",
-                &name,
-            )
-        })
-        .graceful_shutdown_on(stop.clone())
-        .run(dead_letter_queue::reconcile, error_policy, dlq_ctx.clone())
-        .for_each(|r| async move { log_result("DeadLetterQueue", r) });
-
-    let rp_writer = Writer::<DynamicObject>::new(rp_ar.clone());
-    let rp_reader = rp_writer.as_reader();
-    let rp_stream = watcher(all_or_ns(&rp_ar), selected())
-        .default_backoff()
-        .reflect(rp_writer)
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
-    let rp_controller = Controller::for_stream_with(rp_stream, rp_reader, rp_ar)
-        .with_config(config.clone())
-        .graceful_shutdown_on(stop.clone())
-        .run(retry_policy::reconcile, error_policy, rp_ctx)
-        .for_each(|r| async move { log_result("RetryPolicy", r) });
-
-    // DeadLetterReplays: filtered by generation, so the runs' status writes do not
-    // trigger reconciles (a running replay is re-checked every RUNNING_RECHECK).
-    let replay_writer = Writer::<DynamicObject>::new(replay_ar.clone());
-    let replay_reader = replay_writer.as_reader();
-    let replay_stream = watcher(all_or_ns(&replay_ar), selected())
-        .default_backoff()
-        .reflect(replay_writer)
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
-    let replay_controller = Controller::for_stream_with(replay_stream, replay_reader, replay_ar)
-        .with_config(config)
-        .graceful_shutdown_on(stop)
-        .run(
-            dead_letter_replay::reconcile,
-            error_policy,
-            replay_ctx.clone(),
-        )
-        .for_each(|r| async move { log_result("DeadLetterReplay", r) });
-    // On stop, running replays settle their copies and write their counts (phase
-    // Running: the next leader resumes them).
-    let replays = async move {
-        stop_replays.await;
-        let running = replay_ctx.replays.len();
-        if running > 0 {
-            info!(running, "stopping running replays");
-        }
-        replay_ctx.replays.shutdown().await;
-    };
-
-    let monitor = backlog::run(dlq_ctx, stop_monitor);
-    let both = futures::future::join5(
-        dlq_controller.instrument(tracing::info_span!("controller", kind = "DeadLetterQueue")),
-        rp_controller.instrument(tracing::info_span!("controller", kind = "RetryPolicy")),
-        replay_controller.instrument(tracing::info_span!("controller", kind = "DeadLetterReplay")),
-        replays.instrument(tracing::info_span!("replays")),
-        monitor.instrument(tracing::info_span!("monitor")),
-    );
-    // In-flight reconciles finish after the stop request; a reconcile stuck on an
-    // unresponsive endpoint must not keep the process (and its Lease) forever.
-    let grace = async move {
-        stop_after.await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    tokio::select! {
-        _ = both => info!("controllers stopped"),
-        _ = grace => warn!(
-            "controllers did not stop within {} s of the stop request: stopping anyway",
-            SHUTDOWN_GRACE.as_secs()
-        ),
-    }
-}
-
-fn log_result<T: std::fmt::Debug, E: std::fmt::Display>(kind: &str, r: Result<T, E>) {
-    match r {
-        Ok(o) => tracing::debug!(kind, object = ?o, "reconciled"),
-        Err(e) => tracing::debug!(kind, error = %e, "reconcile error"),
-    }
 }

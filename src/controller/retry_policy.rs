@@ -14,7 +14,7 @@ use kube::runtime::events::EventType;
 
 use crate::backoff::ResolvedPolicy;
 use crate::controller::conditions::{self, ConditionStatus, Desired, READY};
-use crate::controller::context::Context;
+use crate::controller::context::RetryPolicyContext;
 use crate::controller::object::{api_resource, decode, status_of};
 use crate::controller::{publish, Error, Note};
 use crate::crd::{InvalidSpec, RetryPolicy, RetryPolicySpec, RetryPolicyStatus};
@@ -90,16 +90,19 @@ pub fn status_for(
 ///
 /// # Errors
 /// Kubernetes API errors (retried with per-object backoff).
-pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    crate::controller::instrumented(KIND, &obj.clone(), &ctx, async {
+pub async fn reconcile(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<RetryPolicyContext>,
+) -> Result<Action, Error> {
+    crate::controller::instrumented(KIND, &obj.clone(), &ctx.shared, async {
         let current: RetryPolicyStatus = status_of(&obj);
         let decoded = decode::<RetryPolicy>(&obj);
         let spec = decoded.as_ref().map(|rp| &rp.spec);
-        let now = ctx.now();
+        let now = ctx.shared.now();
         let (status, changed) = status_for(&current, obj.metadata.generation, spec, &now);
         if changed {
             let ar = api_resource::<RetryPolicy>();
-            crate::controller::apply_status(&ctx, &ar, &obj, &status).await?;
+            crate::controller::apply_status(&ctx.shared, &ar, &obj, &status).await?;
             let ready = |s: &RetryPolicyStatus| {
                 s.conditions
                     .iter()
@@ -119,7 +122,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                         action: "Validate".into(),
                         note: message,
                     };
-                    publish(&ctx, &obj, &ar, note).await;
+                    publish(&ctx.recorder, &obj, &ar, note).await;
                 }
             }
         }

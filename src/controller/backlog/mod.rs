@@ -1,0 +1,446 @@
+//! The controller's backlog monitor (docs/ARCHITECTURE.md, "Monitoring and alerting"): a
+//! task beside the controllers that polls the depths of every managed queue — one management-API listing per broker
+//! Secret and vhost per interval, shared by every DeadLetterQueue on it
+//! ([`crate::collector`]) — evaluates each resource's dead-letter backlog, records the
+//! metrics, and writes the backlog part of the status and the `BacklogHigh` condition.
+//!
+//! - Targets are registered by the DeadLetterQueue reconcile once a resource is planned
+//!   ([`Targets::watch`]) and dropped once the resource is gone from the watch (its finalizer released; a
+//!   deletion blocked by messages keeps it watched).
+//! - Status is written by server-side apply under its own field manager
+//!   ([`FIELD_MANAGER`]), so it never overwrites what the reconcile owns and vice versa
+//!   (the conditions list is a map keyed by `type`). It is written only when something
+//!   changed ([`backlog_status`]): a condition or the alert state at once, the figures at
+//!   most every [`STATUS_INTERVAL`]. A steady state writes nothing.
+//! - A broker that cannot be read makes the backlog unknown, not zero: `BacklogHigh`
+//!   becomes `Unknown` with reason `BrokerUnreachable`, the resource's series are removed
+//!   (the `absent` alert rule covers them), and the monitor keeps polling.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::DynamicObject;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::broker::rabbitmq::RabbitMq;
+use crate::broker::{BrokerError, QueueDepth};
+use crate::collector::{observe, Collector};
+use crate::controller::object::{api_resource, status_of};
+use crate::controller::shared::Context;
+use crate::controller::{publish, Note};
+use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus};
+use crate::monitor::Params;
+use crate::topology::DesiredTopology;
+
+mod status;
+
+pub use status::{backlog_condition, backlog_events, backlog_status, resumed_evaluator, Reading};
+
+/// Field manager of the monitor's status writes (the reconcile's is
+/// [`shared::FIELD_MANAGER`](crate::controller::shared::FIELD_MANAGER)).
+pub const FIELD_MANAGER: &str = "dlq-operator-monitor";
+
+/// Least time between two status writes that only update figures (depth, baseline,
+/// ratio, growth): docs/ARCHITECTURE.md, "Monitoring and alerting", `statusInterval`, 1 min. Condition and alert-state
+/// changes are written at once.
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Most depth listings in flight at once (one per broker Secret and vhost).
+const POLL_CONCURRENCY: usize = 8;
+
+/// Most status writes in flight at once.
+const WRITE_CONCURRENCY: usize = 4;
+
+/// A shared listing: broker Secret (`namespace/name@resourceVersion`) and vhost.
+type Group = (String, String);
+
+/// One vhost's depths by queue name, or why they could not be read.
+type Listing = Result<BTreeMap<String, QueueDepth>, BrokerError>;
+
+/// What the monitor watches for one DeadLetterQueue.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The resource's UID (a re-created resource of the same name starts afresh).
+    pub uid: String,
+    /// Its planned topology (the queues to read).
+    pub topology: Arc<DesiredTopology>,
+    /// Its validated `spec.monitoring`.
+    pub params: Params,
+    /// The broker client of its Secret version.
+    pub broker: Arc<RabbitMq>,
+    /// The listing it shares: `namespace/secret@resourceVersion` and vhost.
+    pub group: Group,
+}
+
+/// The monitor's targets by `namespace/name`, set by the reconcile.
+#[derive(Debug, Default)]
+pub struct Targets {
+    targets: Mutex<BTreeMap<String, Target>>,
+    changed: tokio::sync::Notify,
+}
+
+impl Targets {
+    /// Watches `key` as `target` (replacing what was there) and wakes the monitor.
+    pub fn set(&self, key: &str, target: Target) {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_string(), target);
+        self.changed.notify_one();
+    }
+
+    /// The reconcile's hook: watches `obj` (planned as `topology` with `params`, on
+    /// `broker`, whose Secret is `secret_key` = `namespace/name@resourceVersion`).
+    pub fn watch(
+        &self,
+        obj: &DynamicObject,
+        topology: &DesiredTopology,
+        params: &Params,
+        broker: Arc<RabbitMq>,
+        secret_key: String,
+    ) {
+        let key = crate::manifest::object_key(&obj.metadata);
+        let target = Target {
+            uid: obj.metadata.uid.clone().unwrap_or_default(),
+            topology: Arc::new(topology.clone()),
+            params: params.clone(),
+            broker,
+            group: (secret_key, topology.vhost.clone()),
+        };
+        self.set(&key, target);
+    }
+
+    /// Stops watching `key`.
+    pub fn remove(&self, key: &str) {
+        let removed = self
+            .targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+        if removed.is_some() {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The keys watched.
+    pub fn keys(&self) -> Vec<String> {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn snapshot(&self) -> BTreeMap<String, Target> {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// The condition reason for a failed depth listing.
+fn unknown_reason(e: &BrokerError) -> &'static str {
+    crate::reconcile::ReconcileError::Broker(e.clone()).reason()
+}
+
+/// What the monitor works with: the shared context (client, metrics, clock) and, of the
+/// DeadLetterQueue controller, its Event recorder, its store of watched
+/// DeadLetterQueues and the targets its reconcile registers
+/// ([`DeadLetterQueueContext::monitor`](crate::controller::context::DeadLetterQueueContext::monitor)).
+#[derive(Clone)]
+pub struct MonitorContext {
+    /// What the controllers share.
+    pub shared: Arc<Context>,
+    /// The DeadLetterQueue controller's Event recorder.
+    pub recorder: Recorder,
+    /// The DeadLetterQueue controller's store, set once it starts.
+    pub dead_letter_queues: Arc<OnceLock<Store<DynamicObject>>>,
+    /// What to watch.
+    pub targets: Arc<Targets>,
+}
+
+/// One listing per group, then evaluation and status of each member.
+struct Monitor {
+    ctx: MonitorContext,
+    collector: Collector,
+    /// Backlog part last written, by UID (the watch may lag behind our own writes).
+    written: HashMap<String, DeadLetterQueueStatus>,
+    /// Last poll of each group.
+    polled: HashMap<Group, tokio::time::Instant>,
+}
+
+/// Runs the backlog monitor of the controller until `stop` is cancelled.
+pub async fn run(ctx: MonitorContext, stop: CancellationToken) {
+    let mut m = Monitor {
+        collector: Collector::new(ctx.shared.metrics.clone()),
+        ctx,
+        written: HashMap::new(),
+        polled: HashMap::new(),
+    };
+    info!("backlog monitor started");
+    loop {
+        let wait = m.tick().await;
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(wait) => {}
+            _ = m.ctx.targets.changed.notified() => {}
+        }
+    }
+    info!("backlog monitor stopped");
+}
+
+/// One group's poll, due now: the group, the broker client of its first member, the
+/// real spacing of its polls, and every queue its members need.
+struct Due {
+    group: Group,
+    broker: Arc<RabbitMq>,
+    spacing: Duration,
+    required: BTreeSet<String>,
+}
+
+/// A status write of the monitor: the object, its backlog part, and the Events of the
+/// change.
+type Write = (Arc<DynamicObject>, DeadLetterQueueStatus, Vec<Note>);
+
+/// The targets by group (one listing each), members in key order.
+fn by_group(targets: &BTreeMap<String, Target>) -> BTreeMap<Group, Vec<(&String, &Target)>> {
+    let mut groups: BTreeMap<Group, Vec<(&String, &Target)>> = BTreeMap::new();
+    for (k, t) in targets {
+        groups.entry(t.group.clone()).or_default().push((k, t));
+    }
+    groups
+}
+
+/// The watched DeadLetterQueue `key` (`namespace/name`) in `store`.
+fn watched(store: &Store<DynamicObject>, key: &str) -> Option<Arc<DynamicObject>> {
+    let (ns, name) = crate::collector::split_key(key);
+    store.get(&ObjectRef::new_with(name, api_resource::<DeadLetterQueue>()).within(ns))
+}
+
+impl Monitor {
+    /// Polls the groups that are due ([`Monitor::due`]): one listing each, then each
+    /// member evaluated ([`Monitor::evaluate`]) and its status written when it changed
+    /// ([`Monitor::write`]). Returns how long to wait for the next poll.
+    async fn tick(&mut self) -> Duration {
+        let store = self.ctx.dead_letter_queues.get().cloned();
+        let targets = self.prune(store.as_ref());
+        let groups = by_group(&targets);
+        self.polled.retain(|g, _| groups.contains_key(g));
+        let (due, wait) = self.due(&groups);
+        if due.is_empty() {
+            return wait;
+        }
+        // Samples are dated at the start of the poll, so their spacing is the polls'
+        // spacing whatever each listing takes.
+        let now = self.ctx.shared.now();
+        let results: Vec<(Group, Listing, Duration)> = futures::stream::iter(due)
+            .map(|due| async move {
+                let depths = due
+                    .broker
+                    .queue_depths_covering(&due.group.1, &due.required)
+                    .await;
+                (due.group, depths, due.spacing)
+            })
+            .buffer_unordered(POLL_CONCURRENCY)
+            .collect()
+            .await;
+        let mut writes = Vec::new();
+        for (group, depths, spacing) in results {
+            let Some(members) = groups.get(&group) else {
+                continue;
+            };
+            if let Err(e) = &depths {
+                warn!(secret = %group.0, vhost = %group.1, error = %e, "depth poll failed; backlog unknown");
+            }
+            for (key, target) in members {
+                let Some(obj) = store.as_ref().and_then(|s| watched(s, key)) else {
+                    continue;
+                };
+                writes.extend(self.evaluate(key, target, obj, &depths, spacing, &now));
+            }
+        }
+        self.write(writes).await;
+        debug!(targets = targets.len(), "backlog poll done");
+        wait
+    }
+
+    /// The targets still watched: those gone from the watch (deleted without our
+    /// finalizer, or out of the selector) are dropped with their series, evaluators and
+    /// last written status.
+    fn prune(&mut self, store: Option<&Store<DynamicObject>>) -> BTreeMap<String, Target> {
+        let targets = self.ctx.targets.snapshot();
+        let gone: Vec<String> = match store {
+            Some(store) => targets
+                .keys()
+                .filter(|k| watched(store, k).is_none())
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        for k in &gone {
+            self.ctx.targets.remove(k);
+            // Deleted: its replay counters go with its other series.
+            self.collector.forget(k);
+        }
+        let targets: BTreeMap<String, Target> = targets
+            .into_iter()
+            .filter(|(k, _)| !gone.contains(k))
+            .collect();
+        self.collector.retain(|k| targets.contains_key(k));
+        let uids: Vec<&str> = targets.values().map(|t| t.uid.as_str()).collect();
+        self.written.retain(|uid, _| uids.contains(&uid.as_str()));
+        targets
+    }
+
+    /// The groups due for a poll now (each group every shortest `interval` of its
+    /// members), marked polled; and how long until the next one is due (at most 15 s).
+    fn due(&mut self, groups: &BTreeMap<Group, Vec<(&String, &Target)>>) -> (Vec<Due>, Duration) {
+        let now = tokio::time::Instant::now();
+        let mut wait = Duration::from_secs(15);
+        let mut due = Vec::new();
+        for (group, members) in groups {
+            let interval = Duration::from_millis(
+                members
+                    .iter()
+                    .map(|(_, t)| t.params.interval_ms)
+                    .min()
+                    .unwrap_or(15_000),
+            );
+            let last = self.polled.get(group).copied();
+            let next = last.map_or(now, |last| last + interval);
+            if next <= now {
+                // The real spacing of this group's polls (longer than the interval when a
+                // listing is slow): the evaluator's gap tolerance counts missed polls,
+                // not slow ones, or a slow broker would keep resetting `Pending`.
+                let spacing = last.map_or(interval, |l| now - l).max(interval);
+                let required: BTreeSet<String> = members
+                    .iter()
+                    .flat_map(|(_, t)| t.topology.queues.iter().map(|q| q.name.clone()))
+                    .collect();
+                due.push(Due {
+                    group: group.clone(),
+                    broker: members[0].1.broker.clone(),
+                    spacing,
+                    required,
+                });
+                wait = wait.min(interval);
+            } else {
+                wait = wait.min(next - now);
+            }
+        }
+        for d in &due {
+            self.polled.insert(d.group.clone(), now);
+        }
+        (due, wait)
+    }
+
+    /// Evaluates the member `key` (`target`, watched as `obj`) on its group's `depths`,
+    /// polled `spacing` after the last poll, at `now`: its status write when the backlog
+    /// part changed ([`backlog_status`]), with the Events of the change.
+    fn evaluate(
+        &mut self,
+        key: &str,
+        target: &Target,
+        obj: Arc<DynamicObject>,
+        depths: &Listing,
+        spacing: Duration,
+        now: &Time,
+    ) -> Option<Write> {
+        // A resource being deleted is still watched: a blocked deletion still holds
+        // dead letters.
+        if obj.metadata.uid.as_deref() != Some(target.uid.as_str()) {
+            return None;
+        }
+        let now_ms = u64::try_from(now.0.as_millisecond()).unwrap_or(0);
+        let current = self
+            .written
+            .get(&target.uid)
+            .cloned()
+            .unwrap_or_else(|| status_of::<DeadLetterQueueStatus>(&obj).backlog_part());
+        let observed;
+        let eval;
+        let error_text;
+        let reading = match depths {
+            Ok(depths) => {
+                observed = observe(&target.topology, depths);
+                let mut params = target.params.clone();
+                let spacing_ms = u64::try_from(spacing.as_millis()).unwrap_or(u64::MAX);
+                params.interval_ms = params.interval_ms.max(spacing_ms);
+                // A new evaluator (a restart, a new leader) resumes from status: the
+                // baseline, and the alert state, so a firing alert is not resolved
+                // and re-pended by the restart.
+                if !self.collector.contains(key) {
+                    self.collector
+                        .insert(key, resumed_evaluator(&params, &current, now_ms));
+                }
+                eval = self.collector.record(key, &params, &observed, now_ms).0;
+                Reading::Observed {
+                    depth: &observed.depth,
+                    eval: &eval,
+                }
+            }
+            Err(e) => {
+                self.collector.unknown(key);
+                error_text = e.to_string();
+                Reading::Unknown {
+                    reason: unknown_reason(e),
+                    message: &error_text,
+                }
+            }
+        };
+        let next = backlog_status(
+            &current,
+            obj.metadata.generation,
+            reading,
+            &target.params,
+            now,
+            STATUS_INTERVAL,
+        )?;
+        let notes = backlog_events(&current, &next);
+        self.written.insert(target.uid.clone(), next.clone());
+        Some((obj, next, notes))
+    }
+
+    /// Writes the backlog parts of `writes` (under [`FIELD_MANAGER`], a few at once) and
+    /// records their Events; a failed write is retried on the next poll.
+    async fn write(&mut self, writes: Vec<Write>) {
+        let ctx = &self.ctx;
+        let failed: Vec<String> = futures::stream::iter(writes)
+            .map(|(obj, status, notes)| async move {
+                let ar = api_resource::<DeadLetterQueue>();
+                let result = crate::controller::apply_status_as(
+                    &ctx.shared,
+                    &ar,
+                    &obj,
+                    &status,
+                    FIELD_MANAGER,
+                )
+                .await;
+                for note in notes {
+                    publish(&ctx.recorder, &obj, &ar, note).await;
+                }
+                match result {
+                    Ok(()) => None,
+                    Err(e) => {
+                        warn!(name = ?obj.metadata.name, error = %e, "could not write backlog status");
+                        obj.metadata.uid.clone()
+                    }
+                }
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .filter_map(|x| async move { x })
+            .collect()
+            .await;
+        for uid in failed {
+            self.written.remove(&uid);
+        }
+    }
+}
