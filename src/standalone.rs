@@ -250,25 +250,6 @@ pub struct RunOptions {
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
-/// Keeps reconciling until `shutdown` completes: [`run_until`] with a token cancelled
-/// when it does.
-///
-/// # Errors
-/// As [`run_until`].
-pub async fn run(
-    opts: RunOptions,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> std::io::Result<()> {
-    let token = CancellationToken::new();
-    let running = run_until(opts, token.clone());
-    tokio::pin!(running, shutdown);
-    tokio::select! {
-        result = &mut running => return result,
-        () = &mut shutdown => token.cancel(),
-    }
-    running.await
-}
-
 /// Keeps reconciling: re-reads the manifests every interval (on a blocking thread: a read
 /// that is slow or blocked, such as a FIFO without a writer, delays no depth poll and no
 /// metric; the polls go on with the last valid manifests, and no new read starts before
@@ -284,7 +265,7 @@ pub async fn run(
 /// # Errors
 /// The metrics address cannot be bound; I/O errors writing to stdout (not a reader that
 /// went away: the apply reports are then dropped and the operator goes on).
-pub async fn run_until(opts: RunOptions, shutdown: CancellationToken) -> std::io::Result<()> {
+pub async fn run(opts: RunOptions, shutdown: CancellationToken) -> std::io::Result<()> {
     let metrics = crate::metrics::Metrics::new();
     let server = match opts.metrics_addr {
         Some(addr) => {

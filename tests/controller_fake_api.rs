@@ -923,8 +923,12 @@ async fn missing_crd_is_waited_for_with_readyz_saying_why_then_shutdown_drains()
         resync: std::time::Duration::from_secs(300),
         concurrency: 1,
     };
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let run = tokio::spawn(dlq_operator::controller::run(fake.client(NS), opts, rx));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn(dlq_operator::controller::run(
+        fake.client(NS),
+        opts,
+        stop.clone(),
+    ));
     let readyz = || async move {
         loop {
             if let Ok(r) = reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await {
@@ -1010,7 +1014,7 @@ async fn missing_crd_is_waited_for_with_readyz_saying_why_then_shutdown_drains()
     assert_eq!(status, (200, "ok".to_string()));
 
     // SIGTERM (the shutdown signal): controllers drain and run returns Ok.
-    tx.send(true).expect("send shutdown");
+    stop.cancel();
     let result = tokio::time::timeout(std::time::Duration::from_secs(20), run)
         .await
         .expect("stops within 20 s")

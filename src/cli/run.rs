@@ -76,7 +76,7 @@ async fn run_standalone(args: RunArgs) -> Result<ExitCode, CliError> {
             resync,
             metrics_addr: Some(metrics_bind_address),
         },
-        stop.cancelled_owned(),
+        stop,
     )
     .await
     .map_err(CliError::Standalone)?;
@@ -144,7 +144,7 @@ async fn run_controller(args: RunArgs) -> Result<ExitCode, CliError> {
         Signals::Shutdown,
         Notice::Log("shutdown requested: draining in-flight reconciles"),
     );
-    controller::run(client, options, signals::controller_shutdown(&stop)).await?;
+    controller::run(client, options, stop).await?;
     Ok(ExitCode::SUCCESS)
 }
 

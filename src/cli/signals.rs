@@ -1,9 +1,6 @@
 //! Stopping on a signal. Every command that stops cleanly takes one
 //! [`CancellationToken`], cancelled by the first SIGINT (Ctrl-C) or SIGTERM (and SIGHUP
-//! for the `dlq` commands); the library functions that still take another kind of stop
-//! get it from one adapter each here ([`engine_stop`], [`controller_shutdown`]).
-
-use std::sync::Arc;
+//! for the `dlq` commands), which the library's operations take as they are.
 
 use tokio_util::sync::CancellationToken;
 
@@ -95,42 +92,4 @@ pub fn stop_on_signals(signals: Signals, notice: Notice) -> CancellationToken {
         });
     }
     token
-}
-
-/// The shutdown channel [`dlq_operator::controller::run`] takes: `true` once `token` is
-/// cancelled.
-pub fn controller_shutdown(token: &CancellationToken) -> dlq_operator::controller::Shutdown {
-    let (tx, rx) = tokio::sync::watch::channel(token.is_cancelled());
-    let token = token.clone();
-    tokio::spawn(async move {
-        token.cancelled().await;
-        let _ = tx.send(true);
-    });
-    rx
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn the_adapters_follow_the_token() {
-        let token = CancellationToken::new();
-        let mut shutdown = controller_shutdown(&token);
-        tokio::task::yield_now().await;
-        assert!(!*shutdown.borrow());
-        token.cancel();
-        let deadline = std::time::Duration::from_secs(5);
-        tokio::time::timeout(deadline, shutdown.wait_for(|s| *s))
-            .await
-            .expect("shutdown is sent once the token is cancelled")
-            .expect("the sender is kept until then");
-    }
-
-    #[tokio::test]
-    async fn an_already_cancelled_token_stops_at_once() {
-        let token = CancellationToken::new();
-        token.cancel();
-        assert!(*controller_shutdown(&token).borrow());
-    }
 }

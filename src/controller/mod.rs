@@ -36,7 +36,7 @@ pub mod retry_policy;
 pub mod shared;
 
 pub use controllers::{controllers, Contexts, SHUTDOWN_GRACE};
-pub use operator::{run, run_until, until_shutdown, RunError, Shutdown};
+pub use operator::{run, RunError};
 
 /// Fixtures shared by the controller's unit tests.
 #[cfg(test)]

@@ -3,12 +3,10 @@
 //! controllers ([`crate::controller::controllers()`]) until the stop token is cancelled
 //! (SIGTERM) or the Lease is lost, and releases the Lease.
 //!
-//! One cancellation type: a [`CancellationToken`] for the operator ([`run_until`]); the
+//! One cancellation type: a [`CancellationToken`] for the operator ([`run`]); the
 //! controllers get a child token, cancelled on the operator's stop or when the Lease is
-//! lost. [`run`] takes the `watch` channel of the CLI's signal handler and cancels the
-//! token when it fires.
+//! lost. The CLI's signal handler cancels the operator's token.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,34 +51,6 @@ pub enum RunError {
     LostLeadership(String),
 }
 
-/// A shutdown signal shared by every task: `true` once shutdown was requested.
-pub type Shutdown = watch::Receiver<bool>;
-
-/// Resolves when `shutdown` is (or already was) requested, or when its sender is gone.
-pub async fn until_shutdown(mut shutdown: Shutdown) {
-    let _ = shutdown.wait_for(|s| *s).await;
-}
-
-/// Cancels `token` once `shutdown` is requested, then never resolves: run it beside the
-/// work the token stops.
-async fn cancel_on(shutdown: Shutdown, token: CancellationToken) -> Infallible {
-    until_shutdown(shutdown).await;
-    token.cancel();
-    std::future::pending().await
-}
-
-/// [`run_until`] stopped by `shutdown` (the CLI's signal handler) instead of a token.
-///
-/// # Errors
-/// As [`run_until`].
-pub async fn run(client: Client, opts: Options, shutdown: Shutdown) -> Result<(), RunError> {
-    let stop = CancellationToken::new();
-    tokio::select! {
-        result = run_until(client, opts, stop.clone()) => result,
-        never = cancel_on(shutdown, stop) => match never {},
-    }
-}
-
 /// Runs the operator until `stop` is cancelled (SIGTERM: drains in-flight reconciles and
 /// running replays, and releases the Lease) or until the Lease is lost. Serves
 /// `/metrics`, `/healthz`, `/readyz`; `/readyz` fails until the three CRDs are installed.
@@ -88,11 +58,7 @@ pub async fn run(client: Client, opts: Options, shutdown: Shutdown) -> Result<()
 /// # Errors
 /// [`RunError`]: the metrics address cannot be bound, the Lease cannot be used, the API
 /// server refused the selector, or the lease was lost.
-pub async fn run_until(
-    client: Client,
-    opts: Options,
-    stop: CancellationToken,
-) -> Result<(), RunError> {
+pub async fn run(client: Client, opts: Options, stop: CancellationToken) -> Result<(), RunError> {
     let metrics = Metrics::new();
     let readiness = Readiness::new("starting");
     // The HTTP server stops on `stop`, or as soon as the operator itself stops (an error

@@ -2,7 +2,6 @@
 //! status write at each checkpoint ([`Checkpoints`]), retries after broker errors, the
 //! final status, Events and metrics.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -292,7 +291,7 @@ impl Job {
                 &self.prepared.topology,
                 &options,
                 now_ms,
-                &engine_stop(&self.stop),
+                &self.stop,
                 &mut observer,
             )
             .await
@@ -449,40 +448,6 @@ pub(super) fn complete_message(status: &DeadLetterReplayStatus) -> String {
         .unwrap_or_default()
 }
 
-/// The replay engine's stop flag for `token`: set by a watcher task once `token` is
-/// cancelled. The engine ([`replay`]) still polls an `AtomicBool`; once it takes a
-/// [`CancellationToken`], pass the token itself and remove this adapter.
-fn engine_stop(token: &CancellationToken) -> EngineStop {
-    let flag = Arc::new(AtomicBool::new(false));
-    let (set, token) = (flag.clone(), token.clone());
-    let watcher = tokio::spawn(async move {
-        token.cancelled().await;
-        set.store(true, Ordering::SeqCst);
-    });
-    EngineStop { flag, watcher }
-}
-
-/// A stop flag set when its token is cancelled ([`engine_stop`]); dropping it ends the
-/// watcher task.
-struct EngineStop {
-    flag: Arc<AtomicBool>,
-    watcher: tokio::task::JoinHandle<()>,
-}
-
-impl std::ops::Deref for EngineStop {
-    type Target = AtomicBool;
-
-    fn deref(&self) -> &AtomicBool {
-        &self.flag
-    }
-}
-
-impl Drop for EngineStop {
-    fn drop(&mut self) {
-        self.watcher.abort();
-    }
-}
-
 /// The engine's observer of a run: writes the counts at each checkpoint (module doc) and
 /// keeps the last report's counts.
 struct Checkpoints<'a> {
@@ -539,41 +504,5 @@ impl Observer for Checkpoints<'_> {
                 }
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Waits (up to 5 s) for `done`.
-    async fn eventually(done: impl Fn() -> bool) -> bool {
-        for _ in 0..1000 {
-            if done() {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        done()
-    }
-
-    #[tokio::test]
-    async fn the_engine_stop_flag_is_set_once_the_token_is_cancelled() {
-        let token = CancellationToken::new();
-        let child = token.child_token();
-        let flag = engine_stop(&child);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(
-            !flag.load(Ordering::SeqCst),
-            "not before the token is cancelled"
-        );
-        token.cancel();
-        assert!(eventually(|| flag.load(Ordering::SeqCst)).await);
-
-        // Dropped with its pass: the watcher of a token never cancelled ends too.
-        let flag = engine_stop(&CancellationToken::new());
-        let watcher = flag.watcher.abort_handle();
-        drop(flag);
-        assert!(eventually(|| watcher.is_finished()).await);
     }
 }
