@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 
 use dlq_operator::backoff::ResolvedPolicy;
 use dlq_operator::broker::rabbitmq::RabbitMq;
-use dlq_operator::broker::{Broker, BrokerConnection};
+use dlq_operator::broker::BrokerConnection;
 use dlq_operator::crd::{DeadLetterQueueSpec, RetryPolicySpec};
 use dlq_operator::dlq::filter::Filter;
 use dlq_operator::dlq::replay::{replay, ReplayOptions, ReplayReport, Target};

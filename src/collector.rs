@@ -11,8 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 
-use crate::broker::rabbitmq::RabbitMq;
-use crate::broker::{BrokerError, QueueDepth};
+use crate::broker::{BrokerClient, BrokerError, QueueDepth};
 use crate::crd::DepthStatus;
 use crate::metrics::{Metrics, QueueSample};
 use crate::monitor::{AlertState, Evaluation, Evaluator, Params};
@@ -240,19 +239,16 @@ pub trait DepthSource {
     ) -> impl Future<Output = Listing> + Send;
 }
 
-/// [`RabbitMq::queue_depths_covering`]: the `rabbitmq_prometheus` answer when it is
-/// complete, the management API otherwise.
-impl DepthSource for RabbitMq {
-    fn depths_covering(
-        &self,
-        vhost: &str,
-        required: &BTreeSet<String>,
-    ) -> impl Future<Output = Listing> + Send {
-        self.queue_depths_covering(vhost, required)
+/// A broker client behind the seam ([`queue_depths_covering`](crate::broker::BrokerTopology::queue_depths_covering): for
+/// RabbitMQ, the `rabbitmq_prometheus` answer when it is complete, the management API
+/// otherwise).
+impl DepthSource for dyn BrokerClient {
+    async fn depths_covering(&self, vhost: &str, required: &BTreeSet<String>) -> Listing {
+        self.queue_depths_covering(vhost, required).await
     }
 }
 
-impl<T: DepthSource + Sync> DepthSource for &T {
+impl<T: DepthSource + Sync + ?Sized> DepthSource for &T {
     fn depths_covering(
         &self,
         vhost: &str,
@@ -262,7 +258,7 @@ impl<T: DepthSource + Sync> DepthSource for &T {
     }
 }
 
-impl<T: DepthSource + Send + Sync> DepthSource for std::sync::Arc<T> {
+impl<T: DepthSource + Send + Sync + ?Sized> DepthSource for std::sync::Arc<T> {
     fn depths_covering(
         &self,
         vhost: &str,

@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::backoff::ResolvedPolicy;
-use crate::broker::{ApplyReport, Broker, BrokerConnection, BrokerError};
+use crate::broker::{ApplyReport, BrokerConnection, BrokerError, BrokerTopology};
 use crate::crd::{DeadLetterQueue, InvalidSpec, RetryPolicy};
 use crate::manifest::{object_key, secret_data};
 use crate::topology::{self, DesiredTopology};
@@ -63,7 +63,8 @@ impl ReconcileError {
                 BrokerError::InvalidSecret { .. } => "InvalidSecret",
                 BrokerError::Tls { .. } => "BrokerTlsError",
                 BrokerError::NotFound { .. } => "BrokerNotFound",
-                _ => "BrokerError",
+                BrokerError::NameOwned { .. } => "NameConflict",
+                BrokerError::Api { .. } | BrokerError::Amqp { .. } => "BrokerError",
             },
         }
     }
@@ -245,8 +246,8 @@ pub fn plan(
 /// the broker holds a planned name (nothing is written then);
 /// [`ReconcileError::Broker`] when the broker cannot be reached or refuses a read or
 /// write; per-object conflicts are reported in the [`ApplyReport`], not as errors.
-pub async fn apply<B: Broker>(
-    broker: &B,
+pub async fn apply(
+    broker: &dyn BrokerTopology,
     prepared: &Prepared,
 ) -> Result<ApplyReport, ReconcileError> {
     broker.apply(&prepared.topology).await.map_err(|e| match e {

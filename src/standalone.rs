@@ -9,13 +9,13 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::rabbitmq::RabbitMq;
-use crate::broker::{ApplyReport, BrokerConnection, Outcome};
+use crate::broker::{ApplyReport, BrokerConnection, BrokerFactory, Outcome};
 use crate::collector::{
     Collector, DepthSource, Group, GroupPoll, Listing, Member, Reading, Recorded,
 };
@@ -99,7 +99,11 @@ impl std::fmt::Display for Counts {
 /// # Errors
 /// Only I/O errors writing to `out`; broker problems are reported in the output and the
 /// [`Summary`].
-pub async fn apply_all(planned: &[Planned], out: &mut impl Write) -> std::io::Result<Summary> {
+pub async fn apply_all(
+    brokers: &dyn BrokerFactory,
+    planned: &[Planned],
+    out: &mut impl Write,
+) -> std::io::Result<Summary> {
     let mut summary = Summary::default();
     // Names and reasons come from files and from the broker: control characters are
     // escaped before they reach a terminal.
@@ -113,8 +117,8 @@ pub async fn apply_all(planned: &[Planned], out: &mut impl Write) -> std::io::Re
             prep.connection.redacted_management_uri(),
             prep.topology.vhost
         ))?;
-        let result = match RabbitMq::new(&prep.connection) {
-            Ok(broker) => reconcile::apply(&broker, prep).await,
+        let result = match brokers.client(&prep.connection) {
+            Ok(broker) => reconcile::apply(broker.as_ref(), prep).await,
             Err(e) => Err(e.into()),
         };
         if let Ok(report) = &result {
@@ -248,6 +252,8 @@ pub struct RunOptions {
     pub resync: StdDuration,
     /// Where to serve `/metrics`, `/healthz` and `/readyz` (`None`: not served).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Makes the broker clients ([`crate::broker::default_factory`]: RabbitMQ).
+    pub brokers: Arc<dyn BrokerFactory>,
 }
 
 /// Keeps reconciling: re-reads the manifests every interval (on a blocking thread: a read
@@ -376,7 +382,7 @@ impl Runner {
             tracing::info!("manifests changed; reconciling");
         }
         let mut buf = Vec::new();
-        let summary = apply_all(&planned, &mut buf).await?;
+        let summary = apply_all(self.opts.brokers.as_ref(), &planned, &mut buf).await?;
         // A reader of stdout that went away (`| head`, a log shipper restarting) does not
         // stop the operator: the report is dropped.
         match std::io::stdout().write_all(&buf) {
@@ -411,7 +417,13 @@ impl Runner {
             .last_poll
             .map_or(interval, |l| l.elapsed().max(interval));
         self.last_poll = Some(tokio::time::Instant::now());
-        self.missing = poll_depths(&self.planned, &mut self.collector, spacing).await;
+        self.missing = poll_depths(
+            self.opts.brokers.as_ref(),
+            &self.planned,
+            &mut self.collector,
+            spacing,
+        )
+        .await;
     }
 }
 
@@ -482,7 +494,7 @@ async fn next_read(
 /// The broker of a group of the manifests: a client made for each listing from the
 /// connection settings of the group's first resource (a client that cannot be made fails
 /// the listing).
-struct Endpoint<'a>(&'a BrokerConnection);
+struct Endpoint<'a>(&'a dyn BrokerFactory, &'a BrokerConnection);
 
 impl DepthSource for Endpoint<'_> {
     async fn depths_covering(
@@ -490,7 +502,8 @@ impl DepthSource for Endpoint<'_> {
         vhost: &str,
         required: &std::collections::BTreeSet<String>,
     ) -> Listing {
-        RabbitMq::new(self.0)?
+        self.0
+            .client(self.1)?
             .queue_depths_covering(vhost, required)
             .await
     }
@@ -498,7 +511,11 @@ impl DepthSource for Endpoint<'_> {
 
 /// The resources of `planned` grouped by broker (management endpoint, credentials not
 /// shown) and vhost: one listing each.
-fn groups(planned: &[Planned], spacing_ms: u64) -> Vec<(String, Group<'_, Endpoint<'_>>)> {
+fn groups<'a>(
+    brokers: &'a dyn BrokerFactory,
+    planned: &'a [Planned],
+    spacing_ms: u64,
+) -> Vec<(String, Group<'a, Endpoint<'a>>)> {
     let mut groups: BTreeMap<(String, &str), Group<'_, Endpoint<'_>>> = BTreeMap::new();
     for p in planned {
         let prep = &p.prepared;
@@ -506,7 +523,7 @@ fn groups(planned: &[Planned], spacing_ms: u64) -> Vec<(String, Group<'_, Endpoi
         groups
             .entry((endpoint, prep.topology.vhost.as_str()))
             .or_insert_with(|| Group {
-                broker: Endpoint(&prep.connection),
+                broker: Endpoint(brokers, &prep.connection),
                 vhost: &prep.topology.vhost,
                 spacing_ms,
                 members: Vec::new(),
@@ -528,6 +545,7 @@ fn groups(planned: &[Planned], spacing_ms: u64) -> Vec<(String, Group<'_, Endpoi
 /// ([`crate::collector::poll`]), one at a time. Logs a line per DeadLetterQueue (tiers
 /// shortest first) and returns whether a planned queue is missing on the broker.
 async fn poll_depths(
+    brokers: &dyn BrokerFactory,
     planned: &[Planned],
     collector: &mut Collector,
     poll_interval: StdDuration,
@@ -540,7 +558,7 @@ async fn poll_depths(
     // state.
     let spacing_ms = u64::try_from(poll_interval.as_millis()).unwrap_or(u64::MAX);
     let (endpoints, groups): (Vec<String>, Vec<_>) =
-        groups(planned, spacing_ms).into_iter().unzip();
+        groups(brokers, planned, spacing_ms).into_iter().unzip();
     let polls =
         crate::collector::poll(collector, &groups, crate::clock::now_ms(), 1, |_, _| None).await;
     let mut any_missing = false;

@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 
 use dlq_operator::backoff::ResolvedPolicy;
 use dlq_operator::broker::rabbitmq::{amqp, ownership, RabbitMq};
-use dlq_operator::broker::{
-    Broker, BrokerConnection, BrokerError, DeleteOutcome, ObjectKind, Outcome,
-};
+use dlq_operator::broker::{BrokerConnection, BrokerError, DeleteOutcome, ObjectKind, Outcome};
 use dlq_operator::crd::{DeadLetterQueueSpec, RetryPolicySpec};
 use dlq_operator::topology::{plan, DesiredTopology};
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions};

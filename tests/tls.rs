@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dlq_operator::broker::rabbitmq::{amqp, RabbitMq};
-use dlq_operator::broker::{Broker, BrokerConnection, BrokerError};
+use dlq_operator::broker::{BrokerConnection, BrokerError};
 use dlq_operator::standalone::load_and_plan;
 
 use common::*;

@@ -32,7 +32,7 @@ pub struct QueueDepthRow {
 }
 
 /// The depths of a depth listing, by queue name (a queue without statistics yet counts
-/// 0). Pure: what [`Broker::queue_depths`](super::Broker::queue_depths) does with the management API's answer, and
+/// 0). Pure: what [`BrokerTopology::queue_depths`](super::BrokerTopology::queue_depths) does with the management API's answer, and
 /// what the collector benchmark measures.
 pub fn depths_from_rows(rows: Vec<QueueDepthRow>) -> BTreeMap<String, QueueDepth> {
     rows.into_iter()

@@ -9,7 +9,7 @@
 //! - [`BrokerConnection`] ([`connection`]): connection settings read from a Kubernetes
 //!   Secret, with credentials kept out of every `Debug`, `Display`, log line and error.
 //! - [`BrokerTopology`], [`DeadLetterOps`], [`BrokerClient`], [`BrokerFactory`]: the
-//!   seam's traits; [`Broker`]: the native-async topology trait `RabbitMq` implements.
+//!   seam's traits.
 //! - [`ApplyReport`], [`RemovalReport`] ([`report`]): what an apply or removal did, one
 //!   [`Action`] per object.
 //! - [`QueueDepth`] ([`depth`]): queue depths and the parsers of the depth sources.
@@ -34,7 +34,7 @@ pub use depth::{depths_from_prometheus, depths_from_rows, QueueDepth, QueueDepth
 pub use error::BrokerError;
 pub use rabbitmq::{QueueLimits, RequestCounts};
 pub use report::{Action, ApplyReport, DeleteOutcome, ObjectKind, Outcome, RemovalReport};
-pub use seam::{Broker, BrokerClient, BrokerFactory, BrokerTopology, DeadLetterOps, QueueCounts};
+pub use seam::{BrokerClient, BrokerFactory, BrokerTopology, DeadLetterOps, QueueCounts};
 
 /// The factory of the production broker, RabbitMQ (`rabbitmq::RabbitMqFactory`): what the
 /// `dlq` commands' entry points that take a [`BrokerConnection`] use.

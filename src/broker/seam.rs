@@ -12,9 +12,7 @@
 //! - [`BrokerFactory`]: [`BrokerConnection`] → [`BrokerClient`].
 //!
 //! Implementations: RabbitMQ (`rabbitmq::RabbitMq`, `rabbitmq::RabbitMqFactory`) and the
-//! in-memory [`fake`](super::fake) for tests. [`Broker`] is the earlier, native-async form
-//! of the topology part that `RabbitMq` implements and `reconcile::apply` takes; the
-//! RabbitMQ [`BrokerTopology`] delegates to it.
+//! in-memory [`fake`](super::fake) for tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -33,74 +31,35 @@ use crate::dlq::route::ExchangeRoute;
 use crate::dlq::Inspection;
 use crate::topology::DesiredTopology;
 
-/// What the reconcile core needs from a broker, in native async form (not object-safe):
-/// `RabbitMq` implements it and `reconcile::apply` takes it; [`BrokerTopology`] is the
-/// object-safe form drivers hold, which the RabbitMQ client implements by delegating here.
-#[allow(async_fn_in_trait)]
-pub trait Broker {
+/// The topology part of a broker client, object-safe (`Arc<dyn BrokerTopology>`).
+#[async_trait::async_trait]
+pub trait BrokerTopology: Send + Sync {
     /// Applies a plan: refuses it when another DeadLetterQueue owns one of its names
     /// (nothing written), records its ownership, declares what is missing, updates
     /// operator-owned policies that differ, reports conflicts without touching the
     /// conflicting objects, drains obsolete retry tiers and retires dead-letter queues
-    /// the plan no longer has. Idempotent: a second apply of the same plan writes nothing.
+    /// the plan no longer has (docs/ARCHITECTURE.md, "Broker topology"). Idempotent: a
+    /// second apply of the same plan writes nothing.
     ///
     /// # Errors
     /// Transport, authentication and vhost errors, [`BrokerError::NameOwned`] for another
-    /// owner's name; per-object problems are reported as [`Outcome`](super::Outcome)s in the
-    /// [`ApplyReport`] instead.
+    /// owner's name; per-object problems are reported as [`Outcome`](super::Outcome)s in
+    /// the [`ApplyReport`] instead.
     async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError>;
 
-    /// Depths of every queue of `vhost`, by queue name, read in one call.
-    ///
-    /// # Errors
-    /// Transport, authentication and vhost errors.
-    async fn queue_depths(&self, vhost: &str) -> Result<BTreeMap<String, QueueDepth>, BrokerError>;
-
-    /// Deletes queue `name` of `vhost` only if it holds no messages; the broker itself
-    /// enforces the condition.
-    ///
-    /// # Errors
-    /// Transport, authentication and other API errors.
-    async fn delete_queue_if_empty(
-        &self,
-        vhost: &str,
-        name: &str,
-    ) -> Result<DeleteOutcome, BrokerError>;
-
     /// Removes the operator-owned objects of `plan` (`deletionPolicy: Delete`,
-    /// docs/REFERENCE.md): the operator's policies, the retry and dead-letter exchanges, the retry tier
-    /// queues (planned and obsolete ones) and the dead-letter queues. The source queue is
-    /// never deleted (only our policy on it is removed).
-    ///
-    /// Nothing is removed unless every queue to delete is idle: no message (ready or
-    /// unacknowledged) and no consumer. Otherwise the report lists why in
-    /// [`RemovalReport::blocked`] and the broker is left untouched. A missing vhost means
-    /// there is nothing to remove.
+    /// docs/REFERENCE.md): the operator's policies, the retry and dead-letter exchanges,
+    /// the retry tier queues (planned and obsolete ones) and the dead-letter queues. The
+    /// source queue is never deleted (only our policy on it is removed). Nothing is
+    /// removed unless every queue to delete is idle: no message (ready or unacknowledged)
+    /// and no consumer; otherwise [`RemovalReport::blocked`] says why and the broker is
+    /// left untouched. A missing vhost means there is nothing to remove.
     ///
     /// # Errors
     /// Transport, authentication and API errors.
     async fn remove(&self, plan: &DesiredTopology) -> Result<RemovalReport, BrokerError>;
-}
 
-/// The topology part of a broker client, object-safe (`Arc<dyn BrokerTopology>`).
-#[async_trait::async_trait]
-pub trait BrokerTopology: Send + Sync {
-    /// Applies a plan ([`Broker::apply`]): refuses it when another DeadLetterQueue owns
-    /// one of its names, declares what is missing, reports conflicts, drains obsolete
-    /// retry tiers. Idempotent: a second apply of the same plan writes nothing.
-    ///
-    /// # Errors
-    /// As [`Broker::apply`].
-    async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError>;
-
-    /// Removes the operator-owned objects of `plan` ([`Broker::remove`]); nothing is
-    /// removed while a queue to delete holds a message or has a consumer.
-    ///
-    /// # Errors
-    /// As [`Broker::remove`].
-    async fn remove(&self, plan: &DesiredTopology) -> Result<RemovalReport, BrokerError>;
-
-    /// Depths of every queue of `vhost`, by queue name ([`Broker::queue_depths`]).
+    /// Depths of every queue of `vhost`, by queue name, read in one call.
     ///
     /// # Errors
     /// Transport, authentication and vhost errors.
@@ -117,8 +76,8 @@ pub trait BrokerTopology: Send + Sync {
         required: &BTreeSet<String>,
     ) -> Result<BTreeMap<String, QueueDepth>, BrokerError>;
 
-    /// Deletes queue `name` of `vhost` only if it holds no messages
-    /// ([`Broker::delete_queue_if_empty`]).
+    /// Deletes queue `name` of `vhost` only if it holds no messages; the broker itself
+    /// enforces the condition.
     ///
     /// # Errors
     /// Transport, authentication and other API errors.
@@ -242,6 +201,20 @@ pub trait DeadLetterOps: Send + Sync {
 pub trait BrokerClient: BrokerTopology + DeadLetterOps {}
 
 impl<T: BrokerTopology + DeadLetterOps + ?Sized> BrokerClient for T {}
+
+/// A client shows as its kind only: its settings hold credentials.
+impl std::fmt::Debug for dyn BrokerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BrokerClient")
+    }
+}
+
+/// A factory shows as its kind only.
+impl std::fmt::Debug for dyn BrokerFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BrokerFactory")
+    }
+}
 
 /// Builds the client of a broker from its connection settings.
 pub trait BrokerFactory: Send + Sync {

@@ -16,9 +16,13 @@ use super::output::Stdout;
 /// is applied then); [`CliError::Apply`] when the report cannot be written.
 pub async fn apply(files: &[PathBuf]) -> Result<ExitCode, CliError> {
     let (_, planned) = standalone::load_and_plan(files)?;
-    let summary = standalone::apply_all(&planned, &mut Stdout)
-        .await
-        .map_err(CliError::Apply)?;
+    let summary = standalone::apply_all(
+        dlq_operator::broker::default_factory().as_ref(),
+        &planned,
+        &mut Stdout,
+    )
+    .await
+    .map_err(CliError::Apply)?;
     Ok(if summary.not_ready == 0 {
         ExitCode::SUCCESS
     } else {

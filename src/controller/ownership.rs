@@ -12,7 +12,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject};
 
-use crate::broker::rabbitmq::RabbitMq;
+use crate::broker::BrokerClient;
 use crate::controller::context::Context;
 use crate::controller::object::{decode, status_of};
 use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus};
@@ -54,7 +54,7 @@ pub fn recorded_by_others(
 pub async fn same_broker(
     ctx: &Context,
     dlq: &DeadLetterQueue,
-    mine: &RabbitMq,
+    mine: &dyn BrokerClient,
     other: &DeadLetterQueue,
 ) -> bool {
     let ns = crate::manifest::namespace_of(&dlq.metadata);

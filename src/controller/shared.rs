@@ -14,7 +14,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::Client;
 
 use crate::backoff::Backoff;
-use crate::broker::rabbitmq::{RabbitMq, RequestCounts};
+use crate::broker::{BrokerClient, BrokerFactory, RequestCounts};
 use crate::broker::{BrokerConnection, BrokerError};
 use crate::crd::BackoffStrategy;
 use crate::metrics::Metrics;
@@ -27,13 +27,47 @@ pub const REPORTING_CONTROLLER: &str = "dlqoperator.io/dlq-operator";
 
 /// Broker clients, one per Secret version (`namespace/name@resourceVersion`), so that
 /// HTTP connections are reused across reconciles and a rotated Secret gets a new client.
-#[derive(Debug, Default)]
 pub struct BrokerClients {
-    clients: Mutex<HashMap<String, Arc<RabbitMq>>>,
+    factory: Arc<dyn BrokerFactory>,
+    clients: Mutex<HashMap<String, Arc<dyn BrokerClient>>>,
     retired: Mutex<RequestCounts>,
 }
 
+impl Default for BrokerClients {
+    /// Clients of RabbitMQ ([`crate::broker::default_factory`]).
+    fn default() -> Self {
+        BrokerClients::new(crate::broker::default_factory())
+    }
+}
+
+impl std::fmt::Debug for BrokerClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerClients")
+            .field("clients", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl BrokerClients {
+    /// No client yet; clients will be made by `factory` (RabbitMQ, or the in-memory
+    /// [`crate::broker::fake`] in tests).
+    pub fn new(factory: Arc<dyn BrokerFactory>) -> Self {
+        BrokerClients {
+            factory,
+            clients: Mutex::default(),
+            retired: Mutex::default(),
+        }
+    }
+
+    /// A client for `conn` that is not kept (a DeadLetterReplay's run, which has its own
+    /// connections), made by the same factory.
+    ///
+    /// # Errors
+    /// [`BrokerError::Tls`] when the CA or client certificate cannot be used.
+    pub fn connect(&self, conn: &BrokerConnection) -> Result<Arc<dyn BrokerClient>, BrokerError> {
+        self.factory.client(conn)
+    }
+
     /// The client for `secret` (read from `namespace`) with settings `conn`; built on first
     /// use and replaced when the Secret's `resourceVersion` changes.
     ///
@@ -44,7 +78,7 @@ impl BrokerClients {
         namespace: &str,
         secret: &Secret,
         conn: &BrokerConnection,
-    ) -> Result<Arc<RabbitMq>, BrokerError> {
+    ) -> Result<Arc<dyn BrokerClient>, BrokerError> {
         let name = secret.metadata.name.as_deref().unwrap_or_default();
         let prefix = format!("{namespace}/{name}@");
         let key = format!(
@@ -73,7 +107,7 @@ impl BrokerClients {
                 retired.writes += counts.writes;
             }
         }
-        let client = Arc::new(RabbitMq::new(conn)?);
+        let client = self.factory.client(conn)?;
         clients.insert(key, client.clone());
         Ok(client)
     }

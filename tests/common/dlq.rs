@@ -173,7 +173,6 @@ pub fn applied_manifests_with(queue: &str, extra: &str) -> (tempfile::TempDir, S
 
 /// [`topology`] of `queue` (with `limit`), applied to the local broker.
 pub async fn applied(queue: &str, limit: Option<u64>) -> DesiredTopology {
-    use dlq_operator::broker::Broker as _;
     let t = topology(queue, limit);
     dlq_operator::broker::rabbitmq::RabbitMq::new(&connection())
         .expect("client")

@@ -61,7 +61,7 @@ pub use seam::RabbitMqFactory;
 pub use snapshot::Snapshot;
 
 use crate::broker::{
-    ApplyReport, Broker, BrokerConnection, BrokerError, DeleteOutcome, QueueDepth, RemovalReport,
+    ApplyReport, BrokerConnection, BrokerError, DeleteOutcome, QueueDepth, RemovalReport,
 };
 use crate::topology::DesiredTopology;
 
@@ -366,7 +366,9 @@ impl RabbitMq {
     }
 }
 
-impl Broker for RabbitMq {
+/// The topology operations, also reachable through the broker seam
+/// ([`BrokerTopology`](crate::broker::BrokerTopology), module `seam`).
+impl RabbitMq {
     /// Applies `plan` (see the module documentation for the rules): the reads of
     /// [`RabbitMq::snapshot`] (one small GET per planned object, never a whole-vhost
     /// listing of queues, exchanges or bindings), an AMQP connection check
@@ -382,7 +384,7 @@ impl Broker for RabbitMq {
     /// another DeadLetterQueue's record holds a planned name, and [`BrokerError::Api`]
     /// for a write the broker refuses for another reason than a conflict (conflicts are
     /// [`Outcome`](crate::broker::Outcome)s).
-    async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError> {
+    pub async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError> {
         self.apply_plan(plan).await
     }
 
@@ -397,7 +399,10 @@ impl Broker for RabbitMq {
     ///
     /// # Errors
     /// [`BrokerError::NotFound`] for a missing vhost; transport/authentication errors.
-    async fn queue_depths(&self, vhost: &str) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
+    pub async fn queue_depths(
+        &self,
+        vhost: &str,
+    ) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
         self.queue_depths_covering(vhost, &BTreeSet::new()).await
     }
 
@@ -408,7 +413,7 @@ impl Broker for RabbitMq {
     ///
     /// # Errors
     /// Transport/authentication errors, [`BrokerError::Api`] for other refusals.
-    async fn delete_queue_if_empty(
+    pub async fn delete_queue_if_empty(
         &self,
         vhost: &str,
         name: &str,
@@ -434,7 +439,7 @@ impl Broker for RabbitMq {
     /// A name whose ownership record names another DeadLetterQueue is never touched;
     /// the dead-letter queues this one retired (its dead-letter exchange's record) are
     /// removed with the rest.
-    async fn remove(&self, plan: &DesiredTopology) -> Result<RemovalReport, BrokerError> {
+    pub async fn remove(&self, plan: &DesiredTopology) -> Result<RemovalReport, BrokerError> {
         self.remove_plan(plan).await
     }
 }

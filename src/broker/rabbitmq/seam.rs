@@ -10,9 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::dead_letters::{browse, purge, replay};
 use super::{amqp, RabbitMq, RequestCounts};
 use crate::broker::{
-    ApplyReport, Broker, BrokerClient, BrokerConnection, BrokerError, BrokerFactory,
-    BrokerTopology, DeadLetterOps, DeleteOutcome, QueueCounts, QueueDepth, QueueLimits,
-    RemovalReport,
+    ApplyReport, BrokerClient, BrokerConnection, BrokerError, BrokerFactory, BrokerTopology,
+    DeadLetterOps, DeleteOutcome, QueueCounts, QueueDepth, QueueLimits, RemovalReport,
 };
 use crate::dlq::browse::InspectOptions;
 use crate::dlq::filter::Filter;
@@ -25,15 +24,15 @@ use crate::topology::DesiredTopology;
 #[async_trait::async_trait]
 impl BrokerTopology for RabbitMq {
     async fn apply(&self, plan: &DesiredTopology) -> Result<ApplyReport, BrokerError> {
-        <RabbitMq as Broker>::apply(self, plan).await
+        RabbitMq::apply(self, plan).await
     }
 
     async fn remove(&self, plan: &DesiredTopology) -> Result<RemovalReport, BrokerError> {
-        <RabbitMq as Broker>::remove(self, plan).await
+        RabbitMq::remove(self, plan).await
     }
 
     async fn queue_depths(&self, vhost: &str) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
-        <RabbitMq as Broker>::queue_depths(self, vhost).await
+        RabbitMq::queue_depths(self, vhost).await
     }
 
     async fn queue_depths_covering(
@@ -49,7 +48,7 @@ impl BrokerTopology for RabbitMq {
         vhost: &str,
         name: &str,
     ) -> Result<DeleteOutcome, BrokerError> {
-        <RabbitMq as Broker>::delete_queue_if_empty(self, vhost, name).await
+        RabbitMq::delete_queue_if_empty(self, vhost, name).await
     }
 
     async fn cluster_name(&self) -> Result<String, BrokerError> {

@@ -28,7 +28,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::broker::rabbitmq::RabbitMq;
+use crate::broker::BrokerClient;
 use crate::broker::{BrokerError, QueueDepth};
 use crate::collector::{observe, Collector};
 use crate::controller::object::{api_resource, status_of};
@@ -73,7 +73,7 @@ pub struct Target {
     /// Its validated `spec.monitoring`.
     pub params: Params,
     /// The broker client of its Secret version.
-    pub broker: Arc<RabbitMq>,
+    pub broker: Arc<dyn BrokerClient>,
     /// The listing it shares: `namespace/secret@resourceVersion` and vhost.
     pub group: Group,
 }
@@ -102,7 +102,7 @@ impl Targets {
         obj: &DynamicObject,
         topology: &DesiredTopology,
         params: &Params,
-        broker: Arc<RabbitMq>,
+        broker: Arc<dyn BrokerClient>,
         secret_key: String,
     ) {
         let key = crate::manifest::object_key(&obj.metadata);
@@ -201,7 +201,7 @@ pub async fn run(ctx: MonitorContext, stop: CancellationToken) {
 /// real spacing of its polls, and every queue its members need.
 struct Due {
     group: Group,
-    broker: Arc<RabbitMq>,
+    broker: Arc<dyn BrokerClient>,
     spacing: Duration,
     required: BTreeSet<String>,
 }

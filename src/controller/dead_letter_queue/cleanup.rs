@@ -8,7 +8,7 @@ use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::ResourceExt;
 
-use crate::broker::{Broker, RemovalReport};
+use crate::broker::RemovalReport;
 use crate::controller::conditions::{self, ConditionStatus, Desired, READY, TOPOLOGY_READY};
 use crate::controller::context::DeadLetterQueueContext;
 use crate::controller::object::{api_resource, decode, status_of};
@@ -147,7 +147,7 @@ impl<'a> Deletion<'a> {
         // across namespaces and Secrets): deleting them would take its topology away.
         let mut shared = Vec::new();
         for other in ownership::recorded_by_others(dlq, &others(self.ctx)) {
-            if ownership::same_broker(&self.ctx.shared, dlq, &broker, &other).await {
+            if ownership::same_broker(&self.ctx.shared, dlq, broker.as_ref(), &other).await {
                 shared.push(object_key(&other.metadata));
             }
         }

@@ -236,7 +236,7 @@ async fn apply_topology(
         )));
     };
     let broker = ctx.shared.brokers.get(ns, secret, &p.connection)?;
-    if let Some(conflict) = name_conflict(ctx, dlq, current, &broker).await {
+    if let Some(conflict) = name_conflict(ctx, dlq, current, broker.as_ref()).await {
         return Err(conflict);
     }
     let secret_key = format!(
@@ -329,7 +329,7 @@ async fn name_conflict(
     ctx: &DeadLetterQueueContext,
     dlq: &DeadLetterQueue,
     mine: &DeadLetterQueueStatus,
-    broker: &crate::broker::rabbitmq::RabbitMq,
+    broker: &dyn crate::broker::BrokerClient,
 ) -> Option<ReconcileError> {
     for owner in ownership::owner_of_overlap(dlq, mine, &others(ctx)) {
         if ownership::same_broker(&ctx.shared, dlq, broker, &owner.other).await {

@@ -17,7 +17,7 @@ use crate::controller::context::DeadLetterReplayContext;
 use crate::controller::object::api_resource;
 use crate::controller::{publish, Error, Note};
 use crate::crd::{DeadLetterReplay, DeadLetterReplaySpec, DeadLetterReplayStatus, ReplayPhase};
-use crate::dlq::replay::{replay, Observer, Outcome, ReplayOptions, ReplayReport};
+use crate::dlq::replay::{replay_with, Observer, Outcome, ReplayOptions, ReplayReport};
 use crate::manifest::object_key;
 use crate::reconcile::{Prepared, ReconcileError};
 
@@ -286,16 +286,19 @@ impl Job {
         let result = if options.limit == Some(0) {
             Ok(None)
         } else {
-            replay(
-                &self.prepared.connection,
-                &self.prepared.topology,
-                &options,
-                now_ms,
-                &self.stop,
-                &mut observer,
-            )
-            .await
-            .map(Some)
+            match self.ctx.shared.brokers.connect(&self.prepared.connection) {
+                Ok(broker) => replay_with(
+                    broker.as_ref(),
+                    &self.prepared.topology,
+                    &options,
+                    now_ms,
+                    &self.stop,
+                    &mut observer,
+                )
+                .await
+                .map(Some),
+                Err(e) => Err(e),
+            }
         };
         (result, observer)
     }

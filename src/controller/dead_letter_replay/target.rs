@@ -77,13 +77,14 @@ pub(super) async fn target(
         .dead_letter_queues()
         .map(|q| (q, "dead-letter queue"))
         .chain((spec.target == ReplayTarget::OriginalQueue).then_some((source, "source queue")));
+    let broker = match ctx.brokers.connect(&prepared.connection) {
+        Ok(b) => b,
+        Err(e) => return Ok(Err(waiting(ReconcileError::Broker(e)))),
+    };
     for (queue, role) in needed {
-        let found = crate::broker::rabbitmq::amqp::passive_queue_counts(
-            &prepared.connection,
-            &prepared.topology.vhost,
-            queue,
-        )
-        .await;
+        let found = broker
+            .passive_queue_counts(&prepared.topology.vhost, queue)
+            .await;
         match found {
             Ok(Some(_)) => {}
             Ok(None) => {
