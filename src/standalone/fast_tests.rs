@@ -122,7 +122,7 @@ async fn a_name_owned_by_another_resource_is_refused_and_nothing_is_written() {
     std::fs::write(&other, dead_letter_queue("other", SOURCE)).expect("write");
     // Both in one set of manifests: refused while planning.
     let both = load_and_plan(&[repo(EXAMPLE), repo(SECRET), other.clone()]);
-    let err = both.err().expect("two resources claim one source queue");
+    let err = both.expect_err("two resources claim one source queue");
     assert!(err.to_string().contains(SOURCE), "{err}");
 
     // Applied one after the other (as two runs of `apply -f`): the broker's ownership
