@@ -654,3 +654,6 @@ fn log_status(
         observed.depth.dead_letter
     );
 }
+
+#[cfg(test)]
+mod fast_tests;

@@ -31,6 +31,8 @@ use crate::manifest::object_key;
 use crate::reconcile::{self, Prepared, ReconcileError};
 
 mod cleanup;
+#[cfg(test)]
+mod fast_tests;
 mod status;
 
 pub use cleanup::recorded_part;
