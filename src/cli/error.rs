@@ -7,6 +7,7 @@ use dlq_operator::broker::BrokerError;
 use dlq_operator::controller::RunError;
 use dlq_operator::crd::InvalidSpec;
 use dlq_operator::dlq::filter::FilterError;
+use dlq_operator::dlq::target::TargetError;
 use dlq_operator::duration::DurationError;
 use dlq_operator::manifest::ManifestError;
 
@@ -54,9 +55,9 @@ pub enum CliError {
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     /// The DeadLetterQueue a `dlq` command names cannot be found, read or planned
-    /// (`dlq_operator::dlq::target`'s message).
-    #[error("{0}")]
-    Target(String),
+    /// (`dlq_operator::dlq::target`).
+    #[error(transparent)]
+    Target(#[from] TargetError),
     /// The blocking task reading a `dlq` command's manifests failed (it panicked).
     #[error("reading the manifests failed: {0}")]
     ManifestTask(#[source] tokio::task::JoinError),

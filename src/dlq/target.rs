@@ -11,18 +11,30 @@ use crate::manifest::ManifestError;
 use crate::reconcile::Prepared;
 use crate::resolve::{self, ResolveError};
 
+/// Why a `dlq` command has no DeadLetterQueue to work on.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// The reference is not `NAMESPACE/NAME`.
+    #[error("{0:?}: expected NAMESPACE/NAME of a DeadLetterQueue")]
+    Reference(String),
+    /// The DeadLetterQueue of the cluster cannot be found, read or planned.
+    #[error(transparent)]
+    Cluster(#[from] ResolveError),
+    /// The manifest files name no usable DeadLetterQueue.
+    #[error(transparent)]
+    Files(#[from] FilesError),
+}
+
 /// Splits `NAMESPACE/NAME`.
 ///
 /// # Errors
-/// A message naming the argument when it is not two non-empty parts.
-pub fn split_ref(reference: &str) -> Result<(&str, &str), String> {
+/// [`TargetError::Reference`] when it is not two non-empty parts.
+pub fn split_ref(reference: &str) -> Result<(&str, &str), TargetError> {
     match reference.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
             Ok((ns, name))
         }
-        _ => Err(format!(
-            "{reference:?}: expected NAMESPACE/NAME of a DeadLetterQueue"
-        )),
+        _ => Err(TargetError::Reference(reference.to_string())),
     }
 }
 
@@ -40,16 +52,6 @@ pub async fn in_cluster(
     resolve::by_name(&resolve::Cluster::new(client), namespace, name)
         .await
         .map(|r| r.prepared)
-}
-
-/// [`in_cluster`] with its error as the command's message.
-///
-/// # Errors
-/// The message of [`in_cluster`]'s error.
-pub async fn from_cluster(client: Client, namespace: &str, name: &str) -> Result<Prepared, String> {
-    in_cluster(client, namespace, name)
-        .await
-        .map_err(|e| e.to_string())
 }
 
 /// Why `--standalone -f PATH --name NAME` names no usable DeadLetterQueue.
@@ -121,14 +123,6 @@ pub fn in_files(paths: &[PathBuf], name: &str) -> Result<Prepared, FilesError> {
     }
 }
 
-/// [`in_files`] with its error as the command's message.
-///
-/// # Errors
-/// The message of [`in_files`]'s error.
-pub fn from_files(paths: &[PathBuf], name: &str) -> Result<Prepared, String> {
-    in_files(paths, name).map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,8 +130,12 @@ mod tests {
     #[test]
     fn references_are_namespace_slash_name() {
         assert_eq!(
-            split_ref("orders/order-events"),
-            Ok(("orders", "order-events"))
+            split_ref("orders/order-events").ok(),
+            Some(("orders", "order-events"))
+        );
+        assert_eq!(
+            split_ref("x").map_err(|e| e.to_string()).err().as_deref(),
+            Some("\"x\": expected NAMESPACE/NAME of a DeadLetterQueue")
         );
         for bad in ["order-events", "/x", "x/", "a/b/c", ""] {
             assert!(split_ref(bad).is_err(), "{bad}");

@@ -75,10 +75,10 @@ async fn find(which: Which) -> Result<Prepared, CliError> {
         // Off the async threads: a file that blocks (a FIFO, a hung network mount) must
         // not keep a signal from ending the command.
         let name = name.unwrap_or_default();
-        let read = tokio::task::spawn_blocking(move || target::from_files(&files, &name))
+        let read = tokio::task::spawn_blocking(move || target::in_files(&files, &name))
             .await
             .map_err(CliError::ManifestTask)?;
-        return read.map_err(CliError::Target);
+        return read.map_err(|e| CliError::Target(e.into()));
     }
     if !files.is_empty() || name.is_some() {
         return Err(CliError::Usage(
@@ -90,7 +90,7 @@ async fn find(which: Which) -> Result<Prepared, CliError> {
     let client = kube::Client::try_default()
         .await
         .map_err(CliError::Kubernetes)?;
-    target::from_cluster(client, ns, name)
+    target::in_cluster(client, ns, name)
         .await
-        .map_err(CliError::Target)
+        .map_err(|e| CliError::Target(e.into()))
 }
