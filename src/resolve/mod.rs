@@ -182,11 +182,7 @@ impl ResolveError {
             ResolveError::SecretNotFound { name, .. } => Ok(ReconcileError::SecretNotFound(name)),
             ResolveError::Invalid {
                 kind, name, source, ..
-            } => Ok(ReconcileError::InvalidSpec {
-                kind: kind.as_str(),
-                name,
-                source,
-            }),
+            } => Ok(ReconcileError::InvalidSpec { kind, name, source }),
             ResolveError::InvalidSecret { source, .. } => Ok(ReconcileError::Broker(source)),
             e @ (ResolveError::DeadLetterQueueNotFound { .. } | ResolveError::Api { .. }) => Err(e),
         }

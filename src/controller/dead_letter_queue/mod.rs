@@ -28,7 +28,7 @@ use crate::controller::{alert_rules, ownership};
 use crate::controller::{publish, Error};
 use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus, InvalidSpec, RetryPolicy};
 use crate::manifest::object_key;
-use crate::reconcile::{self, Prepared, ReconcileError};
+use crate::reconcile::{self, Prepared, ReconcileError, ResourceKind};
 
 mod cleanup;
 mod status;
@@ -97,7 +97,7 @@ fn others(ctx: &DeadLetterQueueContext) -> Vec<Arc<DynamicObject>> {
 /// read: an empty reference name is an invalid spec, not an API error).
 pub(crate) fn decode_valid(obj: &DynamicObject) -> Result<DeadLetterQueue, ReconcileError> {
     let invalid = |source| ReconcileError::InvalidSpec {
-        kind: "DeadLetterQueue",
+        kind: ResourceKind::DeadLetterQueue,
         name: object_key(&obj.metadata),
         source,
     };
@@ -134,7 +134,7 @@ pub(crate) fn prepare(
 ) -> Result<Prepared, ReconcileError> {
     match policy {
         Some(Err(invalid)) => Err(ReconcileError::InvalidSpec {
-            kind: "RetryPolicy",
+            kind: ResourceKind::RetryPolicy,
             name: format!(
                 "{}/{}",
                 crate::manifest::namespace_of(&dlq.metadata),
