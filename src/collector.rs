@@ -348,11 +348,17 @@ pub async fn poll<B: DepthSource>(
     mut resume: impl FnMut(&str, &Params) -> Option<Evaluator>,
 ) -> Vec<GroupPoll> {
     use futures::StreamExt;
-    let mut listings: Vec<(usize, Listing)> = futures::stream::iter(groups.iter().enumerate())
+    // The listings are made before they are streamed (no closure in the stream's type),
+    // so the poll stays `Send` inside a spawned task.
+    let listings: Vec<_> = groups
+        .iter()
+        .enumerate()
         .map(|(i, g)| async move {
             let required = required_queues(&g.members);
             (i, g.broker.depths_covering(g.vhost, &required).await)
         })
+        .collect();
+    let mut listings: Vec<(usize, Listing)> = futures::stream::iter(listings)
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await;

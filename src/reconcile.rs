@@ -20,8 +20,8 @@ pub enum ReconcileError {
     /// The DeadLetterQueue or its RetryPolicy fails validation.
     #[error("{kind} {name}: invalid spec: {source}")]
     InvalidSpec {
-        /// Kind of the invalid resource.
-        kind: &'static str,
+        /// Kind of the invalid resource (the DeadLetterQueue or its RetryPolicy).
+        kind: ResourceKind,
         /// `namespace/name`.
         name: String,
         /// The invalid fields.
@@ -140,11 +140,9 @@ pub enum PlanError {
 impl From<PlanError> for ReconcileError {
     fn from(e: PlanError) -> Self {
         match e {
-            PlanError::InvalidSpec { kind, name, source } => ReconcileError::InvalidSpec {
-                kind: kind.as_str(),
-                name,
-                source,
-            },
+            PlanError::InvalidSpec { kind, name, source } => {
+                ReconcileError::InvalidSpec { kind, name, source }
+            }
             PlanError::RetryPolicyNotFound(name) => ReconcileError::RetryPolicyNotFound(name),
             PlanError::SecretNotFound(name) => ReconcileError::SecretNotFound(name),
             PlanError::Secret(e) => ReconcileError::Broker(e),

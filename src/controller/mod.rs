@@ -79,6 +79,7 @@ use tracing::{info, warn, Instrument};
 
 use crate::controller::context::{Context, ControllerContext};
 use crate::reconcile::ReconcileError;
+use crate::resolve::{NoVerdict, ResolveError};
 
 /// Why a reconcile failed. Each variant has a metric label ([`Error::metric_label`]).
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +174,26 @@ impl Error {
             self.root(),
             Error::Reconcile(ReconcileError::InvalidSpec { .. })
         )
+    }
+}
+
+/// A failed resolve of a DeadLetterQueue ([`crate::resolve::object_in_cluster`]) as the
+/// controllers report it: `Ok` the verdict on the resource (its conditions' reason and
+/// message), `Err` the error to retry with backoff: a failed read's Kubernetes API error
+/// ([`Error::Kube`]); a DeadLetterQueue not found (which only a read by name says) as the
+/// API server's own 404 for it.
+///
+/// # Errors
+/// [`Error::Kube`], for those two.
+pub(crate) fn resolve_verdict(e: ResolveError) -> Result<ReconcileError, Error> {
+    match e.into_reconcile() {
+        Ok(verdict) => Ok(verdict),
+        Err(NoVerdict::Api { source, .. }) => Err(Error::Kube(source)),
+        Err(NoVerdict::DeadLetterQueueNotFound { name }) => {
+            let message = format!("DeadLetterQueue {name} not found");
+            let status = kube::core::Status::failure(&message, "NotFound").with_code(404);
+            Err(Error::Kube(kube::Error::Api(status.boxed())))
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use super::{Found, References, ResolveError, Resolved};
 use crate::controller::object::{api_resource, decode};
 use crate::crd::{DeadLetterQueue, RetryPolicy};
+use crate::manifest::object_key;
 use crate::reconcile::ResourceKind;
 
 /// The cluster behind `client`, read with the client's credentials.
@@ -100,4 +101,29 @@ pub async fn in_cluster(
     dlq: DeadLetterQueue,
 ) -> Result<Resolved, ResolveError> {
     super::resolve(&Cluster::new(client), namespace, dlq).await
+}
+
+/// Resolves the DeadLetterQueue object `obj` of `namespace` as a controller holds it (from
+/// its watch or a GET, not yet decoded): decodes it leniently
+/// ([`crate::controller::object::decode`]), then as [`in_cluster`].
+///
+/// # Errors
+/// [`ResolveError::Invalid`] for the DeadLetterQueue (named by `obj`'s `namespace/name`)
+/// when it does not decode, then as [`in_cluster`]; never
+/// [`ResolveError::DeadLetterQueueNotFound`].
+pub async fn object_in_cluster(
+    client: Client,
+    namespace: &str,
+    obj: &DynamicObject,
+) -> Result<Resolved, ResolveError> {
+    let dlq = decode::<DeadLetterQueue>(obj).map_err(|source| {
+        let key = object_key(&obj.metadata);
+        ResolveError::Invalid {
+            dead_letter_queue: key.clone(),
+            kind: ResourceKind::DeadLetterQueue,
+            name: key,
+            source,
+        }
+    })?;
+    in_cluster(client, namespace, dlq).await
 }

@@ -21,7 +21,7 @@ use crate::crd::{DeadLetterQueue, InvalidSpec, RetryPolicy};
 use crate::manifest::object_key;
 use crate::reconcile::{self, PlanError, Prepared, ReconcileError, ResourceKind};
 
-pub use cluster::{in_cluster, Cluster};
+pub use cluster::{in_cluster, object_in_cluster, Cluster};
 
 /// What a lookup found: `None` when the object does not exist, `Some(Err)` when it exists
 /// but does not decode as its kind (naming the field), `Some(Ok)` otherwise.
@@ -168,13 +168,13 @@ impl ResolveError {
 
     /// The resource's reconcile error (its conditions' reason and message, as the
     /// controller writes them) when the failure is the DeadLetterQueue's or what it
-    /// references; `Err(self)` when it is not a verdict on the resource: it does not exist
+    /// references; [`NoVerdict`] when it is not a verdict on the resource: it does not exist
     /// ([`ResolveError::DeadLetterQueueNotFound`]) or could not be read
     /// ([`ResolveError::Api`], to retry).
     ///
     /// # Errors
-    /// `self`, for those two.
-    pub fn into_reconcile(self) -> Result<ReconcileError, ResolveError> {
+    /// [`NoVerdict`], for those two.
+    pub fn into_reconcile(self) -> Result<ReconcileError, NoVerdict> {
         match self {
             ResolveError::RetryPolicyNotFound { name, .. } => {
                 Ok(ReconcileError::RetryPolicyNotFound(name))
@@ -182,15 +182,37 @@ impl ResolveError {
             ResolveError::SecretNotFound { name, .. } => Ok(ReconcileError::SecretNotFound(name)),
             ResolveError::Invalid {
                 kind, name, source, ..
-            } => Ok(ReconcileError::InvalidSpec {
-                kind: kind.as_str(),
-                name,
-                source,
-            }),
+            } => Ok(ReconcileError::InvalidSpec { kind, name, source }),
             ResolveError::InvalidSecret { source, .. } => Ok(ReconcileError::Broker(source)),
-            e @ (ResolveError::DeadLetterQueueNotFound { .. } | ResolveError::Api { .. }) => Err(e),
+            ResolveError::DeadLetterQueueNotFound { name } => {
+                Err(NoVerdict::DeadLetterQueueNotFound { name })
+            }
+            ResolveError::Api { kind, name, source } => Err(NoVerdict::Api { kind, name, source }),
         }
     }
+}
+
+/// A [`ResolveError`] that is no verdict on the DeadLetterQueue
+/// ([`ResolveError::into_reconcile`]): nothing to write to its conditions. The variants and
+/// messages are [`ResolveError`]'s of the same name.
+#[derive(Debug, thiserror::Error)]
+pub enum NoVerdict {
+    /// The DeadLetterQueue asked for by name does not exist.
+    #[error("DeadLetterQueue {name} not found")]
+    DeadLetterQueueNotFound {
+        /// `namespace/name`.
+        name: String,
+    },
+    /// An object could not be read (the Kubernetes API server's error): to retry.
+    #[error("cannot read {kind} {name}: {source}")]
+    Api {
+        /// What was read.
+        kind: ResourceKind,
+        /// Its `namespace/name`.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
 }
 
 /// Resolves the DeadLetterQueue `dlq` of `namespace` (already read): validates its spec

@@ -28,9 +28,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::broker::BrokerClient;
-use crate::broker::{BrokerError, QueueDepth};
-use crate::collector::{observe, Collector};
+use crate::broker::{BrokerClient, BrokerError};
+use crate::collector::{self, Collector, DepthSource, Listing, Member};
 use crate::controller::object::{api_resource, status_of};
 use crate::controller::shared::Context;
 use crate::controller::{publish, Note};
@@ -59,9 +58,6 @@ const WRITE_CONCURRENCY: usize = 4;
 
 /// A shared listing: broker Secret (`namespace/name@resourceVersion`) and vhost.
 type Group = (String, String);
-
-/// One vhost's depths by queue name, or why they could not be read.
-type Listing = Result<BTreeMap<String, QueueDepth>, BrokerError>;
 
 /// What the monitor watches for one DeadLetterQueue.
 #[derive(Debug, Clone)]
@@ -197,13 +193,12 @@ pub async fn run(ctx: MonitorContext, stop: CancellationToken) {
     info!("backlog monitor stopped");
 }
 
-/// One group's poll, due now: the group, the broker client of its first member, the
-/// real spacing of its polls, and every queue its members need.
+/// One group's poll, due now: the group, the broker client of its first member, and the
+/// real spacing of its polls.
 struct Due {
     group: Group,
     broker: Arc<dyn BrokerClient>,
     spacing: Duration,
-    required: BTreeSet<String>,
 }
 
 /// A status write of the monitor: the object, its backlog part, and the Events of the
@@ -225,10 +220,36 @@ fn watched(store: &Store<DynamicObject>, key: &str) -> Option<Arc<DynamicObject>
     store.get(&ObjectRef::new_with(name, api_resource::<DeadLetterQueue>()).within(ns))
 }
 
+/// A broker client as the poll's depth source, its listing a future that owns what it
+/// reads (so the monitor's poll stays `Send` in its spawned task).
+struct Lister(Arc<dyn BrokerClient>);
+
+impl DepthSource for Lister {
+    fn depths_covering(
+        &self,
+        vhost: &str,
+        required: &BTreeSet<String>,
+    ) -> impl std::future::Future<Output = Listing> + Send {
+        let (broker, vhost, required) = (self.0.clone(), vhost.to_string(), required.clone());
+        async move { broker.queue_depths_covering(&vhost, &required).await }
+    }
+}
+
+/// A due group's member whose watched object is the target's (same UID): the key, the
+/// target, the object, and the backlog part it starts from (last written, else its
+/// status).
+struct Polled<'a> {
+    key: &'a str,
+    target: &'a Target,
+    obj: Arc<DynamicObject>,
+    current: DeadLetterQueueStatus,
+}
+
 impl Monitor {
-    /// Polls the groups that are due ([`Monitor::due`]): one listing each, then each
-    /// member evaluated ([`Monitor::evaluate`]) and its status written when it changed
-    /// ([`Monitor::write`]). Returns how long to wait for the next poll.
+    /// Polls the groups that are due ([`Monitor::due`]) through [`collector::poll`] (one
+    /// listing each, every member recorded in the collector), then writes each member's
+    /// status when it changed ([`Monitor::evaluate`], [`Monitor::write`]). Returns how
+    /// long to wait for the next poll.
     async fn tick(&mut self) -> Duration {
         let store = self.ctx.dead_letter_queues.get().cloned();
         let targets = self.prune(store.as_ref());
@@ -241,35 +262,88 @@ impl Monitor {
         // Samples are dated at the start of the poll, so their spacing is the polls'
         // spacing whatever each listing takes.
         let now = self.ctx.shared.now();
-        let results: Vec<(Group, Listing, Duration)> = futures::stream::iter(due)
-            .map(|due| async move {
-                let depths = due
-                    .broker
-                    .queue_depths_covering(&due.group.1, &due.required)
-                    .await;
-                (due.group, depths, due.spacing)
+        let now_ms = u64::try_from(now.0.as_millisecond()).unwrap_or(0);
+        let members: Vec<Vec<Polled<'_>>> = due
+            .iter()
+            .map(|d| self.members(store.as_ref(), groups.get(&d.group)))
+            .collect();
+        let poll_groups: Vec<collector::Group<'_, Lister>> = due
+            .iter()
+            .zip(&members)
+            .map(|(d, members)| collector::Group {
+                broker: Lister(d.broker.clone()),
+                vhost: &d.group.1,
+                spacing_ms: u64::try_from(d.spacing.as_millis()).unwrap_or(u64::MAX),
+                members: members
+                    .iter()
+                    .map(|m| Member {
+                        key: m.key,
+                        topology: &m.target.topology,
+                        params: &m.target.params,
+                    })
+                    .collect(),
             })
-            .buffer_unordered(POLL_CONCURRENCY)
-            .collect()
-            .await;
+            .collect();
+        // A new evaluator (a restart, a new leader) resumes from status: the baseline,
+        // and the alert state, so a firing alert is not resolved and re-pended by the
+        // restart.
+        let polls = collector::poll(
+            &mut self.collector,
+            &poll_groups,
+            now_ms,
+            POLL_CONCURRENCY,
+            |key, params| {
+                let m = members.iter().flatten().find(|m| m.key == key)?;
+                Some(resumed_evaluator(params, &m.current, now_ms))
+            },
+        )
+        .await;
         let mut writes = Vec::new();
-        for (group, depths, spacing) in results {
-            let Some(members) = groups.get(&group) else {
-                continue;
-            };
-            if let Err(e) = &depths {
-                warn!(secret = %group.0, vhost = %group.1, error = %e, "depth poll failed; backlog unknown");
+        for ((d, members), poll) in due.iter().zip(&members).zip(&polls) {
+            if let Err(e) = &poll.depths {
+                warn!(secret = %d.group.0, vhost = %d.group.1, error = %e, "depth poll failed; backlog unknown");
             }
-            for (key, target) in members {
-                let Some(obj) = store.as_ref().and_then(|s| watched(s, key)) else {
-                    continue;
-                };
-                writes.extend(self.evaluate(key, target, obj, &depths, spacing, &now));
+            for (m, reading) in members.iter().zip(&poll.readings) {
+                writes.extend(self.evaluate(m, reading, &poll.depths, &now));
             }
         }
         self.write(writes).await;
         debug!(targets = targets.len(), "backlog poll done");
         wait
+    }
+
+    /// The members of a due group to poll: those watched as the target's object (same
+    /// UID; a resource being deleted is still watched: a blocked deletion still holds dead
+    /// letters), each with the backlog part it starts from.
+    fn members<'a>(
+        &self,
+        store: Option<&Store<DynamicObject>>,
+        group: Option<&Vec<(&'a String, &'a Target)>>,
+    ) -> Vec<Polled<'a>> {
+        let Some(store) = store else {
+            return Vec::new();
+        };
+        group
+            .into_iter()
+            .flatten()
+            .filter_map(|(key, target)| {
+                let obj = watched(store, key)?;
+                if obj.metadata.uid.as_deref() != Some(target.uid.as_str()) {
+                    return None;
+                }
+                let current = self
+                    .written
+                    .get(&target.uid)
+                    .cloned()
+                    .unwrap_or_else(|| status_of::<DeadLetterQueueStatus>(&obj).backlog_part());
+                Some(Polled {
+                    key: key.as_str(),
+                    target,
+                    obj,
+                    current,
+                })
+            })
+            .collect()
     }
 
     /// The targets still watched: those gone from the watch (deleted without our
@@ -321,15 +395,10 @@ impl Monitor {
                 // listing is slow): the evaluator's gap tolerance counts missed polls,
                 // not slow ones, or a slow broker would keep resetting `Pending`.
                 let spacing = last.map_or(interval, |l| now - l).max(interval);
-                let required: BTreeSet<String> = members
-                    .iter()
-                    .flat_map(|(_, t)| t.topology.queues.iter().map(|q| q.name.clone()))
-                    .collect();
                 due.push(Due {
                     group: group.clone(),
                     broker: members[0].1.broker.clone(),
                     spacing,
-                    required,
                 });
                 wait = wait.min(interval);
             } else {
@@ -342,71 +411,43 @@ impl Monitor {
         (due, wait)
     }
 
-    /// Evaluates the member `key` (`target`, watched as `obj`) on its group's `depths`,
-    /// polled `spacing` after the last poll, at `now`: its status write when the backlog
-    /// part changed ([`backlog_status`]), with the Events of the change.
+    /// The member `m`'s status after its `reading` of the poll (its group's listing
+    /// `depths`) at `now`: its status write when the backlog part changed
+    /// ([`backlog_status`]), with the Events of the change.
     fn evaluate(
         &mut self,
-        key: &str,
-        target: &Target,
-        obj: Arc<DynamicObject>,
+        m: &Polled<'_>,
+        reading: &collector::Reading,
         depths: &Listing,
-        spacing: Duration,
         now: &Time,
     ) -> Option<Write> {
-        // A resource being deleted is still watched: a blocked deletion still holds
-        // dead letters.
-        if obj.metadata.uid.as_deref() != Some(target.uid.as_str()) {
-            return None;
-        }
-        let now_ms = u64::try_from(now.0.as_millisecond()).unwrap_or(0);
-        let current = self
-            .written
-            .get(&target.uid)
-            .cloned()
-            .unwrap_or_else(|| status_of::<DeadLetterQueueStatus>(&obj).backlog_part());
-        let observed;
-        let eval;
         let error_text;
-        let reading = match depths {
-            Ok(depths) => {
-                observed = observe(&target.topology, depths);
-                let mut params = target.params.clone();
-                let spacing_ms = u64::try_from(spacing.as_millis()).unwrap_or(u64::MAX);
-                params.interval_ms = params.interval_ms.max(spacing_ms);
-                // A new evaluator (a restart, a new leader) resumes from status: the
-                // baseline, and the alert state, so a firing alert is not resolved
-                // and re-pended by the restart.
-                if !self.collector.contains(key) {
-                    self.collector
-                        .insert(key, resumed_evaluator(&params, &current, now_ms));
-                }
-                eval = self.collector.record(key, &params, &observed, now_ms).0;
-                Reading::Observed {
-                    depth: &observed.depth,
-                    eval: &eval,
-                }
-            }
-            Err(e) => {
-                self.collector.unknown(key);
+        let reading = match (reading, depths) {
+            (collector::Reading::Observed(r), _) => Reading::Observed {
+                depth: &r.observed.depth,
+                eval: &r.eval,
+            },
+            (collector::Reading::Unknown, Err(e)) => {
                 error_text = e.to_string();
                 Reading::Unknown {
                     reason: unknown_reason(e),
                     message: &error_text,
                 }
             }
+            // A member is unknown only when its listing failed.
+            (collector::Reading::Unknown, Ok(_)) => return None,
         };
         let next = backlog_status(
-            &current,
-            obj.metadata.generation,
+            &m.current,
+            m.obj.metadata.generation,
             reading,
-            &target.params,
+            &m.target.params,
             now,
             STATUS_INTERVAL,
         )?;
-        let notes = backlog_events(&current, &next);
-        self.written.insert(target.uid.clone(), next.clone());
-        Some((obj, next, notes))
+        let notes = backlog_events(&m.current, &next);
+        self.written.insert(m.target.uid.clone(), next.clone());
+        Some((m.obj.clone(), next, notes))
     }
 
     /// Writes the backlog parts of `writes` (under [`FIELD_MANAGER`], a few at once) and

@@ -1,5 +1,5 @@
 //! The DeadLetterQueue controller's reconcile, in the stages of docs/ARCHITECTURE.md, "Reconcile stages":
-//! read (resource, RetryPolicy, Secret) → validate and plan ([`reconcile::prepare`], pure) →
+//! read (resource, RetryPolicy, Secret), validate and plan ([`resolve::object_in_cluster`]) →
 //! register the plan with the backlog monitor
 //! ([`Targets::watch`](crate::controller::backlog::Targets::watch)) → apply to the broker
 //! ([`reconcile::apply`]) → the PrometheusRule ([`alert_rules::apply`]) → status
@@ -25,10 +25,11 @@ use crate::controller::conditions::{self, ConditionStatus, Desired, ALERT_RULES_
 use crate::controller::context::{Context, DeadLetterQueueContext};
 use crate::controller::object::{api_resource, decode, status_of};
 use crate::controller::{alert_rules, ownership};
-use crate::controller::{publish, Error};
+use crate::controller::{publish, resolve_verdict, Error};
 use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus, InvalidSpec, RetryPolicy};
 use crate::manifest::object_key;
 use crate::reconcile::{self, Prepared, ReconcileError};
+use crate::resolve::{self, Resolved};
 
 mod cleanup;
 #[cfg(test)]
@@ -95,22 +96,9 @@ fn others(ctx: &DeadLetterQueueContext) -> Vec<Arc<DynamicObject>> {
         .unwrap_or_default()
 }
 
-/// Decodes and validates the DeadLetterQueue `obj` (before anything it references is
-/// read: an empty reference name is an invalid spec, not an API error).
-pub(crate) fn decode_valid(obj: &DynamicObject) -> Result<DeadLetterQueue, ReconcileError> {
-    let invalid = |source| ReconcileError::InvalidSpec {
-        kind: "DeadLetterQueue",
-        name: object_key(&obj.metadata),
-        source,
-    };
-    let dlq = decode::<DeadLetterQueue>(obj).map_err(invalid)?;
-    dlq.spec.validate().map_err(invalid)?;
-    Ok(dlq)
-}
-
-/// Reads what `dlq` references. The RetryPolicy is `None` when absent, `Some(Err)` when it
-/// does not decode.
-pub(crate) async fn read_references(
+/// Reads what `dlq` references (for its cleanup). The RetryPolicy is `None` when absent,
+/// `Some(Err)` when it does not decode.
+async fn read_references(
     ctx: &Context,
     ns: &str,
     dlq: &DeadLetterQueue,
@@ -125,27 +113,6 @@ pub(crate) async fn read_references(
         .get_opt(&dlq.spec.broker.secret_ref.name)
         .await?;
     Ok((policy, secret))
-}
-
-/// [`reconcile::prepare`] with a RetryPolicy that may not have decoded (its decoding
-/// error is the RetryPolicy's `InvalidSpec`). `dlq` is already validated.
-pub(crate) fn prepare(
-    dlq: &DeadLetterQueue,
-    policy: Option<&Result<RetryPolicy, InvalidSpec>>,
-    secret: Option<&Secret>,
-) -> Result<Prepared, ReconcileError> {
-    match policy {
-        Some(Err(invalid)) => Err(ReconcileError::InvalidSpec {
-            kind: "RetryPolicy",
-            name: format!(
-                "{}/{}",
-                crate::manifest::namespace_of(&dlq.metadata),
-                dlq.spec.retry_policy_ref.name
-            ),
-            source: invalid.clone(),
-        }),
-        other => reconcile::prepare(dlq, other.and_then(|r| r.as_ref().ok()), secret),
-    }
 }
 
 /// What one apply did: the broker apply's result, the plan (once planned), and the
@@ -168,15 +135,15 @@ impl Applied {
     }
 }
 
-/// The finalizer's apply, in stages: read, validate and plan, apply to the broker and the
-/// PrometheusRule ([`apply_valid`]), then status ([`write_status`]), Events, and the next
-/// reconcile ([`next_reconcile`]).
+/// The finalizer's apply, in stages: read, validate and plan ([`resolve::object_in_cluster`]),
+/// apply to the broker and the PrometheusRule ([`apply_valid`]), then status
+/// ([`write_status`]), Events, and the next reconcile ([`next_reconcile`]).
 async fn apply(obj: &DynamicObject, ctx: &DeadLetterQueueContext) -> Result<Action, Error> {
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let current: DeadLetterQueueStatus = status_of(obj);
-    let applied = match decode_valid(obj) {
-        Err(e) => Applied::failed(e),
-        Ok(dlq) => apply_valid(obj, ctx, &ns, &dlq, &current).await?,
+    let applied = match resolve::object_in_cluster(ctx.shared.client.clone(), &ns, obj).await {
+        Err(e) => Applied::failed(resolve_verdict(e)?),
+        Ok(resolved) => apply_valid(obj, ctx, &ns, resolved, &current).await,
     };
     let status = write_status(ctx, obj, &current, &applied).await?;
     let mut notes = events_for(&current, &status, &applied.result);
@@ -187,36 +154,33 @@ async fn apply(obj: &DynamicObject, ctx: &DeadLetterQueueContext) -> Result<Acti
     next_reconcile(ctx, obj, applied)
 }
 
-/// Applies the valid `dlq` (`obj`, in `ns`, with status `current`): reads what it
-/// references, plans it, applies the plan to the broker ([`apply_topology`]) and puts its
-/// PrometheusRule in place.
-///
-/// # Errors
-/// Kubernetes API errors reading the references (the rest is in [`Applied`]).
+/// Applies the resolved DeadLetterQueue (`obj`, in `ns`, with status `current`): its plan
+/// to the broker ([`apply_topology`]), and its PrometheusRule.
 async fn apply_valid(
     obj: &DynamicObject,
     ctx: &DeadLetterQueueContext,
     ns: &str,
-    dlq: &DeadLetterQueue,
+    resolved: Resolved,
     current: &DeadLetterQueueStatus,
-) -> Result<Applied, Error> {
-    let (policy, secret) = read_references(&ctx.shared, ns, dlq).await?;
-    let prepared = match prepare(dlq, policy.as_ref(), secret.as_ref()) {
-        Ok(p) => p,
-        Err(e) => return Ok(Applied::failed(e)),
-    };
-    let result = apply_topology(ctx, obj, ns, dlq, current, secret.as_ref(), &prepared).await;
+) -> Applied {
+    let Resolved {
+        dead_letter_queue: dlq,
+        secret,
+        prepared,
+        ..
+    } = resolved;
+    let result = apply_topology(ctx, obj, ns, &dlq, current, &secret, &prepared).await;
     // Any AlertRulesReady (even False after a refused update) means a rule may exist.
     let had_rules = current
         .conditions
         .iter()
         .any(|c| c.type_ == ALERT_RULES_READY);
-    let rules = alert_rules::apply(&ctx.shared, ns, dlq, &prepared.monitoring, had_rules).await;
-    Ok(Applied {
+    let rules = alert_rules::apply(&ctx.shared, ns, &dlq, &prepared.monitoring, had_rules).await;
+    Applied {
         result,
         prepared: Some(prepared),
         alert_rules: Some(rules),
-    })
+    }
 }
 
 /// Applies the plan `p` of `dlq` to the broker of `secret`, unless another resource on it
@@ -228,15 +192,9 @@ async fn apply_topology(
     ns: &str,
     dlq: &DeadLetterQueue,
     current: &DeadLetterQueueStatus,
-    secret: Option<&Secret>,
+    secret: &Secret,
     p: &Prepared,
 ) -> Result<ApplyReport, ReconcileError> {
-    let Some(secret) = secret else {
-        return Err(ReconcileError::SecretNotFound(format!(
-            "{ns}/{}",
-            dlq.spec.broker.secret_ref.name
-        )));
-    };
     let broker = ctx.shared.brokers.get(ns, secret, &p.connection)?;
     if let Some(conflict) = name_conflict(ctx, dlq, current, broker.as_ref()).await {
         return Err(conflict);

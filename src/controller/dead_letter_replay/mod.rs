@@ -1,8 +1,8 @@
 //! The DeadLetterReplay controller: runs each replay once, in a background task, with the
 //! replay engine of `dlq replay` ([`crate::dlq::replay::replay`]).
 //!
-//! The reconcile is short: it reads the replay and its DeadLetterQueue (the DeadLetterQueue
-//! controller's own read + [`crate::reconcile::prepare`]), checks that the broker answers and
+//! The reconcile is short: it reads the replay and its DeadLetterQueue (resolved as the
+//! DeadLetterQueue controller resolves it: [`crate::resolve::object_in_cluster`]), checks that the broker answers and
 //! the dead-letter queues exist, then starts the run as a tokio task tracked in its
 //! controller's context ([`Replays`](crate::controller::context::Replays), by object UID), so that a
 //! second reconcile does not start it twice. Status is written by server-side apply

@@ -12,7 +12,7 @@ use crate::broker::BrokerError;
 use crate::controller::conditions::{self, ConditionStatus, Desired, COMPLETE};
 use crate::crd::{DeadLetterReplaySpec, DeadLetterReplayStatus, InvalidSpec, ReplayPhase};
 use crate::dlq::replay::{Outcome, ReplayReport};
-use crate::reconcile::ReconcileError;
+use crate::reconcile::{ReconcileError, ResourceKind};
 
 use super::plan::{Base, RunPlan, Tally};
 use super::RUN_ATTEMPTS;
@@ -375,7 +375,7 @@ pub fn broker_error_status(
 pub fn pending_reason(e: &ReconcileError) -> &'static str {
     match e {
         ReconcileError::InvalidSpec {
-            kind: "RetryPolicy",
+            kind: ResourceKind::RetryPolicy,
             ..
         } => "RetryPolicyInvalid",
         ReconcileError::InvalidSpec { .. } => "DeadLetterQueueInvalid",
@@ -768,13 +768,13 @@ mod tests {
         assert_eq!(message, "spec.filter[0]: unknown key");
 
         let e = ReconcileError::InvalidSpec {
-            kind: "RetryPolicy",
+            kind: ResourceKind::RetryPolicy,
             name: "shop/p".into(),
             source: invalid.clone(),
         };
         assert_eq!(pending_reason(&e), "RetryPolicyInvalid");
         let e = ReconcileError::InvalidSpec {
-            kind: "DeadLetterQueue",
+            kind: ResourceKind::DeadLetterQueue,
             name: "shop/x".into(),
             source: invalid,
         };

@@ -1,15 +1,15 @@
-//! Whether a replay can start: its DeadLetterQueue read and planned (the DeadLetterQueue
-//! controller's read, then [`crate::reconcile::prepare`]), the broker answering, and every
+//! Whether a replay can start: its DeadLetterQueue read and planned
+//! ([`resolve::object_in_cluster`], as the DeadLetterQueue controller does), the broker answering, and every
 //! queue the run reads or writes declared ([`target`]); else why not ([`Waiting`]).
 
 use kube::api::{Api, DynamicObject};
 
 use crate::controller::context::Context;
-use crate::controller::dead_letter_queue::{decode_valid, prepare, read_references};
 use crate::controller::object::api_resource;
-use crate::controller::Error;
+use crate::controller::{resolve_verdict, Error};
 use crate::crd::{DeadLetterQueue, DeadLetterReplaySpec, ReplayTarget};
 use crate::reconcile::{Prepared, ReconcileError};
+use crate::resolve;
 
 use super::status::pending_reason;
 
@@ -31,8 +31,8 @@ impl Waiting {
     }
 }
 
-/// Reads and plans the DeadLetterQueue of `spec` in `ns` (the DeadLetterQueue
-/// controller's read, then [`crate::reconcile::prepare`]), and checks that the broker answers
+/// Reads and plans the DeadLetterQueue of `spec` in `ns` ([`resolve::object_in_cluster`],
+/// as the DeadLetterQueue controller does), and checks that the broker answers
 /// and every dead-letter queue exists. `Ok(Err(_))`: why it cannot start yet.
 pub(super) async fn target(
     ctx: &Context,
@@ -60,14 +60,9 @@ pub(super) async fn target(
         message: format!("DeadLetterQueue {dlq_key}: {e}"),
         error: matches!(e, ReconcileError::Broker(_)).then_some(e),
     };
-    let dlq = match decode_valid(&obj) {
-        Ok(d) => d,
-        Err(e) => return Ok(Err(waiting(e))),
-    };
-    let (policy, secret) = read_references(ctx, ns, &dlq).await?;
-    let prepared = match prepare(&dlq, policy.as_ref(), secret.as_ref()) {
-        Ok(p) => p,
-        Err(e) => return Ok(Err(waiting(e))),
+    let prepared = match resolve::object_in_cluster(ctx.client.clone(), ns, &obj).await {
+        Ok(resolved) => resolved.prepared,
+        Err(e) => return Ok(Err(waiting(resolve_verdict(e)?))),
     };
     // The dead-letter queues are read; with the default target, the copies go to the
     // source queue by name (an absent one would make every copy unroutable: failed).
