@@ -24,6 +24,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod monitor;
 pub mod nesting;
+pub mod object;
 pub mod ownership;
 pub mod printable;
 pub mod reconcile;

@@ -28,7 +28,7 @@ pub mod context;
 pub mod controllers;
 pub mod dead_letter_queue;
 pub mod dead_letter_replay;
-pub mod object;
+pub use crate::object;
 pub mod operator;
 pub mod ownership;
 pub mod rbac;

@@ -1,6 +1,6 @@
 //! [`References`] in a Kubernetes cluster: one GET per object, in the resource's
 //! namespace. The custom resources are read as untyped objects and decoded leniently
-//! ([`crate::controller::object::decode`]): one that does not decode is an invalid spec
+//! ([`crate::object::decode`]): one that does not decode is an invalid spec
 //! naming the field, not a failed read.
 
 use k8s_openapi::api::core::v1::Secret;
@@ -9,9 +9,9 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::{Found, References, ResolveError, Resolved};
-use crate::controller::object::{api_resource, decode};
 use crate::crd::{DeadLetterQueue, RetryPolicy};
 use crate::manifest::object_key;
+use crate::object::{api_resource, decode};
 use crate::reconcile::ResourceKind;
 
 /// The cluster behind `client`, read with the client's credentials.
@@ -105,7 +105,7 @@ pub async fn in_cluster(
 
 /// Resolves the DeadLetterQueue object `obj` of `namespace` as a controller holds it (from
 /// its watch or a GET, not yet decoded): decodes it leniently
-/// ([`crate::controller::object::decode`]), then as [`in_cluster`].
+/// ([`crate::object::decode`]), then as [`in_cluster`].
 ///
 /// # Errors
 /// [`ResolveError::Invalid`] for the DeadLetterQueue (named by `obj`'s `namespace/name`)
