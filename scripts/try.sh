@@ -40,8 +40,8 @@ command -v cargo >/dev/null 2>&1 || fail "cargo is missing: install a Rust toolc
 command -v curl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq curl >/dev/null; }
 bash scripts/ensure-rabbitmq.sh
 
-step "2/6 build (cargo build --locked; the first build takes several minutes)"
-cargo build --locked
+step "2/6 build (cargo build --locked --bins --examples; the first build takes several minutes)"
+cargo build --locked --bins --examples
 export PATH="$TARGET_DIR/debug:$PATH"
 command -v dlq-operator >/dev/null 2>&1 || fail "no dlq-operator in $TARGET_DIR/debug after the build"
 
