@@ -23,10 +23,10 @@ use kube::ResourceExt;
 use crate::broker::ApplyReport;
 use crate::controller::conditions::{self, ConditionStatus, Desired, ALERT_RULES_READY};
 use crate::controller::context::{Context, DeadLetterQueueContext};
-use crate::controller::object::{api_resource, decode, status_of};
+use crate::controller::object::{api_resource, status_of};
 use crate::controller::{alert_rules, ownership};
 use crate::controller::{publish, resolve_verdict, Error};
-use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus, InvalidSpec, RetryPolicy};
+use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus, RetryPolicy};
 use crate::manifest::object_key;
 use crate::reconcile::{self, Prepared, ReconcileError};
 use crate::resolve::{self, Resolved};
@@ -96,22 +96,31 @@ fn others(ctx: &DeadLetterQueueContext) -> Vec<Arc<DynamicObject>> {
         .unwrap_or_default()
 }
 
-/// Reads what `dlq` references (for its cleanup). The RetryPolicy is `None` when absent,
-/// `Some(Err)` when it does not decode.
+/// The RetryPolicy and Secret `dlq` references, read as every driver reads them
+/// ([`resolve::Cluster`]'s [`References`](resolve::References)) but not resolved: the
+/// deletion plans with what it finds (an invalid or missing RetryPolicy, or a missing
+/// Secret, does not stop it the way it stops an apply).
+///
+/// # Errors
+/// [`Error::Kube`] when the API server cannot be read.
 async fn read_references(
     ctx: &Context,
     ns: &str,
     dlq: &DeadLetterQueue,
-) -> Result<(Option<Result<RetryPolicy, InvalidSpec>>, Option<Secret>), kube::Error> {
-    let rp_api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), ns, &api_resource::<RetryPolicy>());
-    let policy = rp_api
-        .get_opt(&dlq.spec.retry_policy_ref.name)
-        .await?
-        .map(|o| decode::<RetryPolicy>(&o));
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
-        .get_opt(&dlq.spec.broker.secret_ref.name)
-        .await?;
+) -> Result<(resolve::Found<RetryPolicy>, Option<Secret>), Error> {
+    use resolve::References;
+    let cluster = resolve::Cluster::new(ctx.client.clone());
+    // A lookup fails only when the API server cannot be read (ResolveError::Api);
+    // resolve_verdict maps that, and any other answer, as the apply does.
+    let api = |e| resolve_verdict(e).map_or_else(|e| e, Error::from);
+    let policy = cluster
+        .read_retry_policy(ns, &dlq.spec.retry_policy_ref.name)
+        .await
+        .map_err(api)?;
+    let secret = cluster
+        .read_secret(ns, &dlq.spec.broker.secret_ref.name)
+        .await
+        .map_err(api)?;
     Ok((policy, secret))
 }
 
