@@ -337,10 +337,20 @@ impl Runner {
             else {
                 break;
             };
-            self.take(read).await?;
-            let interval = self.interval();
-            self.grace = READ_GRACE.min(interval / 2);
-            self.poll(interval).await;
+            // A shutdown does not wait for a broker that does not answer (the HTTP
+            // timeouts are 10 s): the round is dropped. Every write is idempotent and made
+            // in the plan's order, so a half-done apply is completed by the next run.
+            let round = async {
+                self.take(read).await?;
+                let interval = self.interval();
+                self.grace = READ_GRACE.min(interval / 2);
+                self.poll(interval).await;
+                Ok::<_, std::io::Error>(interval)
+            };
+            let interval = tokio::select! {
+                () = shutdown.cancelled() => break,
+                round = round => round?,
+            };
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = tokio::time::sleep(interval) => {}

@@ -524,3 +524,52 @@ async fn run_standalone_keeps_polling_while_a_manifest_read_blocks() {
     let status = status.expect("run did not stop on SIGTERM");
     assert!(status.success(), "exit {status:?}:\n{log}");
 }
+
+/// A broker whose management port accepts connections but never answers (the apply then
+/// waits for its HTTP timeout): SIGTERM during that apply ends `run --standalone` at once,
+/// without waiting for the apply's verdict — the summary line an ended apply prints never
+/// comes. Nothing is written to the broker: it answered nothing.
+#[test]
+fn run_standalone_stops_during_an_apply_to_a_broker_that_does_not_answer() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let mgmt = format!("http://{}", silent.local_addr().expect("addr"));
+    let (connected, accepted) = std::sync::mpsc::channel();
+    // Accepts and holds every connection without a byte of answer.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+            let _ = connected.send(());
+        }
+    });
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let secret = secret_yaml("s", "guest", "guest", &mgmt);
+    let policy = policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n");
+    let dlq = classic_dlq_yaml(&unique("run-silent"), "");
+    let dir = manifests(&[("all.yaml", &format!("{secret}---\n{policy}---\n{dlq}"))]);
+    let mut child = standalone(
+        dir.path(),
+        &format!("127.0.0.1:{port}"),
+        "info",
+        Stdio::piped,
+    );
+    accepted
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the apply reaches the silent broker");
+    let status = sigterm_and_wait(&mut child).expect("run did not stop on SIGTERM");
+    assert!(status.success(), "{status:?}");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out)
+        .expect("read stdout");
+    assert!(
+        !out.contains("DeadLetterQueue(s) ready"),
+        "the apply was waited for instead of dropped:\n{out}"
+    );
+}
