@@ -49,6 +49,8 @@
 //! (what a replay reads, and whether it can start), `job` (the run task), and here the
 //! reconcile.
 
+#[cfg(test)]
+mod fast_tests;
 mod job;
 pub mod plan;
 pub mod status;
