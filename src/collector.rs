@@ -1,6 +1,6 @@
 //! The depth collector shared by the controller and `run --standalone` (docs/ARCHITECTURE.md, "Monitoring and alerting"):
 //! one management-API listing per broker and vhost per interval
-//! ([`Broker::queue_depths`](crate::broker::Broker::queue_depths)), shared by every
+//! ([`BrokerTopology::queue_depths`](crate::broker::BrokerTopology::queue_depths)), shared by every
 //! DeadLetterQueue on that vhost; from it, each resource's queue depths ([`observe`],
 //! pure), its backlog evaluation and its metrics ([`Collector`]).
 //!

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// Result of [`Broker::delete_queue_if_empty`](super::Broker::delete_queue_if_empty).
+/// Result of [`BrokerTopology::delete_queue_if_empty`](super::BrokerTopology::delete_queue_if_empty).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeleteOutcome {
     /// The queue was empty and is gone.
@@ -176,7 +176,7 @@ impl fmt::Display for ApplyReport {
     }
 }
 
-/// What [`Broker::remove`](super::Broker::remove) did.
+/// What [`BrokerTopology::remove`](super::BrokerTopology::remove) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RemovalReport {
     /// Objects removed ([`Outcome::Deleted`]) or kept with a reason

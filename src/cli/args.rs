@@ -164,8 +164,8 @@ pub struct RunArgs {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
-    /// Only reconcile DeadLetterQueues and RetryPolicies with these labels (a label
-    /// selector, e.g. `dlqoperator.io/shard=a`), to shard across deployments.
+    /// Only reconcile DeadLetterQueues, RetryPolicies and DeadLetterReplays with these
+    /// labels (a label selector, e.g. `dlqoperator.io/shard=a`), to shard across deployments.
     #[arg(long, short = 'l')]
     pub selector: Option<String>,
     /// Take the leader Lease before reconciling (disable for a single local process).
@@ -186,6 +186,8 @@ pub struct RunArgs {
     pub identity: Option<String>,
     /// Address of /metrics, /healthz and /readyz: IP:port (e.g. 127.0.0.1:8080,
     /// [::1]:8080); host names are not resolved.
+    // The doc comment is the --help text: `[::1]` stays as written, not a rustdoc link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, default_value = "0.0.0.0:8080", value_parser = socket_address)]
     pub metrics_bind_address: std::net::SocketAddr,
     /// Reconciles running at once per controller.

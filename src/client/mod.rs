@@ -1,7 +1,7 @@
 //! Consumer helper for app-assisted retries (docs/ARCHITECTURE.md, "Message header contract").
 //!
 //! A consumer that fails a message hands it to [`RetryHandler::handle_failure`] with an
-//! [`ErrorClass`] (its own, or one from [`classify`]). The handler asks the
+//! [`ErrorClass`] (its own, or one from [`classify()`]). The handler asks the
 //! [`ResolvedPolicy`] what to do, republishes a copy — body untouched, every property
 //! kept, delivery mode persistent, contract headers stamped (see [`headers`]) — either to
 //! the retry exchange with the tier's name as routing key or to the dead-letter exchange,

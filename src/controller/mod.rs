@@ -7,7 +7,8 @@
 //! - [`dead_letter_replay`]: DeadLetterReplays — one replay of a DeadLetterQueue's
 //!   dead-lettered messages each, run in a background task, resumed after a restart.
 //! - [`conditions`]: status conditions (Kubernetes API conventions).
-//! - [`object`]: lenient decoding of watched objects (one bad object never stops a watch).
+//! - [`object`]: lenient decoding of watched objects (one bad object never stops a watch);
+//!   a re-export of [`crate::object`], which `resolve` uses too.
 //! - [`shared`]: what the controllers share (client, metrics, broker clients, clock).
 //! - [`context`]: each controller's own context (recorder, backoff, and what only it
 //!   uses) over the shared one.
@@ -17,9 +18,9 @@
 //! - [`rbac`]: every API call the operator makes, as RBAC rules.
 //! - [`controllers`](mod@controllers): the three controllers and the backlog monitor, run
 //!   together until a stop token is cancelled.
-//! - [`operator`]: `dlq-operator run` ([`run`], [`run_until`]): waits for the CRDs, takes
-//!   the leader Lease, runs the controllers until SIGTERM (draining in-flight reconciles
-//!   and running replays) or until the lease is lost.
+//! - [`operator`]: `dlq-operator run` ([`run`]): waits for the CRDs, takes the leader
+//!   Lease, runs the controllers until its stop token is cancelled (SIGTERM: draining
+//!   in-flight reconciles and running replays) or until the lease is lost.
 
 pub mod alert_rules;
 pub mod backlog;

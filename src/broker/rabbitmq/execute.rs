@@ -28,7 +28,7 @@ enum Written {
 }
 
 impl RabbitMq {
-    /// `Broker::apply` for RabbitMQ: [`RabbitMq::snapshot`], an AMQP connection check
+    /// [`RabbitMq::apply`]'s body: [`RabbitMq::snapshot`], an AMQP connection check
     /// ([`RabbitMq::check_amqp`]), the ownership records ([`RabbitMq::check_claims`]:
     /// another owner's stops the apply before any write), the facts some rules need
     /// ([`RabbitMq::facts`]), the [`diff::diff`], its writes ([`RabbitMq::execute`]),
@@ -36,7 +36,7 @@ impl RabbitMq {
     /// replacements are usable.
     ///
     /// # Errors
-    /// As `Broker::apply`.
+    /// As [`RabbitMq::apply`].
     pub(super) async fn apply_plan(
         &self,
         plan: &DesiredTopology,

@@ -1,4 +1,5 @@
-//! RabbitMQ implementation of [`Broker`] over the management HTTP API (RabbitMQ docs,
+//! RabbitMQ implementation of the broker seam ([`BrokerTopology`](crate::broker::BrokerTopology),
+//! [`DeadLetterOps`](crate::broker::DeadLetterOps): `seam.rs`) over the management HTTP API (RabbitMQ docs,
 //! "Management HTTP API"), with AMQP 0-9-1 helpers in [`amqp`].
 //!
 //! Rules applied here, with their source:
@@ -147,7 +148,7 @@ impl RabbitMq {
         result
     }
 
-    /// [`Broker::queue_depths`] that must cover `required` (the queues whose depths the
+    /// [`RabbitMq::queue_depths`] that must cover `required` (the queues whose depths the
     /// caller will judge). The `rabbitmq_prometheus` answer (with `prometheusUri`) is used
     /// only when it is complete: it parses strictly, holds at least one queue of the vhost
     /// and every `required` queue. Otherwise — a queue too new to have statistics, one
@@ -156,7 +157,7 @@ impl RabbitMq {
     /// for this poll, so a depth is never read as 0 for lack of data.
     ///
     /// # Errors
-    /// As [`Broker::queue_depths`] (from the management API).
+    /// As [`RabbitMq::queue_depths`] (from the management API).
     pub async fn queue_depths_covering(
         &self,
         vhost: &str,

@@ -1,4 +1,4 @@
-//! Removal of a plan's objects (`Broker::remove`, `deletionPolicy: Delete`): the pure
+//! Removal of a plan's objects ([`RabbitMq::remove`], `deletionPolicy: Delete`): the pure
 //! steps decide what to delete and what blocks it ([`removal_targets`], [`busy_reason`],
 //! [`removals`]); [`RabbitMq::remove_plan`] reads, checks and performs them.
 //!
@@ -168,14 +168,14 @@ pub fn classic_queue_outcome(name: &str, deleted: DeleteOutcome) -> (Outcome, Op
 }
 
 impl RabbitMq {
-    /// `Broker::remove` for RabbitMQ: the vhost's queues and this resource's ownership
+    /// [`RabbitMq::remove`]'s body: the vhost's queues and this resource's ownership
     /// records, the [`removal_targets`], their checks ([`RabbitMq::blockers`]: any
     /// message or consumer stops the removal before a write), the policies, exchanges and
     /// bindings, the [`removals`] performed in order, then (nothing blocked) the release
     /// of the ownership records. A missing vhost is nothing to remove.
     ///
     /// # Errors
-    /// As `Broker::remove`.
+    /// As [`RabbitMq::remove`].
     pub(super) async fn remove_plan(
         &self,
         plan: &DesiredTopology,

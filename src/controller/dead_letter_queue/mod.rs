@@ -8,7 +8,7 @@
 //!
 //! Deletion goes through the finalizer `dlqoperator.io/cleanup` ([`FINALIZER`]) and
 //! `spec.deletionPolicy` (`cleanup`): `Retain` releases at once; `Delete` removes the
-//! operator-owned broker objects ([`Broker::remove`](crate::broker::Broker::remove)) and
+//! operator-owned broker objects ([`BrokerTopology::remove`](crate::broker::BrokerTopology::remove)) and
 //! keeps the finalizer, with a `DeletionBlocked` condition and Event, while a queue to
 //! delete still holds messages.
 
@@ -292,7 +292,7 @@ fn next_reconcile(
 }
 
 /// `Some(NameConflict)` when another DeadLetterQueue on the same broker and vhost owns
-/// a name `dlq` (with status `mine`) claims ([`ownership`](crate::controller::ownership)).
+/// a name `dlq` (with status `mine`) claims ([`crate::controller::ownership`]).
 /// Reads other Secrets and the brokers' cluster names only when names overlap.
 async fn name_conflict(
     ctx: &DeadLetterQueueContext,

@@ -120,7 +120,7 @@ pub async fn reconcile(
 
 /// The reconcile (module doc), stage by stage: skip what is finished or handled by this
 /// process ([`in_process`]), end a replay whose spec changed while it ran, check the spec
-/// ([`check`]), read what it replays ([`target`]; else `Pending`, [`wait`]), end one
+/// ([`check`]), read what it replays ([`target()`]; else `Pending`, [`wait`]), end one
 /// whose limit is reached, or start the run ([`start`]).
 async fn reconcile_inner(
     obj: Arc<DynamicObject>,

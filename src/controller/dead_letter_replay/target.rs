@@ -17,7 +17,8 @@ use super::status::pending_reason;
 pub(super) struct Waiting {
     pub(super) reason: &'static str,
     pub(super) message: String,
-    /// A broker error: retried with the per-object backoff instead of [`PENDING_RECHECK`].
+    /// A broker error: retried with the per-object backoff instead of
+    /// [`PENDING_RECHECK`](super::PENDING_RECHECK).
     pub(super) error: Option<ReconcileError>,
 }
 

@@ -146,7 +146,7 @@ impl Run<'_> {
     /// Settles every copy in flight, writes every ack and waits for the broker's reply to
     /// a passive declare on the consuming channel: the broker has then handled every ack
     /// sent before it (a channel handles its methods in order), so no copy published so
-    /// far can be duplicated by a crash any more ([`crash_bound`]).
+    /// far can be duplicated by a crash any more ([`crash_bound`](crate::dlq::replay::crash_bound)).
     pub(super) async fn settle_all(
         &self,
         state: &mut Scan,
