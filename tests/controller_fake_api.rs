@@ -22,12 +22,12 @@ use common::{cleanup, mgmt_get, unique, AMQP};
 use dlq_operator::controller::context::{
     BrokerClients, Context, DeadLetterQueueContext, DeadLetterReplayContext, RetryPolicyContext,
 };
-use dlq_operator::controller::object::{api_resource, referencing};
 use dlq_operator::controller::{
     dead_letter_queue, dead_letter_replay, error_policy, retry_policy, Error,
 };
 use dlq_operator::crd::DeadLetterQueue;
 use dlq_operator::metrics::Metrics;
+use dlq_operator::object::{api_resource, referencing};
 
 const NS: &str = "team-a";
 const DLQ_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/deadletterqueues";

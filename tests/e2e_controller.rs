@@ -22,8 +22,8 @@ use common::e2e::{
     client, create_examples, dlqs, ensure_crds, namespace, ready, rps, table, wait_for, Operator,
 };
 use common::{cleanup, cli, mgmt_get, text, unique, AMQP};
-use dlq_operator::controller::object::api_resource;
 use dlq_operator::crd::{DeadLetterQueue, RetryPolicy};
+use dlq_operator::object::api_resource;
 
 #[tokio::test]
 async fn operator_applies_examples_reports_status_and_replans_on_policy_edit() {

@@ -25,8 +25,8 @@ use common::e2e::{
     client, dlqs, ensure_crds, namespace, ready as dlq_ready, rps, table, wait_for, Operator,
 };
 use common::{cleanup, unique, AMQP, MGMT};
-use dlq_operator::controller::object::api_resource;
 use dlq_operator::crd::{DeadLetterQueue, DeadLetterReplay, RetryPolicy};
+use dlq_operator::object::api_resource;
 
 const LONG: Duration = Duration::from_secs(60);
 

@@ -25,10 +25,10 @@ use tracing::{info, warn, Instrument};
 use crate::controller::context::{
     Context, DeadLetterQueueContext, DeadLetterReplayContext, RetryPolicyContext,
 };
-use crate::controller::object::{api_resource, referencing};
 use crate::controller::{backlog, dead_letter_queue, dead_letter_replay, retry_policy};
 use crate::controller::{error_policy, Options};
 use crate::crd::{DeadLetterQueue, DeadLetterReplay, RetryPolicy};
+use crate::object::{api_resource, referencing};
 
 /// How long in-flight reconciles may take to finish after a stop request (SIGTERM, lost
 /// Lease) before the controllers are dropped. Below Kubernetes' default 30 s grace period.

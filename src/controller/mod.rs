@@ -7,8 +7,6 @@
 //! - [`dead_letter_replay`]: DeadLetterReplays — one replay of a DeadLetterQueue's
 //!   dead-lettered messages each, run in a background task, resumed after a restart.
 //! - [`conditions`]: status conditions (Kubernetes API conventions).
-//! - [`object`]: lenient decoding of watched objects (one bad object never stops a watch);
-//!   a re-export of [`crate::object`], which `resolve` uses too.
 //! - [`shared`]: what the controllers share (client, metrics, broker clients, clock).
 //! - [`context`]: each controller's own context (recorder, backoff, and what only it
 //!   uses) over the shared one.
@@ -29,7 +27,6 @@ pub mod context;
 pub mod controllers;
 pub mod dead_letter_queue;
 pub mod dead_letter_replay;
-pub use crate::object;
 pub mod operator;
 pub mod ownership;
 pub mod rbac;

@@ -19,10 +19,10 @@ use tracing::{info, warn};
 
 use crate::controller::context::{self, BrokerClients, Context};
 use crate::controller::controllers::{controllers, Contexts};
-use crate::controller::object::api_resource;
 use crate::controller::Options;
 use crate::crd::{DeadLetterQueue, DeadLetterReplay, RetryPolicy};
 use crate::metrics::{Metrics, Readiness};
+use crate::object::api_resource;
 
 /// Why `run` stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -63,25 +63,11 @@ pub async fn run(client: Client, opts: Options, stop: CancellationToken) -> Resu
     let readiness = Readiness::new("starting");
     // The HTTP server stops on `stop`, or as soon as the operator itself stops (an error
     // must not wait for a signal to be reported).
-    let server_stop = stop.child_token();
-    let (addr, server) = crate::metrics::bind(
-        opts.metrics_addr,
-        metrics.clone(),
-        readiness.clone(),
-        server_stop.clone().cancelled_owned(),
-    )
-    .await
-    .map_err(RunError::Bind)?;
-    info!(%addr, "serving /metrics, /healthz, /readyz");
-    let server = tokio::spawn(server);
-
+    let server = crate::serve::start(opts.metrics_addr, metrics.clone(), readiness.clone(), &stop)
+        .await
+        .map_err(RunError::Bind)?;
     let result = run_inner(client, &opts, metrics, readiness, stop).await;
-    server_stop.cancel();
-    match server.await {
-        Ok(Err(e)) => warn!(error = %e, "metrics server failed"),
-        Err(e) => warn!(error = %e, "metrics server task failed"),
-        Ok(Ok(())) => {}
-    }
+    server.stop().await;
     result
 }
 

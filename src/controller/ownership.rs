@@ -14,8 +14,8 @@ use kube::api::{Api, DynamicObject};
 
 use crate::broker::BrokerClient;
 use crate::controller::context::Context;
-use crate::controller::object::{decode, status_of};
 use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus};
+use crate::object::{decode, status_of};
 
 pub use crate::ownership::{claims, Claim, Owner};
 

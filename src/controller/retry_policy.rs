@@ -15,9 +15,9 @@ use kube::runtime::events::EventType;
 use crate::backoff::ResolvedPolicy;
 use crate::controller::conditions::{self, ConditionStatus, Desired, READY};
 use crate::controller::context::RetryPolicyContext;
-use crate::controller::object::{api_resource, decode, status_of};
 use crate::controller::{publish, Error, Note};
 use crate::crd::{InvalidSpec, RetryPolicy, RetryPolicySpec, RetryPolicyStatus};
+use crate::object::{api_resource, decode, status_of};
 
 /// Kind label of this controller's metrics.
 pub const KIND: &str = "RetryPolicy";

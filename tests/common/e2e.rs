@@ -12,8 +12,8 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 
-use dlq_operator::controller::object::api_resource;
 use dlq_operator::crd::{all_crds, DeadLetterQueue, RetryPolicy};
+use dlq_operator::object::api_resource;
 
 /// Path of the kubeconfig, or `None` after reporting `test` as skipped (written to the
 /// process's stderr directly, past the test harness's capture, so the skip shows).

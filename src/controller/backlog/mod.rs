@@ -30,11 +30,11 @@ use tracing::{debug, info, warn};
 
 use crate::broker::{BrokerClient, BrokerError};
 use crate::collector::{self, Collector, DepthSource, Listing, Member};
-use crate::controller::object::{api_resource, status_of};
 use crate::controller::shared::Context;
 use crate::controller::{publish, Note};
 use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus};
 use crate::monitor::Params;
+use crate::object::{api_resource, status_of};
 use crate::topology::DesiredTopology;
 
 mod status;

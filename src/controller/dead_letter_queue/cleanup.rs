@@ -11,7 +11,6 @@ use kube::ResourceExt;
 use crate::broker::RemovalReport;
 use crate::controller::conditions::{self, ConditionStatus, Desired, READY, TOPOLOGY_READY};
 use crate::controller::context::DeadLetterQueueContext;
-use crate::controller::object::{api_resource, decode, status_of};
 use crate::controller::ownership;
 use crate::controller::{publish, Error, Note};
 use crate::crd::{
@@ -19,6 +18,7 @@ use crate::crd::{
     RetryPolicySpec, TopologyStatus,
 };
 use crate::manifest::object_key;
+use crate::object::{api_resource, decode, status_of};
 use crate::reconcile::{self, ReconcileError};
 use crate::topology::DesiredTopology;
 

@@ -75,11 +75,11 @@ use tracing::{info, Instrument};
 
 use crate::controller::conditions::COMPLETE;
 use crate::controller::context::DeadLetterReplayContext;
-use crate::controller::object::{api_resource, decode, status_of};
 use crate::controller::{publish, Error, Note};
 use crate::crd::{DeadLetterReplay, DeadLetterReplaySpec, DeadLetterReplayStatus, InvalidSpec};
 use crate::dlq::replay::ReplayOptions;
 use crate::manifest::object_key;
+use crate::object::{api_resource, decode, status_of};
 use crate::reconcile::Prepared;
 
 use job::{complete_message, Job};

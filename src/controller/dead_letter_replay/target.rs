@@ -5,9 +5,9 @@
 use kube::api::{Api, DynamicObject};
 
 use crate::controller::context::Context;
-use crate::controller::object::api_resource;
 use crate::controller::{resolve_verdict, Error};
 use crate::crd::{DeadLetterQueue, DeadLetterReplaySpec, ReplayTarget};
+use crate::object::api_resource;
 use crate::reconcile::{Prepared, ReconcileError};
 use crate::resolve;
 
