@@ -27,6 +27,8 @@ pub mod context;
 pub mod controllers;
 pub mod dead_letter_queue;
 pub mod dead_letter_replay;
+#[cfg(test)]
+pub(crate) mod mock_api;
 pub mod operator;
 pub mod ownership;
 pub mod rbac;

@@ -2,119 +2,34 @@
 //! `tower-test` mock service, answered here from a few fixed objects, every call
 //! recorded) and the in-memory broker ([`FakeBroker`]): no API server, no RabbitMQ.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use http::{Request, Response};
 use kube::api::DynamicObject;
-use kube::client::Body;
 use kube::runtime::controller::Action;
-use kube::Client;
 use serde_json::{json, Value};
 
 use super::{reconcile, FINALIZER};
 use crate::broker::fake::{FakeBroker, Fault};
 use crate::broker::BrokerTopology;
-use crate::controller::context::{BrokerClients, Context, DeadLetterQueueContext};
-use crate::metrics::Metrics;
+use crate::controller::context::DeadLetterQueueContext;
+use crate::controller::mock_api::{Call, MockApi, NS, SECRET_PATH};
 
-const NS: &str = "team-a";
 const DLQ_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/deadletterqueues";
 const RP_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/retrypolicies";
-const SECRET_PATH: &str = "/api/v1/namespaces/team-a/secrets";
 const RULE_PATH: &str = "/apis/monitoring.coreos.com/v1/namespaces/team-a/prometheusrules";
-
-/// One recorded API call: method, path, JSON body (`null` when none).
-type Call = (String, String, Value);
-
-/// The mock API: GETs answered from `objects` by path (404 otherwise), a PATCH echoes the
-/// object at its path (without `/status`), a POST (an Event) echoes its body.
-#[derive(Clone, Default)]
-struct MockApi {
-    objects: Arc<Mutex<BTreeMap<String, Value>>>,
-    calls: Arc<Mutex<Vec<Call>>>,
-}
-
-impl MockApi {
-    fn put(&self, path: &str, object: Value) {
-        self.objects
-            .lock()
-            .expect("lock")
-            .insert(path.into(), object);
-    }
-
-    fn take(&self) -> Vec<Call> {
-        std::mem::take(&mut *self.calls.lock().expect("lock"))
-    }
-
-    fn answer(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
-        let objects = self.objects.lock().expect("lock");
-        let found = objects.get(path.trim_end_matches("/status")).cloned();
-        match (method, found) {
-            ("GET" | "PATCH", Some(o)) => (200, o),
-            ("POST", _) => (201, body.clone()),
-            _ => (
-                404,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                              "message": format!("{path} not found"), "reason": "NotFound", "code": 404}),
-            ),
-        }
-    }
-
-    /// A client whose requests this mock answers (on a spawned task).
-    fn client(&self) -> Client {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let mock = self.clone();
-        tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
-                let (parts, body) = request.into_parts();
-                let bytes = body.collect_bytes().await.expect("request body");
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let (method, path) = (parts.method.to_string(), parts.uri.path().to_string());
-                let (status, answer) = mock.answer(&method, &path, &body);
-                mock.calls.lock().expect("lock").push((method, path, body));
-                let answer = serde_json::to_vec(&answer).expect("json");
-                send.send_response(
-                    Response::builder()
-                        .status(status)
-                        .body(Body::from(answer))
-                        .expect("response"),
-                );
-            }
-        });
-        Client::new(service, NS)
-    }
-}
 
 /// A mock API serving the RetryPolicy `policy`, the Secret `rabbit` and a PrometheusRule
 /// `dlq-orders`; the controller's context over it and `broker`.
 fn setup(broker: &FakeBroker) -> (MockApi, Arc<DeadLetterQueueContext>) {
-    let api = MockApi::default();
-    api.put(
-        &format!("{RP_PATH}/policy"),
-        json!({
-        "apiVersion": "dlqoperator.io/v1alpha1", "kind": "RetryPolicy",
-        "metadata": {"name": "policy", "namespace": NS, "generation": 1, "resourceVersion": "7"},
-        "spec": {"maxRetries": 2, "tiers": ["5s", "30s"]}}),
-    );
-    // base64 of amqp://guest:guest@rabbit:5672/%2f and http://rabbit:15672
-    api.put(
-        &format!("{SECRET_PATH}/rabbit"),
-        json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "rabbit", "namespace": NS, "resourceVersion": "1"},
-        "data": {"uri": "YW1xcDovL2d1ZXN0Omd1ZXN0QHJhYmJpdDo1NjcyLyUyZg==",
-                 "managementUri": "aHR0cDovL3JhYmJpdDoxNTY3Mg=="}}),
-    );
+    let api = MockApi::default().with_references();
     api.put(
         &format!("{RULE_PATH}/dlq-orders"),
         json!({
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
         "metadata": {"name": "dlq-orders", "namespace": NS}, "spec": {"groups": []}}),
     );
-    let brokers = Arc::new(BrokerClients::new(Arc::new(broker.clone())));
-    let shared = Context::new(api.client(), "test-instance", Metrics::new(), brokers);
-    (api, Arc::new(DeadLetterQueueContext::new(Arc::new(shared))))
+    let ctx = Arc::new(DeadLetterQueueContext::new(api.context(broker)));
+    (api, ctx)
 }
 
 /// The DeadLetterQueue `orders` on queue `orders` (finalizer in place), with `status`.

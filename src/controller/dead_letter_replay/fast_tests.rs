@@ -3,15 +3,11 @@
 //! every call recorded) and the in-memory broker ([`FakeBroker`]) holding the dead
 //! letters: no API server, no RabbitMQ.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response};
 use kube::api::DynamicObject;
-use kube::client::Body;
 use kube::runtime::controller::Action;
-use kube::Client;
 use serde_json::{json, Value};
 
 use super::{reconcile, PENDING_RECHECK};
@@ -19,75 +15,21 @@ use crate::broker::fake::FakeBroker;
 use crate::broker::message::{HeaderValue, Headers, Message};
 use crate::broker::BrokerTopology;
 use crate::client::headers::{ERROR_CLASS, LAST_FAILED_AT, ORIGINAL_QUEUE, RETRY_COUNT};
-use crate::controller::context::{BrokerClients, Context, DeadLetterReplayContext};
+use crate::controller::context::DeadLetterReplayContext;
+use crate::controller::mock_api::{MockApi, API, NS};
 use crate::dlq::replay::NACKED;
-use crate::metrics::Metrics;
 
-const NS: &str = "team-a";
 const UID: &str = "uid-replay";
-const API: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a";
-const SECRET_PATH: &str = "/api/v1/namespaces/team-a/secrets/rabbit";
 const REPLAY_STATUS: &str =
     "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/deadletterreplays/replay-1/status";
 
-/// One recorded API call: method, path, JSON body (`null` when none).
-type Call = (String, String, Value);
-
-/// The mock API: GETs answered from `objects` by path (404 otherwise), a PATCH echoes the
-/// object at its path (without `/status`), a POST (an Event) echoes its body.
-#[derive(Clone, Default)]
-struct MockApi {
-    objects: Arc<Mutex<BTreeMap<String, Value>>>,
-    calls: Arc<Mutex<Vec<Call>>>,
-}
-
-impl MockApi {
-    fn put(&self, path: &str, object: Value) {
-        let mut objects = self.objects.lock().expect("lock");
-        objects.insert(path.into(), object);
-    }
-
-    fn answer(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
-        let objects = self.objects.lock().expect("lock");
-        match (method, objects.get(path.trim_end_matches("/status"))) {
-            ("GET" | "PATCH", Some(o)) => (200, o.clone()),
-            ("POST", _) => (201, body.clone()),
-            _ => (
-                404,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                       "message": format!("{path} not found"), "reason": "NotFound", "code": 404}),
-            ),
-        }
-    }
-
-    /// A client whose requests this mock answers (on a spawned task).
-    fn client(&self) -> Client {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let mock = self.clone();
-        tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
-                let (parts, body) = request.into_parts();
-                let bytes = body.collect_bytes().await.expect("request body");
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let (method, path) = (parts.method.to_string(), parts.uri.path().to_string());
-                let (status, answer) = mock.answer(&method, &path, &body);
-                mock.calls.lock().expect("lock").push((method, path, body));
-                let answer = serde_json::to_vec(&answer).expect("json");
-                let response = Response::builder().status(status).body(Body::from(answer));
-                send.send_response(response.expect("response"));
-            }
-        });
-        Client::new(service, NS)
-    }
-
-    /// The `status` of every status PATCH of the replay, in order.
-    fn replay_statuses(&self) -> Vec<Value> {
-        let calls = self.calls.lock().expect("lock");
-        let patches = calls
-            .iter()
-            .filter(|c| c.0 == "PATCH" && c.1 == REPLAY_STATUS);
-        patches.map(|c| c.2["status"].clone()).collect()
-    }
+/// The `status` of every status PATCH of the replay `api` recorded, in order.
+fn replay_statuses(api: &MockApi) -> Vec<Value> {
+    let calls = api.calls();
+    let patches = calls
+        .iter()
+        .filter(|c| c.0 == "PATCH" && c.1 == REPLAY_STATUS);
+    patches.map(|c| c.2["status"].clone()).collect()
 }
 
 /// The DeadLetterQueue `orders` (source queue `orders`, classic) as JSON.
@@ -113,34 +55,14 @@ fn replay() -> Value {
 /// A mock API serving the replay, its DeadLetterQueue, the RetryPolicy `policy` and the
 /// Secret `rabbit`; the replay controller's context over it and `broker`.
 fn setup(broker: &FakeBroker) -> (MockApi, Arc<DeadLetterReplayContext>) {
-    let api = MockApi::default();
+    let api = MockApi::default().with_references();
     api.put(&format!("{API}/deadletterreplays/replay-1"), replay());
     api.put(
         &format!("{API}/deadletterqueues/orders"),
         dead_letter_queue(),
     );
-    api.put(
-        &format!("{API}/retrypolicies/policy"),
-        json!({
-        "apiVersion": "dlqoperator.io/v1alpha1", "kind": "RetryPolicy",
-        "metadata": {"name": "policy", "namespace": NS, "generation": 1, "resourceVersion": "7"},
-        "spec": {"maxRetries": 2, "tiers": ["5s", "30s"]}}),
-    );
-    // base64 of amqp://guest:guest@rabbit:5672/%2f and http://rabbit:15672
-    api.put(
-        SECRET_PATH,
-        json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "rabbit", "namespace": NS, "resourceVersion": "1"},
-        "data": {"uri": "YW1xcDovL2d1ZXN0Omd1ZXN0QHJhYmJpdDo1NjcyLyUyZg==",
-                 "managementUri": "aHR0cDovL3JhYmJpdDoxNTY3Mg=="}}),
-    );
-    let brokers = Arc::new(BrokerClients::new(Arc::new(broker.clone())));
-    let shared = Context::new(api.client(), "test-instance", Metrics::new(), brokers);
-    (
-        api,
-        Arc::new(DeadLetterReplayContext::new(Arc::new(shared))),
-    )
+    let ctx = Arc::new(DeadLetterReplayContext::new(api.context(broker)));
+    (api, ctx)
 }
 
 /// Applies the DeadLetterQueue's topology (as its controller would) to `broker` and puts
@@ -186,7 +108,7 @@ async fn run_to_the_end(api: &MockApi, ctx: &Arc<DeadLetterReplayContext>) -> Ve
     tokio::time::timeout(Duration::from_secs(5), over)
         .await
         .expect("the run ended within 5 s");
-    api.replay_statuses()
+    replay_statuses(api)
 }
 
 /// Status, reason and message of the `Complete` condition of `status`.
@@ -279,7 +201,7 @@ async fn a_dead_letter_queue_not_declared_yet_keeps_the_replay_pending() {
     assert_eq!(action, Action::requeue(PENDING_RECHECK));
     assert!(!ctx.replays.is_running(UID), "no run started");
 
-    let statuses = api.replay_statuses();
+    let statuses = replay_statuses(&api);
     assert_eq!(statuses.len(), 1, "{statuses:#?}");
     assert_eq!(statuses[0]["phase"], "Pending");
     let (st, reason, message) = complete(&statuses[0]);
