@@ -201,46 +201,44 @@ fn dead_letter_queue_controller(
         .for_each(|r| async move { log_result("DeadLetterQueue", r) })
 }
 
-/// The RetryPolicy controller, filtered by generation.
+/// A controller of the watched objects of `ar`, reconciled on generation changes only
+/// (so the controller's own status writes do not trigger reconciles), drained on `stop`.
+fn on_generation(
+    watched: &Watched<'_>,
+    ar: ApiResource,
+    stop: &CancellationToken,
+) -> Controller<DynamicObject> {
+    let writer = Writer::<DynamicObject>::new(ar.clone());
+    let reader = writer.as_reader();
+    let stream = watcher(watched.api(&ar), watched.selected())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    Controller::for_stream_with(stream, reader, ar)
+        .with_config(watched.config.clone())
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
+}
+
+/// The RetryPolicy controller ([`on_generation`]).
 fn retry_policy_controller(
     watched: &Watched<'_>,
     ctx: Arc<RetryPolicyContext>,
     stop: &CancellationToken,
 ) -> impl Future<Output = ()> + Send {
-    let ar = api_resource::<RetryPolicy>();
-    let writer = Writer::<DynamicObject>::new(ar.clone());
-    let reader = writer.as_reader();
-    let stream = watcher(watched.api(&ar), watched.selected())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
-    Controller::for_stream_with(stream, reader, ar)
-        .with_config(watched.config.clone())
-        .graceful_shutdown_on(stop.clone().cancelled_owned())
+    on_generation(watched, api_resource::<RetryPolicy>(), stop)
         .run(retry_policy::reconcile, error_policy, ctx)
         .for_each(|r| async move { log_result("RetryPolicy", r) })
 }
 
-/// The DeadLetterReplay controller, filtered by generation, so the runs' status writes do
-/// not trigger reconciles (a running replay is re-checked every
-/// [`RUNNING_RECHECK`](dead_letter_replay::RUNNING_RECHECK)).
+/// The DeadLetterReplay controller ([`on_generation`]: a running replay is re-checked
+/// every [`RUNNING_RECHECK`](dead_letter_replay::RUNNING_RECHECK) instead).
 fn dead_letter_replay_controller(
     watched: &Watched<'_>,
     ctx: Arc<DeadLetterReplayContext>,
     stop: &CancellationToken,
 ) -> impl Future<Output = ()> + Send {
-    let ar = api_resource::<DeadLetterReplay>();
-    let writer = Writer::<DynamicObject>::new(ar.clone());
-    let reader = writer.as_reader();
-    let stream = watcher(watched.api(&ar), watched.selected())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
-    Controller::for_stream_with(stream, reader, ar)
-        .with_config(watched.config.clone())
-        .graceful_shutdown_on(stop.clone().cancelled_owned())
+    on_generation(watched, api_resource::<DeadLetterReplay>(), stop)
         .run(dead_letter_replay::reconcile, error_policy, ctx)
         .for_each(|r| async move { log_result("DeadLetterReplay", r) })
 }
