@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 
-use crate::broker::{BrokerClient, BrokerError, QueueDepth};
+use crate::broker::{BrokerError, QueueDepth};
 use crate::crd::DepthStatus;
 use crate::metrics::{Metrics, QueueSample};
 use crate::monitor::{AlertState, Evaluation, Evaluator, Params};
@@ -239,26 +239,8 @@ pub trait DepthSource {
     ) -> impl Future<Output = Listing> + Send;
 }
 
-/// A broker client behind the seam ([`queue_depths_covering`](crate::broker::BrokerTopology::queue_depths_covering): for
-/// RabbitMQ, the `rabbitmq_prometheus` answer when it is complete, the management API
-/// otherwise).
-impl DepthSource for dyn BrokerClient {
-    async fn depths_covering(&self, vhost: &str, required: &BTreeSet<String>) -> Listing {
-        self.queue_depths_covering(vhost, required).await
-    }
-}
-
+/// A borrowed depth source lists as the source itself does.
 impl<T: DepthSource + Sync + ?Sized> DepthSource for &T {
-    fn depths_covering(
-        &self,
-        vhost: &str,
-        required: &BTreeSet<String>,
-    ) -> impl Future<Output = Listing> + Send {
-        (**self).depths_covering(vhost, required)
-    }
-}
-
-impl<T: DepthSource + Send + Sync + ?Sized> DepthSource for std::sync::Arc<T> {
     fn depths_covering(
         &self,
         vhost: &str,
