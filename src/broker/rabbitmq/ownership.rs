@@ -512,32 +512,6 @@ impl RabbitMq {
             }),
         }
     }
-
-    /// Writes the records of `found` that are missing or name another role (keeping a
-    /// dead-letter exchange's `retired` list), for the claims `adopted` accepts (not an
-    /// object in conflict: another type or other arguments, which the plan never adopts);
-    /// returns how many were created and how many updated (a name whose role changed, e.g.
-    /// a dead-letter queue named again after it was retired). A steady state writes none.
-    ///
-    /// # Errors
-    /// Transport, authentication and API errors.
-    pub async fn record_claims(
-        &self,
-        plan: &DesiredTopology,
-        found: &Found,
-        adopted: impl Fn(&Claim) -> bool,
-    ) -> Result<(usize, usize), BrokerError> {
-        let (mut created, mut updated) = (0, 0);
-        for (record, outcome) in records_to_write(plan, found, adopted) {
-            if outcome == Outcome::Created {
-                created += 1;
-            } else {
-                updated += 1;
-            }
-            self.put_owner_record(&record).await?;
-        }
-        Ok((created, updated))
-    }
 }
 
 /// The ownership records a removal must respect ([`RabbitMq::ownership_for_removal`]).
