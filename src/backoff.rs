@@ -203,6 +203,14 @@ pub enum DeadLetterReason {
     NonRetryable,
     /// Retrying it again would end past `maxRetryDuration`.
     RetryWindowExceeded,
+    /// Its time-to-live ran out in the source queue before any consumer got it (RabbitMQ
+    /// `x-death` reason `expired`, seen by the retry router). Not a processing failure:
+    /// its publisher declared it stale, so it is never retried.
+    Expired,
+    /// The source queue was full and dropped it (`x-death` reason `maxlen`: max-length
+    /// with overflow `drop-head`, seen by the retry router). Never retried: putting it
+    /// back into a full queue would push out another message.
+    MaxLength,
 }
 
 impl DeadLetterReason {
@@ -212,6 +220,8 @@ impl DeadLetterReason {
             DeadLetterReason::MaxRetriesExceeded => "MaxRetriesExceeded",
             DeadLetterReason::NonRetryable => "NonRetryable",
             DeadLetterReason::RetryWindowExceeded => "RetryWindowExceeded",
+            DeadLetterReason::Expired => "Expired",
+            DeadLetterReason::MaxLength => "MaxLength",
         }
     }
 }
@@ -319,7 +329,8 @@ impl ResolvedPolicy {
         }
     }
 
-    /// Decides what to do with a message that failed with `class`.
+    /// Decides what to do with a message that failed with `class` (`None`: unclassified,
+    /// decided by `classification.default`).
     ///
     /// `retries_so_far` is its `dlq-retry-count` (0 on the first failure),
     /// `elapsed_ms` the time since its first failure, `previous_delay_ms` the delay of its
@@ -329,7 +340,7 @@ impl ResolvedPolicy {
     /// past `maxRetryDuration` with `RetryWindowExceeded`.
     pub fn decide<R: Rng + ?Sized>(
         &self,
-        class: ErrorClass,
+        class: impl Into<Option<ErrorClass>>,
         retries_so_far: u32,
         elapsed_ms: u64,
         previous_delay_ms: Option<u64>,

@@ -52,6 +52,7 @@ pub fn role_label(role: &QueueRole) -> &'static str {
         QueueRole::Source => "source",
         QueueRole::Retry { .. } => "retry",
         QueueRole::DeadLetter { .. } => "dead_letter",
+        QueueRole::Inbox => "inbox",
     }
 }
 
@@ -82,6 +83,10 @@ pub fn observe(topology: &DesiredTopology, depths: &BTreeMap<String, QueueDepth>
             }
             QueueRole::Source => {
                 out.depth.source = depth;
+                String::new()
+            }
+            QueueRole::Inbox => {
+                out.depth.inbox = Some(depth);
                 String::new()
             }
         };

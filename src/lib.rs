@@ -29,6 +29,7 @@ pub mod ownership;
 pub mod printable;
 pub mod reconcile;
 pub mod resolve;
+pub mod router;
 pub mod serve;
 pub mod standalone;
 pub mod topology;

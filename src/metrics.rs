@@ -53,6 +53,7 @@ pub struct Metrics {
     reconcile_duration: HistogramVec,
     backlog: BacklogMetrics,
     replays: ReplayMetrics,
+    router: crate::router::RouterMetrics,
     /// Every collector [`Metrics::new`] registered, for [`Metrics::exported_names`].
     collectors: Arc<[Box<dyn Collector>]>,
 }
@@ -242,12 +243,17 @@ impl Metrics {
         }
         register(&registry, &mut collectors, &replays.total);
         register(&registry, &mut collectors, &replays.ratio);
+        let router = crate::router::RouterMetrics::new();
+        register(&registry, &mut collectors, &router.routed);
+        register(&registry, &mut collectors, &router.failures);
+        register(&registry, &mut collectors, &router.consuming);
         Metrics {
             registry,
             reconcile_total,
             reconcile_duration,
             backlog,
             replays,
+            router,
             collectors: collectors.into(),
         }
     }
@@ -449,6 +455,11 @@ impl Metrics {
         names.sort();
         names.dedup();
         names
+    }
+
+    /// The retry router's families (`dlq_router_*`), for a [`crate::router::Fleet`].
+    pub fn router(&self) -> &crate::router::RouterMetrics {
+        &self.router
     }
 
     /// The registry, for other modules to register their families.

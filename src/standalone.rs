@@ -254,6 +254,9 @@ pub struct RunOptions {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Makes the broker clients ([`crate::broker::default_factory`]: RabbitMQ).
     pub brokers: Arc<dyn BrokerFactory>,
+    /// Run the retry router of every DeadLetterQueue in router mode in this process
+    /// (`false`: `dlq-operator router` runs them elsewhere).
+    pub routers: bool,
 }
 
 /// Keeps reconciling: re-reads the manifests every interval (on a blocking thread: a read
@@ -281,9 +284,15 @@ pub async fn run(opts: RunOptions, shutdown: CancellationToken) -> std::io::Resu
         }
         None => None,
     };
-    let result = Runner::new(opts, Collector::new(metrics))
+    let fleet = opts
+        .routers
+        .then(|| crate::router::Fleet::new(metrics.router().clone()));
+    let result = Runner::new(opts, Collector::new(metrics), fleet.as_ref())
         .run(&shutdown)
         .await;
+    if let Some(fleet) = fleet {
+        fleet.drain().await;
+    }
     if let Some(server) = server {
         server.stop().await;
     }
@@ -291,8 +300,10 @@ pub async fn run(opts: RunOptions, shutdown: CancellationToken) -> std::io::Resu
 }
 
 /// The state of `run --standalone` between two rounds.
-struct Runner {
+struct Runner<'f> {
     opts: RunOptions,
+    /// The retry routers, when this process runs them.
+    fleet: Option<&'f crate::router::Fleet>,
     collector: Collector,
     /// The manifests in force, validated and planned.
     planned: Vec<Planned>,
@@ -310,10 +321,15 @@ struct Runner {
     grace: StdDuration,
 }
 
-impl Runner {
-    fn new(opts: RunOptions, collector: Collector) -> Self {
+impl<'f> Runner<'f> {
+    fn new(
+        opts: RunOptions,
+        collector: Collector,
+        fleet: Option<&'f crate::router::Fleet>,
+    ) -> Self {
         Runner {
             opts,
+            fleet,
             collector,
             planned: Vec::new(),
             last_fingerprint: None,
@@ -403,6 +419,11 @@ impl Runner {
         self.last_fingerprint = Some(fp);
         self.last_apply = tokio::time::Instant::now();
         self.planned = planned;
+        if let Some(fleet) = self.fleet {
+            fleet.sync(self.planned.iter().filter_map(|p| {
+                crate::router::Target::of(&p.prepared, &p.object.spec.router)
+            }));
+        }
         Ok(())
     }
 

@@ -16,9 +16,14 @@
 //! - Each dead-letter queue: retention (message TTL), max length and overflow in the
 //!   policy `dlq-operator.<dlq>`.
 //!
+//! - In router mode (`spec.router.enabled`): the router inbox `Q.router`, a queue of the
+//!   source's type bound to the fanout exchange `Q.router`; the source's policy then
+//!   dead-letters into the inbox through the default exchange instead of into `Q.dlx`,
+//!   and the inbox's own policy dead-letters into `Q.dlx` (docs/ROUTER.md).
+//!
 //! Apply order ([`DesiredTopology::steps`]): exchanges; then the whole dead-letter route
-//! (each dead-letter queue's policy and queue, then the dead-letter exchange's bindings);
-//! only then the source queue's policy (which points it at the dead-letter exchange) and
+//! (each dead-letter queue's policy and queue, then the dead-letter exchange's bindings,
+//! then the router inbox); only then the source queue's policy (which points it at the dead-letter exchange) and
 //! queue; then the retry tiers and the remaining bindings. A policy goes before its queue
 //! (policies may exist before the queues they match), so a new queue has its settings from
 //! birth, and an existing source queue is never pointed at a route that is not complete.
@@ -87,6 +92,9 @@ pub enum QueueRole {
         /// Error class of this partition, `None` for the default dead-letter queue.
         class: Option<ErrorClass>,
     },
+    /// The router inbox (router mode): the source queue dead-letters into it and the
+    /// retry router consumes it.
+    Inbox,
 }
 
 /// A queue in the plan.
@@ -171,6 +179,9 @@ pub struct Routes {
     pub dead_letter_routing_key: String,
     /// With `partitionBy: ErrorClass`: routing key per class.
     pub partitions: BTreeMap<ErrorClass, String>,
+    /// In router mode: the router inbox (queue and exchange of the same name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inbox: Option<String>,
 }
 
 impl Routes {
@@ -294,9 +305,11 @@ impl DesiredTopology {
     /// 1. exchanges;
     /// 2. per dead-letter queue: its policy, then the queue;
     /// 3. the dead-letter exchange's bindings;
-    /// 4. the source queue's policy, then the source queue;
-    /// 5. per retry tier: the queue (its dead-letter target, the source queue, exists now);
-    /// 6. the remaining bindings (retry tiers, then the source exchange).
+    /// 4. in router mode the inbox's policy and queue (the source dead-letters into it);
+    /// 5. the source queue's policy, then the source queue;
+    /// 6. per retry tier: the queue (its dead-letter target, the source queue, exists now);
+    /// 7. the remaining bindings (retry tiers, the inbox exchange, then the source
+    ///    exchange).
     pub fn steps<'a>(&'a self) -> Vec<Step<'a>> {
         let dlx = self.routes.dead_letter_exchange.as_str();
         let mut steps: Vec<Step<'a>> = self.exchanges.iter().map(Step::Exchange).collect();
@@ -318,6 +331,7 @@ impl DesiredTopology {
                 .filter(|b| b.exchange == dlx)
                 .map(Step::Binding),
         );
+        queues_of(&mut steps, |r| *r == QueueRole::Inbox);
         queues_of(&mut steps, |r| *r == QueueRole::Source);
         queues_of(&mut steps, |r| matches!(r, QueueRole::Retry { .. }));
         steps.extend(
@@ -345,24 +359,45 @@ pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) ->
     let dlx = spec.dead_letter_exchange_name();
     let retry_exchange = spec.retry_exchange_name();
     let dead_letter_queues = spec.dead_letter_queue_names();
+    let inbox = spec.router.enabled.then(|| spec.router_inbox_name());
     let mut parts = Parts::default();
     parts.dead_letter_route(spec, &dead_letter_queues, &dlx);
-    parts.source_queue(spec, &dlx);
+    let source_dead_letter_target = match &inbox {
+        Some(inbox) => {
+            parts.router_inbox(spec, inbox, &dlx);
+            DeadLetterTarget {
+                exchange: "",
+                routing_key: inbox,
+            }
+        }
+        None => DeadLetterTarget {
+            exchange: &dlx,
+            routing_key: q,
+        },
+    };
+    parts.source_queue(spec, &source_dead_letter_target);
     let tiers = parts.retry_tiers(spec, &retry_exchange, &policy.tiers_ms);
     parts.source_binding(spec);
+    let mut exchanges = vec![
+        ExchangePlan {
+            name: dlx.clone(),
+            kind: ExchangeKind::Direct,
+        },
+        ExchangePlan {
+            name: retry_exchange.clone(),
+            kind: ExchangeKind::Direct,
+        },
+    ];
+    if let Some(inbox) = &inbox {
+        exchanges.push(ExchangePlan {
+            name: inbox.clone(),
+            kind: ExchangeKind::Fanout,
+        });
+    }
     DesiredTopology {
         owner: owner.to_string(),
         vhost: spec.broker.vhost.clone(),
-        exchanges: vec![
-            ExchangePlan {
-                name: dlx.clone(),
-                kind: ExchangeKind::Direct,
-            },
-            ExchangePlan {
-                name: retry_exchange.clone(),
-                kind: ExchangeKind::Direct,
-            },
-        ],
+        exchanges,
         policies: parts.policies,
         queues: parts.queues,
         bindings: parts.bindings,
@@ -377,8 +412,16 @@ pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) ->
                 .iter()
                 .filter_map(|(name, class)| class.map(|c| (c, name.clone())))
                 .collect(),
+            inbox,
         },
     }
+}
+
+/// Where the source queue dead-letters to: the dead-letter exchange with the source's
+/// name as routing key, or in router mode the inbox through the default exchange.
+struct DeadLetterTarget<'a> {
+    exchange: &'a str,
+    routing_key: &'a str,
 }
 
 /// The policies, queues and bindings of a plan as [`plan`] collects them, each list in
@@ -433,21 +476,39 @@ impl Parts {
         }
     }
 
+    /// The router inbox (router mode): a queue of the source's type, bound to the fanout
+    /// exchange of the same name (where consumers may publish a failure with its class),
+    /// with a policy that dead-letters into the dead-letter exchange what the inbox
+    /// itself gives up (a quorum inbox's delivery limit), so nothing is ever dropped. The
+    /// source reaches the inbox through the default exchange, which is always there.
+    fn router_inbox(&mut self, spec: &DeadLetterQueueSpec, inbox: &str, dlx: &str) {
+        let def = dead_lettering(
+            spec,
+            &DeadLetterTarget {
+                exchange: dlx,
+                routing_key: &spec.source.queue,
+            },
+        );
+        self.policies.push(exact_policy(spec, inbox, def));
+        self.queues.push(QueuePlan {
+            name: inbox.to_string(),
+            role: QueueRole::Inbox,
+            queue_type: spec.source.queue_type,
+            arguments: BTreeMap::new(),
+            declare: true,
+        });
+        self.bindings.push(BindingPlan {
+            exchange: inbox.to_string(),
+            queue: inbox.to_string(),
+            routing_key: String::new(),
+        });
+    }
+
     /// The source queue and its policy: the dead-letter route and, on a quorum queue, the
     /// broker-side delivery limit, at-least-once dead-lettering and `reject-publish`.
-    fn source_queue(&mut self, spec: &DeadLetterQueueSpec, dlx: &str) {
+    fn source_queue(&mut self, spec: &DeadLetterQueueSpec, target: &DeadLetterTarget<'_>) {
         let q = spec.source.queue.as_str();
-        let mut def = BTreeMap::new();
-        def.insert("dead-letter-exchange".to_string(), json!(dlx));
-        def.insert("dead-letter-routing-key".to_string(), json!(q));
-        if spec.source.queue_type == QueueType::Quorum {
-            def.insert(
-                "delivery-limit".to_string(),
-                json!(spec.source.delivery_limit),
-            );
-            def.insert("dead-letter-strategy".to_string(), json!("at-least-once"));
-            def.insert("overflow".to_string(), json!("reject-publish"));
-        }
+        let def = dead_lettering(spec, target);
         self.policies.push(exact_policy(spec, q, def));
         self.queues.push(QueuePlan {
             name: q.to_string(),
@@ -503,6 +564,27 @@ impl Parts {
             });
         }
     }
+}
+
+/// The policy definition of a queue that dead-letters to `target`: dead-letter exchange
+/// and routing key and, on a quorum queue, the broker-side delivery limit, at-least-once
+/// dead-lettering and `reject-publish` (which at-least-once requires).
+fn dead_lettering(spec: &DeadLetterQueueSpec, target: &DeadLetterTarget<'_>) -> BTreeMap<String, Value> {
+    let mut def = BTreeMap::new();
+    def.insert("dead-letter-exchange".to_string(), json!(target.exchange));
+    def.insert(
+        "dead-letter-routing-key".to_string(),
+        json!(target.routing_key),
+    );
+    if spec.source.queue_type == QueueType::Quorum {
+        def.insert(
+            "delivery-limit".to_string(),
+            json!(spec.source.delivery_limit),
+        );
+        def.insert("dead-letter-strategy".to_string(), json!("at-least-once"));
+        def.insert("overflow".to_string(), json!("reject-publish"));
+    }
+    def
 }
 
 /// The declare-time arguments of the tier queue of `delay_ms`: the tier's message TTL and

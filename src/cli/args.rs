@@ -136,6 +136,10 @@ pub enum Command {
         #[command(subcommand)]
         what: SimulateCommand,
     },
+    /// Run the retry router of every DeadLetterQueue in router mode (spec.router.enabled)
+    /// until SIGINT or SIGTERM, which drains it: from the cluster, or with --standalone
+    /// from manifest files. Several router processes may run at once.
+    Router(RouterArgs),
     /// Dead-letter operations on a DeadLetterQueue's dead-letter queues.
     Dlq {
         #[command(subcommand)]
@@ -193,6 +197,35 @@ pub struct RunArgs {
     /// Reconciles running at once per controller.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub concurrency: u16,
+    /// Run the retry router of each DeadLetterQueue in router mode inside this process
+    /// (false when `dlq-operator router` runs elsewhere, e.g. the chart's router
+    /// Deployment).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub embedded_router: bool,
+}
+
+/// The flags of `router`.
+#[derive(clap::Args)]
+pub struct RouterArgs {
+    /// Read the DeadLetterQueues from manifest files instead of a cluster.
+    #[arg(long)]
+    pub standalone: bool,
+    /// Manifest file or directory (repeatable; with --standalone).
+    #[arg(short = 'f', long = "filename")]
+    pub files: Vec<PathBuf>,
+    /// How often the DeadLetterQueues (and their RetryPolicies and Secrets) are read
+    /// again to start, restart or stop routers.
+    #[arg(long, default_value = "30s")]
+    pub resync: String,
+    /// Only this namespace (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Only DeadLetterQueues with these labels (a label selector).
+    #[arg(long, short = 'l')]
+    pub selector: Option<String>,
+    /// Address of /metrics, /healthz and /readyz: IP:port.
+    #[arg(long, default_value = "0.0.0.0:8080", value_parser = socket_address)]
+    pub metrics_bind_address: std::net::SocketAddr,
 }
 
 /// Which DeadLetterQueue a `dlq` command works on.

@@ -13,6 +13,7 @@ mod crdgen;
 mod dlq;
 mod rbac;
 mod render;
+mod router;
 mod run;
 mod simulate;
 
@@ -34,6 +35,7 @@ pub async fn execute(command: Command) -> Result<ExitCode, CliError> {
         Command::Render { files, rules } => render::render(&files, rules),
         Command::Crdgen { out_dir } => crdgen::crdgen(out_dir.as_deref()),
         Command::Simulate { what } => simulate::simulate_command(what),
+        Command::Router(args) => router::router(args).await,
         Command::Dlq { what } => dlq::dlq_command(what).await,
     }
 }

@@ -24,7 +24,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CliError> {
 }
 
 /// A duration flag in milliseconds that must be greater than 0.
-fn positive_duration(flag: &'static str, value: &str) -> Result<StdDuration, CliError> {
+pub(super) fn positive_duration(flag: &'static str, value: &str) -> Result<StdDuration, CliError> {
     match parse_ms(value) {
         Ok(0) => Err(CliError::Usage(format!("{flag}: must be greater than 0"))),
         Ok(ms) => Ok(StdDuration::from_millis(ms)),
@@ -46,6 +46,7 @@ async fn run_standalone(args: RunArgs) -> Result<ExitCode, CliError> {
         interval,
         resync,
         metrics_bind_address,
+        embedded_router,
         ..
     } = args;
     if files.is_empty() {
@@ -76,6 +77,7 @@ async fn run_standalone(args: RunArgs) -> Result<ExitCode, CliError> {
             resync,
             metrics_addr: Some(metrics_bind_address),
             brokers: dlq_operator::broker::default_factory(),
+            routers: embedded_router,
         },
         stop,
     )

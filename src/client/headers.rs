@@ -117,8 +117,9 @@ pub enum Action {
 /// Everything stamped on a republished copy besides the original properties.
 #[derive(Debug, Clone, Copy)]
 pub struct Stamp<'a> {
-    /// Class of this failure.
-    pub class: ErrorClass,
+    /// Class of this failure (`None`: unclassified, and a stale `dlq-error-class` of an
+    /// earlier failure is removed).
+    pub class: Option<ErrorClass>,
     /// Description of this failure (truncated to [`MAX_LAST_ERROR_BYTES`]).
     pub error: &'a str,
     /// Now, ms since epoch (`dlq-last-failed-at`, and `dlq-first-failed-at` if absent).
@@ -157,7 +158,8 @@ fn string(s: &str) -> AMQPValue {
 /// Properties of the republished copy: every original property (message id, correlation
 /// id, content type, timestamp, user headers, `x-` headers …) is kept, delivery mode is
 /// forced to persistent (2), and the contract headers are set:
-/// - always: `dlq-error-class`, `dlq-last-error`, `dlq-last-failed-at`;
+/// - always: `dlq-error-class` (removed for an unclassified failure), `dlq-last-error`,
+///   `dlq-last-failed-at`;
 /// - only when absent (first failure): `dlq-first-failed-at` (= now),
 ///   `dlq-original-exchange`, `dlq-original-routing-key`, `dlq-original-queue`;
 /// - retry: `dlq-retry-count` = `attempt`, `dlq-last-delay-ms` = `delay_ms`, and a stale
@@ -172,7 +174,10 @@ pub fn republish_properties(original: &BasicProperties, stamp: &Stamp<'_>) -> Ba
         .unwrap_or_default();
     let key = |name: &'static str| ShortString::from(name);
 
-    map.insert(key(ERROR_CLASS), string(stamp.class.name()));
+    match stamp.class {
+        Some(class) => map.insert(key(ERROR_CLASS), string(class.name())),
+        None => map.remove(ERROR_CLASS),
+    };
     map.insert(
         key(LAST_ERROR),
         string(truncate_utf8(stamp.error, MAX_LAST_ERROR_BYTES)),
@@ -227,7 +232,7 @@ mod tests {
 
     fn stamp(now_ms: u64, action: Action) -> Stamp<'static> {
         Stamp {
-            class: ErrorClass::Timeout,
+            class: Some(ErrorClass::Timeout),
             error: "upstream timed out",
             now_ms,
             exchange: "orders-in",
@@ -316,7 +321,7 @@ mod tests {
         );
         // Second failure: delivered back from the tier through the default exchange.
         let second_stamp = Stamp {
-            class: ErrorClass::Overload,
+            class: Some(ErrorClass::Overload),
             error: "busy",
             now_ms: 5_000,
             exchange: "",

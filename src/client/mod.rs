@@ -35,25 +35,20 @@
 
 mod classify;
 pub mod headers;
+pub mod republish;
 
-use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lapin::options::{
-    BasicAckOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
-};
-use lapin::types::ShortString;
+use lapin::options::ConfirmSelectOptions;
 use lapin::Channel;
-use lapin::Confirmation;
 use rand::rngs::StdRng;
-use rand::SeedableRng;
 
-use crate::backoff::{DeadLetterReason, Decision, ResolvedPolicy};
+use crate::backoff::{DeadLetterReason, ResolvedPolicy};
 use crate::crd::ErrorClass;
 use crate::topology::Routes;
 
 pub use classify::{classify, classify_http_status, classify_io, classify_message};
-use headers::{Action, FailureState, Stamp};
+pub use republish::{publish_confirmed, settle, Copy, Failure, Origin, Republisher};
 
 /// Source of the current time in milliseconds since the Unix epoch. Implemented by
 /// [`SystemClock`] and by any `Fn() -> u64 + Send + Sync` (handy in tests).
@@ -191,28 +186,13 @@ impl ClientError {
 }
 
 /// Republishes failed messages to their retry tier or to the dead-letter exchange
-/// (docs/ARCHITECTURE.md, "Broker topology"). Cheap to share behind an `Arc`; `handle_failure` takes `&self`.
+/// (docs/ARCHITECTURE.md, "Broker topology"). Cheap to share behind an `Arc`;
+/// `handle_failure` takes `&self`. The decision and the copy are [`Republisher`]'s, the
+/// same code the retry router ([`crate::router`]) runs.
+#[derive(Debug)]
 pub struct RetryHandler {
     channel: Channel,
-    routes: Routes,
-    policy: ResolvedPolicy,
-    rng: Mutex<StdRng>,
-    clock: Box<dyn Clock>,
-}
-
-impl std::fmt::Debug for RetryHandler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RetryHandler")
-            .field("routes", &self.routes)
-            .field("policy", &self.policy)
-            .finish_non_exhaustive()
-    }
-}
-
-fn short(name: &str) -> Result<ShortString, ClientError> {
-    ShortString::try_new(name).map_err(|_| ClientError::InvalidName {
-        name: name.to_string(),
-    })
+    republisher: Republisher,
 }
 
 impl RetryHandler {
@@ -231,54 +211,38 @@ impl RetryHandler {
         routes: Routes,
         policy: ResolvedPolicy,
     ) -> Result<Self, ClientError> {
-        if let Some(&tier_ms) = policy.tiers_ms.iter().find(|&&t| routes.tier(t).is_none()) {
-            return Err(ClientError::UnknownTier { tier_ms });
-        }
-        short(&routes.retry_exchange)?;
-        short(&routes.dead_letter_exchange)?;
-        short(&routes.dead_letter_routing_key)?;
-        for name in routes
-            .tiers
-            .iter()
-            .map(|t| &t.name)
-            .chain(routes.partitions.values())
-        {
-            short(name)?;
-        }
+        let republisher = Republisher::new(routes, policy)?;
         channel
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(ClientError::ConfirmSelect)?;
         Ok(RetryHandler {
             channel,
-            routes,
-            policy,
-            rng: Mutex::new(StdRng::from_os_rng()),
-            clock: Box::new(SystemClock),
+            republisher,
         })
     }
 
     /// Replaces the random generator (e.g. `StdRng::seed_from_u64(7)` for reproducible
     /// jitter).
     pub fn with_rng(mut self, rng: StdRng) -> Self {
-        self.rng = Mutex::new(rng);
+        self.republisher.set_rng(rng);
         self
     }
 
     /// Replaces the clock (ms since the Unix epoch), e.g. `|| 1_000` in tests.
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.clock = Box::new(clock);
+        self.republisher.set_clock(Box::new(clock));
         self
     }
 
     /// The routes messages are republished to.
     pub fn routes(&self) -> &Routes {
-        &self.routes
+        self.republisher.routes()
     }
 
     /// The policy deciding retries.
     pub fn policy(&self) -> &ResolvedPolicy {
-        &self.policy
+        self.republisher.policy()
     }
 
     /// The publishing channel (in confirm mode).
@@ -318,171 +282,19 @@ impl RetryHandler {
         if !delivery.acker.usable() {
             return Err(ClientError::DeliveryUnusable);
         }
-        match self.republish(delivery, class, error).await {
-            Ok(outcome) => match delivery.acker.ack(BasicAckOptions::default()).await {
-                Ok(true) => Ok(outcome),
-                Ok(false) => Err(ClientError::AckNotSent),
-                Err(e) => Err(ClientError::Ack(e)),
-            },
-            Err(e) => {
-                let requeue = BasicNackOptions {
-                    multiple: false,
-                    requeue: true,
-                };
-                match delivery.acker.nack(requeue).await {
-                    Ok(true) => {}
-                    Ok(false) => tracing::warn!(
-                        "could not nack the original delivery (channel closed?); the broker redelivers it"
-                    ),
-                    Err(nack) => tracing::warn!(
-                        error = %nack,
-                        "nacking the original delivery failed; the broker redelivers it when its channel closes"
-                    ),
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Decides, publishes and waits for the confirm; never acks or nacks.
-    async fn republish(
-        &self,
-        delivery: &lapin::message::Delivery,
-        class: ErrorClass,
-        error: &str,
-    ) -> Result<Outcome, ClientError> {
-        let now_ms = self.clock.now_ms();
-        let state = FailureState::from_properties(&delivery.properties);
-        let route = self.route(self.decide(class, &state, now_ms), class)?;
-        let properties = headers::republish_properties(
-            &delivery.properties,
-            &Stamp {
-                class,
-                error,
-                now_ms,
-                exchange: delivery.exchange.as_str(),
-                routing_key: delivery.routing_key.as_str(),
-                queue: &self.routes.source_queue,
-                action: route.action,
-            },
-        );
-        let confirmation = self
-            .channel
-            .basic_publish(
-                short(route.exchange)?,
-                short(route.routing_key)?,
-                BasicPublishOptions {
-                    mandatory: true,
-                    immediate: false,
-                },
-                &delivery.data,
-                properties,
-            )
-            .await
-            .map_err(ClientError::Publish)?
-            .await
-            .map_err(ClientError::Publish)?;
-        route.confirmed(confirmation)
-    }
-
-    /// What the policy decides for a failure of `class` in `state` at `now_ms`.
-    fn decide(&self, class: ErrorClass, state: &FailureState, now_ms: u64) -> Decision {
-        let elapsed_ms = now_ms.saturating_sub(state.first_failed_at_ms.unwrap_or(now_ms));
-        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-        self.policy.decide(
-            class,
-            state.retry_count,
-            elapsed_ms,
-            state.last_delay_ms,
-            &mut *rng,
-        )
-    }
-
-    /// Where `decision` sends the copy of a failure of `class`.
-    ///
-    /// # Errors
-    /// [`ClientError::UnknownTier`] when the decided tier has no route.
-    fn route(&self, decision: Decision, class: ErrorClass) -> Result<Route<'_>, ClientError> {
-        Ok(match decision {
-            Decision::Retry {
-                attempt,
-                delay_ms,
-                tier_ms,
-            } => {
-                let tier = self
-                    .routes
-                    .tier(tier_ms)
-                    .ok_or(ClientError::UnknownTier { tier_ms })?;
-                Route {
-                    exchange: self.routes.retry_exchange.as_str(),
-                    routing_key: tier.name.as_str(),
-                    action: Action::Retry { attempt, delay_ms },
-                    outcome: Outcome::Retried {
-                        attempt,
-                        tier: tier.name.clone(),
-                        delay_ms,
-                    },
-                }
-            }
-            Decision::DeadLetter(reason) => Route {
-                exchange: self.routes.dead_letter_exchange.as_str(),
-                routing_key: self.routes.dead_letter_key(Some(class)),
-                action: Action::DeadLetter(reason),
-                outcome: Outcome::DeadLettered { reason },
-            },
-        })
-    }
-}
-
-/// Where a copy goes and what that means: the exchange and routing key it is published
-/// with, the headers' [`Action`], and the [`Outcome`] once confirmed.
-struct Route<'a> {
-    exchange: &'a str,
-    routing_key: &'a str,
-    action: Action,
-    outcome: Outcome,
-}
-
-impl Route<'_> {
-    /// The outcome when the broker acked the copy without returning it.
-    ///
-    /// # Errors
-    /// [`ClientError::Unroutable`] for a returned copy, [`ClientError::NotConfirmed`] for
-    /// a nack or a channel without publisher confirms.
-    fn confirmed(self, confirmation: Confirmation) -> Result<Outcome, ClientError> {
-        let Route {
-            exchange,
-            routing_key,
-            outcome,
-            ..
-        } = self;
-        match confirmation {
-            Confirmation::Ack(None) => {
-                tracing::debug!(
-                    ?outcome,
-                    exchange,
-                    routing_key,
-                    "failed message republished"
-                );
-                Ok(outcome)
-            }
-            Confirmation::Ack(Some(_)) => Err(ClientError::Unroutable {
-                exchange: exchange.to_string(),
-                routing_key: routing_key.to_string(),
-            }),
-            Confirmation::Nack(returned) => Err(ClientError::NotConfirmed {
-                reason: match returned {
-                    Some(r) => NotConfirmed::NackedAfterReturn {
-                        reply_code: r.reply_code,
-                        reply_text: r.reply_text.to_string(),
-                    },
-                    None => NotConfirmed::Nacked,
-                },
-            }),
-            Confirmation::NotRequested => Err(ClientError::NotConfirmed {
-                reason: NotConfirmed::ConfirmsOff,
-            }),
-        }
+        let failure = Failure::Failed {
+            class: Some(class),
+            error,
+        };
+        let origin = Origin {
+            exchange: delivery.exchange.as_str(),
+            routing_key: delivery.routing_key.as_str(),
+        };
+        let published = match self.republisher.copy(&delivery.properties, &failure, origin) {
+            Ok(copy) => publish_confirmed(&self.channel, copy, &delivery.data).await,
+            Err(e) => Err(e),
+        };
+        settle(delivery, published).await
     }
 }
 
@@ -518,38 +330,6 @@ mod tests {
         labels.sort_unstable();
         labels.dedup();
         assert_eq!(labels.len(), errors.len());
-    }
-
-    #[test]
-    fn unconfirmed_copies_say_why() {
-        let route = || Route {
-            exchange: "orders.dlx",
-            routing_key: "orders",
-            action: Action::DeadLetter(DeadLetterReason::NonRetryable),
-            outcome: Outcome::DeadLettered {
-                reason: DeadLetterReason::NonRetryable,
-            },
-        };
-        assert_eq!(
-            route().confirmed(Confirmation::Ack(None)).expect("acked"),
-            Outcome::DeadLettered {
-                reason: DeadLetterReason::NonRetryable
-            }
-        );
-        let text = |c| route().confirmed(c).expect_err("not confirmed").to_string();
-        assert_eq!(
-            text(Confirmation::Nack(None)),
-            "the broker did not confirm the copy: broker nacked the publish"
-        );
-        assert_eq!(
-            text(Confirmation::NotRequested),
-            "the broker did not confirm the copy: publisher confirms are not enabled on the channel"
-        );
-        let returned = NotConfirmed::NackedAfterReturn {
-            reply_code: 312,
-            reply_text: "NO_ROUTE".into(),
-        };
-        assert_eq!(returned.to_string(), "nack after return: 312 NO_ROUTE");
     }
 
     #[test]

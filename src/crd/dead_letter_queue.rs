@@ -48,6 +48,61 @@ pub struct DeadLetterQueueSpec {
     /// What happens to broker objects when the resource is deleted.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+    /// Router mode: failures are retried by the operator's retry router, so consumers in
+    /// any language only reject (docs/ROUTER.md). Off by default.
+    #[serde(default, skip_serializing_if = "RouterSpec::is_default")]
+    pub router: RouterSpec,
+}
+
+/// Router mode (`spec.router`; docs/ROUTER.md).
+///
+/// With `enabled: true` the source queue dead-letters into the router inbox
+/// `<source>.router` instead of the dead-letter exchange; the retry router consumes the
+/// inbox, decides with the RetryPolicy exactly as [`crate::client::RetryHandler`] does,
+/// and republishes each message to its retry tier or to the dead-letter exchange.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterSpec {
+    /// Route failed messages through the retry router (default `false`: the source
+    /// dead-letters straight into the dead-letter exchange and only consumers using the
+    /// client library retry).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Deliveries one router replica works on at once: the AMQP prefetch on the inbox
+    /// (default 100).
+    #[serde(default = "default_router_prefetch")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub prefetch: u16,
+    /// Inbox depth (messages) above which the inbox counts as backed up: the
+    /// `RouterReady` condition turns `False` with reason `InboxBackedUp` (default 1000).
+    #[serde(default = "default_inbox_backlog")]
+    #[schemars(range(min = 1))]
+    pub backlog_threshold: u64,
+}
+
+fn default_router_prefetch() -> u16 {
+    100
+}
+fn default_inbox_backlog() -> u64 {
+    1000
+}
+
+impl Default for RouterSpec {
+    fn default() -> Self {
+        RouterSpec {
+            enabled: false,
+            prefetch: default_router_prefetch(),
+            backlog_threshold: default_inbox_backlog(),
+        }
+    }
+}
+
+impl RouterSpec {
+    /// Whether every field has its default (then `spec.router` is left out when the
+    /// spec is written back, so resources without it render as before).
+    pub fn is_default(&self) -> bool {
+        *self == RouterSpec::default()
+    }
 }
 
 /// Reference to an object in the resource's namespace.
@@ -388,6 +443,10 @@ pub struct DepthStatus {
     pub retry: BTreeMap<String, u64>,
     /// Dead-letter queue depth (all partitions).
     pub dead_letter: u64,
+    /// Router inbox depth (router mode only): failed messages waiting for the retry
+    /// router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inbox: Option<u64>,
 }
 
 /// Observed state of a DeadLetterQueue.
@@ -516,6 +575,12 @@ impl DeadLetterQueueSpec {
     /// `<source>.retry.<tier>`).
     pub fn retry_exchange_name(&self) -> String {
         format!("{}.retry", self.source.queue)
+    }
+
+    /// The router inbox's name, `<source>.router`: the queue the source dead-letters into
+    /// in router mode, and the fanout exchange consumers may publish failures to.
+    pub fn router_inbox_name(&self) -> String {
+        format!("{}.router", self.source.queue)
     }
 
     /// The dead-letter queues: the default one, then with `partitionBy: ErrorClass` one

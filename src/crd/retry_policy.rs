@@ -236,7 +236,12 @@ impl Default for Classification {
 
 impl Classification {
     /// Whether a failure of class `class` is retried (`true`) or dead-lettered at once.
-    pub fn is_retryable(&self, class: ErrorClass) -> bool {
+    /// An unclassified failure (`None`: e.g. a plain `basic.reject` seen by the retry
+    /// router) is in neither list, so `default` decides.
+    pub fn is_retryable(&self, class: impl Into<Option<ErrorClass>>) -> bool {
+        let Some(class) = class.into() else {
+            return self.default == ClassificationDefault::Retry;
+        };
         if self.dead_letter.contains(&class) {
             false
         } else if self.retryable.contains(&class) {

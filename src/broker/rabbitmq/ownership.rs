@@ -63,6 +63,9 @@ pub const EXCHANGE: &str = "exchange";
 /// Role of the source queue.
 pub const SOURCE_ROLE: &str = "source queue";
 
+/// Role recorded for a router inbox (router mode; docs/ROUTER.md).
+pub const INBOX_ROLE: &str = "router inbox";
+
 /// Role of a dead-letter queue that is no longer planned but still holds dead letters.
 pub const RETIRED_ROLE: &str = "retired dead-letter queue";
 
@@ -153,6 +156,7 @@ pub fn claims(plan: &DesiredTopology) -> Vec<Claim> {
                     format!("retry tier {}", crate::duration::format_ms(delay_ms)),
                     "spec.source.queue",
                 ),
+                QueueRole::Inbox => (INBOX_ROLE.to_string(), "spec.router.enabled"),
             };
             Claim {
                 kind: QUEUE,
@@ -165,25 +169,22 @@ pub fn claims(plan: &DesiredTopology) -> Vec<Claim> {
     // Source, dead-letter queues, (exchanges), tiers.
     queues.sort_by_key(|c| match c.field {
         "spec.source.queue" if c.role == SOURCE_ROLE => 0,
-        "spec.deadLetter.queue" => 1,
+        "spec.deadLetter.queue" | "spec.router.enabled" => 1,
         _ => 3,
     });
     let exchanges = plan.exchanges.iter().map(|x| {
-        let dlx = x.name == plan.routes.dead_letter_exchange;
+        let (role, field) = if x.name == plan.routes.dead_letter_exchange {
+            ("dead-letter exchange", "spec.deadLetter.exchange")
+        } else if plan.routes.inbox.as_ref() == Some(&x.name) {
+            ("router inbox exchange", "spec.router.enabled")
+        } else {
+            ("retry exchange", "spec.source.queue")
+        };
         Claim {
             kind: EXCHANGE,
             name: x.name.clone(),
-            role: if dlx {
-                "dead-letter exchange"
-            } else {
-                "retry exchange"
-            }
-            .to_string(),
-            field: if dlx {
-                "spec.deadLetter.exchange"
-            } else {
-                "spec.source.queue"
-            },
+            role: role.to_string(),
+            field,
         }
     });
     let split = queues

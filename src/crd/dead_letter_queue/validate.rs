@@ -27,6 +27,7 @@ impl DeadLetterQueueSpec {
         );
         self.dead_letter.check(&mut errs);
         self.monitoring.check(&mut errs);
+        self.check_router(&mut errs);
         errs.finish()
     }
 
@@ -144,6 +145,38 @@ impl DeadLetterQueueSpec {
                     ),
                 );
             }
+        }
+    }
+
+    /// `spec.router`: the prefetch (1 to 10000) and backlog threshold (at least 1), and in
+    /// router mode an inbox name (`<source>.router`, queue and exchange) that no other
+    /// planned or referenced object has.
+    fn check_router(&self, errs: &mut Errors) {
+        if !(1..=10_000).contains(&self.router.prefetch) {
+            errs.push(
+                "spec.router.prefetch",
+                format!("{} is out of range 1..=10000", self.router.prefetch),
+            );
+        }
+        if self.router.backlog_threshold == 0 {
+            errs.push("spec.router.backlogThreshold", "must be at least 1");
+        }
+        if !self.router.enabled {
+            return;
+        }
+        let inbox = self.router_inbox_name();
+        let queues = self.dead_letter_queue_names();
+        if queues.iter().any(|(name, _)| *name == inbox) {
+            errs.push(
+                "spec.deadLetter.queue",
+                format!("{inbox:?} is the router inbox's name in router mode; choose another dead-letter queue name"),
+            );
+        }
+        if self.dead_letter_exchange_name() == inbox || self.source.exchange.as_ref() == Some(&inbox) {
+            errs.push(
+                "spec.router.enabled",
+                format!("the router inbox exchange {inbox:?} would collide with spec.deadLetter.exchange or spec.source.exchange; rename that exchange"),
+            );
         }
     }
 
@@ -410,6 +443,43 @@ mod tests {
             "thresholdFactor": 0.5, "for": "365d", "growthPerMinute": 0.1})
         )
         .is_empty());
+    }
+
+    #[test]
+    fn router_settings_and_the_inbox_name_are_checked() {
+        let fields = |router: serde_json::Value, dead_letter: serde_json::Value| -> Vec<String> {
+            let mut s = spec("s", "p");
+            s.router = serde_json::from_value(router).expect("router");
+            s.dead_letter = serde_json::from_value(dead_letter).expect("deadLetter");
+            match s.validate() {
+                Ok(()) => Vec::new(),
+                Err(e) => e.0.iter().map(|f| f.field.clone()).collect(),
+            }
+        };
+        let none = serde_json::json!({});
+        assert!(fields(serde_json::json!({"enabled": true}), none.clone()).is_empty());
+        assert_eq!(
+            fields(serde_json::json!({"prefetch": 0}), none.clone()),
+            ["spec.router.prefetch"]
+        );
+        assert_eq!(
+            fields(serde_json::json!({"backlogThreshold": 0}), none.clone()),
+            ["spec.router.backlogThreshold"]
+        );
+        let named_like_the_inbox = serde_json::json!({"queue": "orders.router"});
+        // Only router mode plans the inbox: the name is free without it.
+        assert!(fields(none.clone(), named_like_the_inbox.clone()).is_empty());
+        assert_eq!(
+            fields(serde_json::json!({"enabled": true}), named_like_the_inbox),
+            ["spec.deadLetter.queue"]
+        );
+        assert_eq!(
+            fields(
+                serde_json::json!({"enabled": true}),
+                serde_json::json!({"exchange": "orders.router"})
+            ),
+            ["spec.router.enabled"]
+        );
     }
 
     #[test]

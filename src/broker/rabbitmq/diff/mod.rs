@@ -122,8 +122,10 @@ impl Diff {
             Entry::Report(_) | Entry::Write(_) => true,
         });
         match plan.queues.iter().find(|q| q.name == queue).map(|q| q.role) {
-            Some(QueueRole::DeadLetter { .. }) => {
-                self.retire_dead_letter_queues = false;
+            Some(role @ (QueueRole::DeadLetter { .. } | QueueRole::Inbox)) => {
+                if role != QueueRole::Inbox {
+                    self.retire_dead_letter_queues = false;
+                }
                 for entry in self.entries.iter_mut() {
                     if let Entry::Write(Write::PutPolicy(w)) = entry {
                         if w.policy.queue == plan.routes.source_queue {
@@ -365,8 +367,9 @@ impl Walk<'_> {
         self.entries.push_back(Entry::Report(action));
     }
 
-    /// Whether the dead-letter exchange and every dead-letter queue of the plan are
-    /// usable so far, so that the source queue may be pointed at the route.
+    /// Whether the dead-letter exchange, every dead-letter queue of the plan and (router
+    /// mode) the router inbox are usable so far, so that the source queue may be pointed
+    /// at the route.
     fn route_ready(&self) -> bool {
         !self
             .unusable
@@ -374,6 +377,7 @@ impl Walk<'_> {
             && self
                 .plan
                 .dead_letter_queues()
+                .chain(self.plan.routes.inbox.as_deref())
                 .all(|q| !self.unusable_queues.contains(q))
     }
 
@@ -538,7 +542,7 @@ fn policy_action(name: &str, outcome: Outcome, shadowed: &Option<String>) -> Act
 /// not usable.
 fn route_not_ready(plan: &DesiredTopology, queue: &str) -> Outcome {
     Outcome::Conflict(format!(
-        "not written: the dead-letter route ({} and its dead-letter queues) is not in place (see the conflicts above); pointing {queue:?} at it would drop its dead letters",
+        "not written: the dead-letter route ({} and its dead-letter queues, and the router inbox in router mode) is not in place (see the conflicts above); pointing {queue:?} at it would drop its dead letters",
         plan.routes.dead_letter_exchange
     ))
 }

@@ -1,0 +1,403 @@
+//! The one retry decision and republish, shared by [`super::RetryHandler`] (a Rust
+//! consumer's own failures) and the retry router ([`crate::router`], failures of consumers
+//! in any language): read the failure state a message carries, ask the RetryPolicy
+//! ([`ResolvedPolicy::decide`]), stamp the header contract ([`super::headers`]) and
+//! publish the copy with `mandatory` and a publisher confirm; then settle the original —
+//! ack only after the confirm, otherwise nack with `requeue = true` (nothing is lost).
+//!
+//! Times are milliseconds since the Unix epoch and delays milliseconds.
+
+use std::sync::Mutex;
+
+use lapin::options::{BasicAckOptions, BasicNackOptions, BasicPublishOptions};
+use lapin::types::ShortString;
+use lapin::{BasicProperties, Channel, Confirmation};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use super::headers::{self, Action, FailureState, Stamp};
+use super::{ClientError, Clock, NotConfirmed, Outcome, SystemClock};
+use crate::backoff::{DeadLetterReason, Decision, ResolvedPolicy};
+use crate::crd::ErrorClass;
+use crate::topology::Routes;
+
+/// What happened to a message: the input of the retry decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure<'a> {
+    /// Processing failed with `class` (`None`: unclassified, decided by the
+    /// RetryPolicy's `classification.default`) and description `error`: the RetryPolicy
+    /// decides between a retry tier and the dead-letter exchange.
+    Failed {
+        /// Error class, if known.
+        class: Option<ErrorClass>,
+        /// What went wrong (`dlq-last-error`).
+        error: &'a str,
+    },
+    /// The message was never processed (it expired, or a full source queue dropped it):
+    /// dead-lettered at once with `reason`, never retried.
+    NotProcessed {
+        /// `Expired` or `MaxLength`.
+        reason: DeadLetterReason,
+        /// What happened (`dlq-last-error`).
+        error: &'a str,
+    },
+}
+
+impl Failure<'_> {
+    /// The error class, if any.
+    pub fn class(&self) -> Option<ErrorClass> {
+        match self {
+            Failure::Failed { class, .. } => *class,
+            Failure::NotProcessed { .. } => None,
+        }
+    }
+
+    /// The description written to `dlq-last-error`.
+    pub fn error(&self) -> &str {
+        match self {
+            Failure::Failed { error, .. } | Failure::NotProcessed { error, .. } => error,
+        }
+    }
+}
+
+/// Where the failed message was first published: `dlq-original-exchange` and
+/// `dlq-original-routing-key` when the message does not carry them yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin<'a> {
+    /// Exchange it was published to (`""`: the default exchange).
+    pub exchange: &'a str,
+    /// Routing key it was published with.
+    pub routing_key: &'a str,
+}
+
+/// A copy ready to publish: where to, its properties, and what it means once confirmed.
+#[derive(Debug, Clone)]
+pub struct Copy {
+    /// Retry exchange or dead-letter exchange.
+    pub exchange: ShortString,
+    /// Tier name, or the dead-letter routing key of the failure's class.
+    pub routing_key: ShortString,
+    /// The original properties with the contract headers stamped.
+    pub properties: BasicProperties,
+    /// What the copy does once the broker confirms it.
+    pub outcome: Outcome,
+}
+
+/// Decides and builds republished copies for one source queue's [`Routes`] and
+/// [`ResolvedPolicy`]. Shareable (`&self`); the jitter generator is behind a mutex.
+pub struct Republisher {
+    routes: Routes,
+    policy: ResolvedPolicy,
+    rng: Mutex<StdRng>,
+    clock: Box<dyn Clock>,
+}
+
+impl std::fmt::Debug for Republisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Republisher")
+            .field("routes", &self.routes)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `name` as an AMQP short string.
+///
+/// # Errors
+/// [`ClientError::InvalidName`] when it is longer than 255 bytes.
+pub(crate) fn short(name: &str) -> Result<ShortString, ClientError> {
+    ShortString::try_new(name).map_err(|_| ClientError::InvalidName {
+        name: name.to_string(),
+    })
+}
+
+impl Republisher {
+    /// Checks that `routes` (from [`crate::topology::plan`]) serve `policy`; uses an
+    /// OS-seeded [`StdRng`] and the [`SystemClock`].
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownTier`] when a policy tier has no route,
+    /// [`ClientError::InvalidName`] when a route's exchange or routing key is not a valid
+    /// AMQP short string.
+    pub fn new(routes: Routes, policy: ResolvedPolicy) -> Result<Self, ClientError> {
+        if let Some(&tier_ms) = policy.tiers_ms.iter().find(|&&t| routes.tier(t).is_none()) {
+            return Err(ClientError::UnknownTier { tier_ms });
+        }
+        short(&routes.retry_exchange)?;
+        short(&routes.dead_letter_exchange)?;
+        short(&routes.dead_letter_routing_key)?;
+        for name in routes
+            .tiers
+            .iter()
+            .map(|t| &t.name)
+            .chain(routes.partitions.values())
+        {
+            short(name)?;
+        }
+        Ok(Republisher {
+            routes,
+            policy,
+            rng: Mutex::new(StdRng::from_os_rng()),
+            clock: Box::new(SystemClock),
+        })
+    }
+
+    /// Replaces the random generator (reproducible jitter in tests).
+    pub fn set_rng(&mut self, rng: StdRng) {
+        self.rng = Mutex::new(rng);
+    }
+
+    /// Replaces the clock (ms since the Unix epoch).
+    pub fn set_clock(&mut self, clock: Box<dyn Clock>) {
+        self.clock = clock;
+    }
+
+    /// The routes copies go to.
+    pub fn routes(&self) -> &Routes {
+        &self.routes
+    }
+
+    /// The policy deciding retries.
+    pub fn policy(&self) -> &ResolvedPolicy {
+        &self.policy
+    }
+
+    /// The copy of a message with `properties` that met `failure`, first delivered from
+    /// `origin`: reads `dlq-retry-count`, `dlq-first-failed-at` and `dlq-last-delay-ms`
+    /// ([`FailureState`]), decides ([`ResolvedPolicy::decide`], or dead-letter at once
+    /// for [`Failure::NotProcessed`]) and stamps the headers
+    /// ([`headers::republish_properties`]).
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownTier`] when the decided tier has no route (cannot happen
+    /// with routes checked by [`Republisher::new`]).
+    pub fn copy(
+        &self,
+        properties: &BasicProperties,
+        failure: &Failure<'_>,
+        origin: Origin<'_>,
+    ) -> Result<Copy, ClientError> {
+        let now_ms = self.clock.now_ms();
+        let decision = match failure {
+            Failure::Failed { class, .. } => {
+                self.decide(*class, &FailureState::from_properties(properties), now_ms)
+            }
+            Failure::NotProcessed { reason, .. } => Decision::DeadLetter(*reason),
+        };
+        let class = failure.class();
+        let (exchange, routing_key, action, outcome) = self.route(decision, class)?;
+        let properties = headers::republish_properties(
+            properties,
+            &Stamp {
+                class,
+                error: failure.error(),
+                now_ms,
+                exchange: origin.exchange,
+                routing_key: origin.routing_key,
+                queue: &self.routes.source_queue,
+                action,
+            },
+        );
+        Ok(Copy {
+            exchange: short(exchange)?,
+            routing_key: short(routing_key)?,
+            properties,
+            outcome,
+        })
+    }
+
+    /// What the policy decides for a failure of `class` in `state` at `now_ms`.
+    fn decide(&self, class: Option<ErrorClass>, state: &FailureState, now_ms: u64) -> Decision {
+        let elapsed_ms = now_ms.saturating_sub(state.first_failed_at_ms.unwrap_or(now_ms));
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        self.policy.decide(
+            class,
+            state.retry_count,
+            elapsed_ms,
+            state.last_delay_ms,
+            &mut *rng,
+        )
+    }
+
+    /// Exchange, routing key, header action and outcome of `decision` for a failure of
+    /// `class`.
+    ///
+    /// # Errors
+    /// [`ClientError::UnknownTier`] when the decided tier has no route.
+    fn route(
+        &self,
+        decision: Decision,
+        class: Option<ErrorClass>,
+    ) -> Result<(&str, &str, Action, Outcome), ClientError> {
+        Ok(match decision {
+            Decision::Retry {
+                attempt,
+                delay_ms,
+                tier_ms,
+            } => {
+                let tier = self
+                    .routes
+                    .tier(tier_ms)
+                    .ok_or(ClientError::UnknownTier { tier_ms })?;
+                (
+                    self.routes.retry_exchange.as_str(),
+                    tier.name.as_str(),
+                    Action::Retry { attempt, delay_ms },
+                    Outcome::Retried {
+                        attempt,
+                        tier: tier.name.clone(),
+                        delay_ms,
+                    },
+                )
+            }
+            Decision::DeadLetter(reason) => (
+                self.routes.dead_letter_exchange.as_str(),
+                self.routes.dead_letter_key(class),
+                Action::DeadLetter(reason),
+                Outcome::DeadLettered { reason },
+            ),
+        })
+    }
+}
+
+/// Publishes `copy` with `body` on `channel` (which must be in confirm mode), with
+/// `mandatory`, and waits for the broker's confirm.
+///
+/// Returns the copy's [`Outcome`] when the broker acked it without returning it.
+///
+/// # Errors
+/// [`ClientError::Publish`] (channel error), [`ClientError::Unroutable`] (returned),
+/// [`ClientError::NotConfirmed`] (nacked, or confirms off).
+pub async fn publish_confirmed(
+    channel: &Channel,
+    copy: Copy,
+    body: &[u8],
+) -> Result<Outcome, ClientError> {
+    let confirmation = channel
+        .basic_publish(
+            copy.exchange.clone(),
+            copy.routing_key.clone(),
+            BasicPublishOptions {
+                mandatory: true,
+                immediate: false,
+            },
+            body,
+            copy.properties,
+        )
+        .await
+        .map_err(ClientError::Publish)?
+        .await
+        .map_err(ClientError::Publish)?;
+    confirmed(
+        copy.exchange.as_str(),
+        copy.routing_key.as_str(),
+        copy.outcome,
+        confirmation,
+    )
+}
+
+/// The outcome when the broker acked the copy without returning it.
+///
+/// # Errors
+/// [`ClientError::Unroutable`] for a returned copy, [`ClientError::NotConfirmed`] for a
+/// nack or a channel without publisher confirms.
+pub(crate) fn confirmed(
+    exchange: &str,
+    routing_key: &str,
+    outcome: Outcome,
+    confirmation: Confirmation,
+) -> Result<Outcome, ClientError> {
+    match confirmation {
+        Confirmation::Ack(None) => {
+            tracing::debug!(?outcome, exchange, routing_key, "failed message republished");
+            Ok(outcome)
+        }
+        Confirmation::Ack(Some(_)) => Err(ClientError::Unroutable {
+            exchange: exchange.to_string(),
+            routing_key: routing_key.to_string(),
+        }),
+        Confirmation::Nack(returned) => Err(ClientError::NotConfirmed {
+            reason: match returned {
+                Some(r) => NotConfirmed::NackedAfterReturn {
+                    reply_code: r.reply_code,
+                    reply_text: r.reply_text.to_string(),
+                },
+                None => NotConfirmed::Nacked,
+            },
+        }),
+        Confirmation::NotRequested => Err(ClientError::NotConfirmed {
+            reason: NotConfirmed::ConfirmsOff,
+        }),
+    }
+}
+
+/// Settles the original `delivery` after its copy's `published` result: ack when the
+/// copy was confirmed, otherwise nack with `requeue = true` so the broker delivers it
+/// again (a failed nack is logged: the broker redelivers it when its channel closes).
+///
+/// Returns the outcome once the original is acked.
+///
+/// # Errors
+/// The publish error (the original was nacked), or [`ClientError::Ack`] /
+/// [`ClientError::AckNotSent`] when the copy is on its way but the original will be
+/// redelivered too (at-least-once).
+pub async fn settle(
+    delivery: &lapin::message::Delivery,
+    published: Result<Outcome, ClientError>,
+) -> Result<Outcome, ClientError> {
+    match published {
+        Ok(outcome) => match delivery.acker.ack(BasicAckOptions::default()).await {
+            Ok(true) => Ok(outcome),
+            Ok(false) => Err(ClientError::AckNotSent),
+            Err(e) => Err(ClientError::Ack(e)),
+        },
+        Err(e) => {
+            let requeue = BasicNackOptions {
+                multiple: false,
+                requeue: true,
+            };
+            match delivery.acker.nack(requeue).await {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    "could not nack the original delivery (channel closed?); the broker redelivers it"
+                ),
+                Err(nack) => tracing::warn!(
+                    error = %nack,
+                    "nacking the original delivery failed; the broker redelivers it when its channel closes"
+                ),
+            }
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome() -> Outcome {
+        Outcome::DeadLettered {
+            reason: DeadLetterReason::NonRetryable,
+        }
+    }
+
+    #[test]
+    fn unconfirmed_copies_say_why() {
+        let check = |c| confirmed("orders.dlx", "orders", outcome(), c);
+        assert_eq!(check(Confirmation::Ack(None)).expect("acked"), outcome());
+        let text = |c| check(c).expect_err("not confirmed").to_string();
+        assert_eq!(
+            text(Confirmation::Nack(None)),
+            "the broker did not confirm the copy: broker nacked the publish"
+        );
+        assert_eq!(
+            text(Confirmation::NotRequested),
+            "the broker did not confirm the copy: publisher confirms are not enabled on the channel"
+        );
+        let returned = NotConfirmed::NackedAfterReturn {
+            reply_code: 312,
+            reply_text: "NO_ROUTE".into(),
+        };
+        assert_eq!(returned.to_string(), "nack after return: 312 NO_ROUTE");
+    }
+}
