@@ -420,9 +420,11 @@ impl<'f> Runner<'f> {
         self.last_apply = tokio::time::Instant::now();
         self.planned = planned;
         if let Some(fleet) = self.fleet {
-            fleet.sync(self.planned.iter().filter_map(|p| {
-                crate::router::Target::of(&p.prepared, &p.object.spec.router)
-            }));
+            fleet.sync(
+                self.planned
+                    .iter()
+                    .filter_map(|p| crate::router::Target::of(&p.prepared, &p.object.spec.router)),
+            );
         }
         Ok(())
     }

@@ -569,7 +569,10 @@ impl Parts {
 /// The policy definition of a queue that dead-letters to `target`: dead-letter exchange
 /// and routing key and, on a quorum queue, the broker-side delivery limit, at-least-once
 /// dead-lettering and `reject-publish` (which at-least-once requires).
-fn dead_lettering(spec: &DeadLetterQueueSpec, target: &DeadLetterTarget<'_>) -> BTreeMap<String, Value> {
+fn dead_lettering(
+    spec: &DeadLetterQueueSpec,
+    target: &DeadLetterTarget<'_>,
+) -> BTreeMap<String, Value> {
     let mut def = BTreeMap::new();
     def.insert("dead-letter-exchange".to_string(), json!(target.exchange));
     def.insert(

@@ -52,9 +52,10 @@ pub async fn router(args: RouterArgs) -> Result<ExitCode, CliError> {
     let metrics = Metrics::new();
     let readiness = Readiness::new("starting");
     readiness.set_ready();
-    let server = dlq_operator::serve::start(args.metrics_bind_address, metrics.clone(), readiness, &stop)
-        .await
-        .map_err(CliError::Standalone)?;
+    let server =
+        dlq_operator::serve::start(args.metrics_bind_address, metrics.clone(), readiness, &stop)
+            .await
+            .map_err(CliError::Standalone)?;
     let fleet = Fleet::new(metrics.router().clone());
     match client {
         None => {

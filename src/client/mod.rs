@@ -290,7 +290,10 @@ impl RetryHandler {
             exchange: delivery.exchange.as_str(),
             routing_key: delivery.routing_key.as_str(),
         };
-        let published = match self.republisher.copy(&delivery.properties, &failure, origin) {
+        let published = match self
+            .republisher
+            .copy(&delivery.properties, &failure, origin)
+        {
             Ok(copy) => publish_confirmed(&self.channel, copy, &delivery.data).await,
             Err(e) => Err(e),
         };

@@ -309,7 +309,12 @@ pub(crate) fn confirmed(
 ) -> Result<Outcome, ClientError> {
     match confirmation {
         Confirmation::Ack(None) => {
-            tracing::debug!(?outcome, exchange, routing_key, "failed message republished");
+            tracing::debug!(
+                ?outcome,
+                exchange,
+                routing_key,
+                "failed message republished"
+            );
             Ok(outcome)
         }
         Confirmation::Ack(Some(_)) => Err(ClientError::Unroutable {

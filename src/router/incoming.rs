@@ -144,7 +144,12 @@ pub fn read(delivered: &Delivered<'_>, inbox_exchange: &str, source: &str) -> In
 
 /// A failure the consumer published to the inbox exchange with its class and error.
 fn reported(delivered: &Delivered<'_>) -> Incoming {
-    let text = |name: &str| delivered.headers.and_then(|h| h.inner().get(name)).and_then(as_text);
+    let text = |name: &str| {
+        delivered
+            .headers
+            .and_then(|h| h.inner().get(name))
+            .and_then(as_text)
+    };
     let class = text(ERROR_CLASS).and_then(|c| ErrorClass::from_name(c.trim()));
     let error = text(LAST_ERROR)
         .unwrap_or_else(|| "reported to the router inbox without dlq-last-error".to_string());
@@ -271,8 +276,20 @@ mod tests {
     #[test]
     fn each_broker_reason_has_its_meaning() {
         let rejected = read_dead(&dead("rejected", None));
-        assert_eq!(rejected.failure(), Failure::Failed { class: None, error: &rejected.error });
-        assert_eq!(rejected.origin(), Origin { exchange: "shop", routing_key: "orders.created" });
+        assert_eq!(
+            rejected.failure(),
+            Failure::Failed {
+                class: None,
+                error: &rejected.error
+            }
+        );
+        assert_eq!(
+            rejected.origin(),
+            Origin {
+                exchange: "shop",
+                routing_key: "orders.created"
+            }
+        );
         assert_eq!(rejected.death_reason.as_deref(), Some("rejected"));
         assert!(!rejected.reported);
 

@@ -105,8 +105,18 @@ impl RouterMetrics {
     /// Removes every series of `namespace/name` (its router stopped for good).
     pub fn forget(&self, namespace: &str, name: &str) {
         let _ = self.consuming.remove_label_values(&[namespace, name]);
-        forget_owner(&self.routed, &["namespace", "name", "decision", "tier", "reason"], namespace, name);
-        forget_owner(&self.failures, &["namespace", "name", "error"], namespace, name);
+        forget_owner(
+            &self.routed,
+            &["namespace", "name", "decision", "tier", "reason"],
+            namespace,
+            name,
+        );
+        forget_owner(
+            &self.failures,
+            &["namespace", "name", "error"],
+            namespace,
+            name,
+        );
     }
 }
 

@@ -69,10 +69,9 @@ pub async fn in_cluster(
         let key = object_key(&obj.metadata);
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         match crate::resolve::object_in_cluster(client.clone(), &ns, &obj).await {
-            Ok(r) => found.targets.extend(Target::of(
-                &r.prepared,
-                &r.dead_letter_queue.spec.router,
-            )),
+            Ok(r) => found
+                .targets
+                .extend(Target::of(&r.prepared, &r.dead_letter_queue.spec.router)),
             Err(e) => {
                 tracing::warn!(dead_letter_queue = %key, error = %e, "cannot resolve a DeadLetterQueue in router mode; its router, if running, is kept");
                 found.unresolved.push(key);
@@ -86,8 +85,12 @@ pub async fn in_cluster(
 /// routers `source` finds, keeps those it could not resolve, and stops the others; a
 /// failed round (an API or manifest error) is logged and changes nothing. Then drains the
 /// fleet ([`Fleet::drain`]).
-pub async fn follow<F, Fut, E>(fleet: &Fleet, mut source: F, resync: Duration, stop: &CancellationToken)
-where
+pub async fn follow<F, Fut, E>(
+    fleet: &Fleet,
+    mut source: F,
+    resync: Duration,
+    stop: &CancellationToken,
+) where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Found, E>>,
     E: std::fmt::Display,
@@ -109,7 +112,9 @@ where
                 }
                 fleet.retain(|k| keep.contains(k));
             }
-            Err(e) => tracing::error!(error = %e, "cannot list the DeadLetterQueues in router mode; the running routers go on"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list the DeadLetterQueues in router mode; the running routers go on")
+            }
         }
         tokio::select! {
             () = stop.cancelled() => break,

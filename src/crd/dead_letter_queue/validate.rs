@@ -172,7 +172,9 @@ impl DeadLetterQueueSpec {
                 format!("{inbox:?} is the router inbox's name in router mode; choose another dead-letter queue name"),
             );
         }
-        if self.dead_letter_exchange_name() == inbox || self.source.exchange.as_ref() == Some(&inbox) {
+        if self.dead_letter_exchange_name() == inbox
+            || self.source.exchange.as_ref() == Some(&inbox)
+        {
             errs.push(
                 "spec.router.enabled",
                 format!("the router inbox exchange {inbox:?} would collide with spec.deadLetter.exchange or spec.source.exchange; rename that exchange"),

@@ -1,0 +1,268 @@
+//! The retry router against the real RabbitMQ: a plain consumer that only rejects, the
+//! `dlq-operator router --standalone` process moving its failures through the tiers and
+//! into the dead-letter queue with the header contract, a consumer's own report with its
+//! class, and a message the source queue let expire.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::dlq::{header, now_ms, text as amqp_text};
+use common::*;
+use futures::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::BasicProperties;
+
+/// `dlq-operator router --standalone -f dir`, killed on drop.
+struct Router(Child);
+
+impl Router {
+    fn start(dir: &str) -> Router {
+        let child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .args([
+                "router",
+                "--standalone",
+                "-f",
+                dir,
+                "--metrics-bind-address",
+                "127.0.0.1:0",
+            ])
+            .env("RUST_LOG", "info,lapin=off")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start router");
+        Router(child)
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A DeadLetterQueue `d` in router mode for `queue` of type `queue_type`, using RetryPolicy
+/// `p` and Secret `s`, with `extra` (YAML indented by two) under `spec:`.
+pub fn router_dlq_yaml(queue: &str, queue_type: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: dlqoperator.io/v1alpha1\nkind: DeadLetterQueue\nmetadata:\n  name: d\n  namespace: default\nspec:\n  broker:\n    secretRef:\n      name: s\n  source:\n    queue: {queue}\n    queueType: {queue_type}\n  retryPolicyRef:\n    name: p\n  router:\n    enabled: true\n{extra}"
+    )
+}
+
+/// Manifests in router mode for a classic `queue` with `policy` (a RetryPolicy spec
+/// body), applied: the dir (keep it alive) and its path.
+fn router_manifests(queue: &str, policy: &str, extra: &str) -> (tempfile::TempDir, String) {
+    let dir = manifests(&[
+        ("s.yaml", &secret_yaml("s", "guest", "guest", MGMT)),
+        ("p.yaml", &policy_yaml("p", policy)),
+        ("d.yaml", &router_dlq_yaml(queue, "Classic", extra)),
+    ]);
+    let path = dir.path().display().to_string();
+    let out = cli(&["apply", "-f", &path]);
+    assert!(out.status.success(), "{}", text(&out));
+    (dir, path)
+}
+
+/// A header's value as text (long string) or number.
+fn value(h: &FieldTable, name: &str) -> Option<String> {
+    match h.inner().get(name)? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::LongLongInt(n) => Some(n.to_string()),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+/// Waits up to `timeout` for one message in `queue` and takes it (basic.get, acked).
+async fn take_one(
+    ch: &lapin::Channel,
+    queue: &str,
+    timeout: Duration,
+) -> Option<lapin::message::BasicGetMessage> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Some(m) = ch
+            .basic_get(
+                queue.into(),
+                lapin::options::BasicGetOptions { no_ack: true },
+            )
+            .await
+            .expect("basic.get")
+        {
+            return Some(m);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_plain_consumer_that_only_rejects_gets_each_tier_and_then_the_dead_letter_queue() {
+    let q = unique("router-plain");
+    let (_dir, path) = router_manifests(
+        &q,
+        "  maxRetries: 2\n  backoff:\n    strategy: Exponential\n    initialDelay: 1s\n    multiplier: 2\n    maxDelay: 2s\n  tiers: [1s, 2s]\n",
+        "",
+    );
+    let _router = Router::start(&path);
+    let (_conn, ch) = dlq::confirm_channel().await;
+    // The consumer: rejects every delivery with requeue=false and notes when.
+    let consumer_ch = _conn.create_channel().await.expect("channel");
+    consumer_ch
+        .basic_qos(10, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut consumer = consumer_ch
+        .basic_consume(
+            q.as_str().into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    ch.basic_publish(
+        "".into(),
+        q.as_str().into(),
+        BasicPublishOptions::default(),
+        b"{\"order\":1}",
+        BasicProperties::default().with_message_id("m-1".into()),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("confirm");
+    let mut deliveries = Vec::new();
+    while deliveries.len() < 3 {
+        let d = tokio::time::timeout(Duration::from_secs(20), consumer.next())
+            .await
+            .expect("the message comes back within 20 s")
+            .expect("stream open")
+            .expect("delivery");
+        deliveries.push((Instant::now(), d.properties.headers().clone()));
+        d.acker
+            .reject(BasicRejectOptions { requeue: false })
+            .await
+            .expect("reject");
+    }
+    // Back after each tier's delay: ≥ 1 s, then ≥ 2 s.
+    let gap1 = deliveries[1].0 - deliveries[0].0;
+    let gap2 = deliveries[2].0 - deliveries[1].0;
+    assert!(
+        gap1 >= Duration::from_millis(1000) && gap1 < Duration::from_secs(6),
+        "{gap1:?}"
+    );
+    assert!(
+        gap2 >= Duration::from_millis(2000) && gap2 < Duration::from_secs(7),
+        "{gap2:?}"
+    );
+    eprintln!(
+        "router tiers: first retry after {gap1:?} (tier 1s), second after {gap2:?} (tier 2s)"
+    );
+    let second = deliveries[1]
+        .1
+        .clone()
+        .expect("headers on the retried message");
+    assert_eq!(value(&second, "dlq-retry-count").as_deref(), Some("1"));
+    let dead = take_one(&ch, &format!("{q}.dlq"), Duration::from_secs(10))
+        .await
+        .expect("dead-lettered after maxRetries");
+    let h = dead.delivery.properties.headers().clone().expect("headers");
+    assert_eq!(
+        value(&h, "dlq-reason").as_deref(),
+        Some("MaxRetriesExceeded")
+    );
+    assert_eq!(value(&h, "dlq-retry-count").as_deref(), Some("2"));
+    assert_eq!(value(&h, "dlq-original-queue").as_deref(), Some(q.as_str()));
+    assert!(value(&h, "dlq-last-error").is_some_and(|e| e.contains("rejected")));
+    assert_eq!(h.inner().get("dlq-error-class"), None);
+    assert_eq!(dead.delivery.data, b"{\"order\":1}");
+    assert_eq!(
+        dead.delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.as_str()),
+        Some("m-1")
+    );
+    let first: u64 = value(&h, "dlq-first-failed-at")
+        .and_then(|v| v.parse().ok())
+        .expect("first failed at");
+    assert!(first <= now_ms());
+    drop(consumer);
+    cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn a_consumer_report_with_a_non_retryable_class_goes_straight_to_the_dead_letter_queue() {
+    let q = unique("router-report");
+    let (_dir, path) = router_manifests(&q, "  maxRetries: 3\n  tiers: [1s]\n", "");
+    let _router = Router::start(&path);
+    let (_conn, ch) = dlq::confirm_channel().await;
+    let inbox = format!("{q}.router");
+    // What the recipe says: publish the failed message to the inbox exchange with the
+    // class and the error, then ack the original.
+    ch.basic_publish(
+        inbox.as_str().into(),
+        q.as_str().into(),
+        BasicPublishOptions::default(),
+        b"not json",
+        BasicProperties::default().with_headers(header(&[
+            ("dlq-error-class", amqp_text("Parse")),
+            (
+                "dlq-last-error",
+                amqp_text("expected value at line 1 column 1"),
+            ),
+        ])),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("confirm");
+    let dead = take_one(&ch, &format!("{q}.dlq"), Duration::from_secs(15))
+        .await
+        .expect("dead-lettered at once");
+    let h = dead.delivery.properties.headers().clone().expect("headers");
+    assert_eq!(value(&h, "dlq-reason").as_deref(), Some("NonRetryable"));
+    assert_eq!(value(&h, "dlq-error-class").as_deref(), Some("Parse"));
+    assert_eq!(
+        value(&h, "dlq-last-error").as_deref(),
+        Some("expected value at line 1 column 1")
+    );
+    assert_eq!(value(&h, "dlq-retry-count").as_deref(), Some("0"));
+    cleanup(&q).await;
+}
+
+#[tokio::test]
+async fn a_message_that_expired_in_the_source_queue_is_dead_lettered_as_expired() {
+    let q = unique("router-expired");
+    let (_dir, path) = router_manifests(&q, "  maxRetries: 3\n  tiers: [1s]\n", "");
+    let _router = Router::start(&path);
+    let (_conn, ch) = dlq::confirm_channel().await;
+    ch.basic_publish(
+        "".into(),
+        q.as_str().into(),
+        BasicPublishOptions::default(),
+        b"stale",
+        BasicProperties::default().with_expiration("50".into()),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("confirm");
+    // Nobody consumes the source: the message expires (RabbitMQ drops expired messages
+    // at the head of a queue), is dead-lettered into the inbox, and the router sends it
+    // to the dead-letter queue without a retry.
+    let dead = take_one(&ch, &format!("{q}.dlq"), Duration::from_secs(15))
+        .await
+        .expect("dead-lettered");
+    let h = dead.delivery.properties.headers().clone().expect("headers");
+    assert_eq!(value(&h, "dlq-reason").as_deref(), Some("Expired"));
+    assert_eq!(value(&h, "dlq-retry-count").as_deref(), Some("0"));
+    cleanup(&q).await;
+}
