@@ -922,6 +922,7 @@ async fn missing_crd_is_waited_for_with_readyz_saying_why_then_shutdown_drains()
         metrics_addr: format!("127.0.0.1:{port}").parse().expect("addr"),
         resync: std::time::Duration::from_secs(300),
         concurrency: 1,
+        embedded_router: true,
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let run = tokio::spawn(dlq_operator::controller::run(

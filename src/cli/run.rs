@@ -142,6 +142,7 @@ async fn run_controller(args: RunArgs) -> Result<ExitCode, CliError> {
         metrics_addr: args.metrics_bind_address,
         resync,
         concurrency: args.concurrency,
+        embedded_router: args.embedded_router,
     };
     let stop = signals::stop_on_signals(
         Signals::Shutdown,

@@ -55,6 +55,10 @@ pub struct DeadLetterQueueContext {
     pub dead_letter_queues: Arc<OnceLock<Store<DynamicObject>>>,
     /// What the backlog monitor watches, set by the reconcile.
     pub backlog: Arc<Targets>,
+    /// The retry routers this process runs for DeadLetterQueues in router mode
+    /// (`--embedded-router`; `None` when `dlq-operator router` runs them elsewhere): set
+    /// by the reconcile after each apply, stopped on deletion.
+    pub routers: Option<Arc<crate::router::Fleet>>,
 }
 
 impl DeadLetterQueueContext {
@@ -68,6 +72,23 @@ impl DeadLetterQueueContext {
             resync: DEFAULT_RESYNC,
             dead_letter_queues: Arc::default(),
             backlog: Arc::default(),
+            routers: None,
+        }
+    }
+
+    /// Runs, restarts or stops the embedded retry router of the DeadLetterQueue `key`
+    /// (`namespace/name`): `target` is its router target after a successful apply
+    /// (`None`: not in router mode, or its names belong to another owner). Does nothing
+    /// without embedded routers.
+    pub fn sync_router(&self, key: &str, target: Option<crate::router::Target>) {
+        let Some(fleet) = &self.routers else { return };
+        match target {
+            Some(t) => {
+                if fleet.ensure(t) {
+                    tracing::info!(dead_letter_queue = key, "retry router started");
+                }
+            }
+            None => fleet.stop(key),
         }
     }
 
@@ -263,7 +284,8 @@ mod tests {
             crate::metrics::Metrics::new(),
             Arc::default(),
         ));
-        let contexts = crate::controller::Contexts::new(shared.clone(), Duration::from_secs(60));
+        let contexts =
+            crate::controller::Contexts::new(shared.clone(), Duration::from_secs(60), false);
         assert_eq!(contexts.dead_letter_queue.resync, Duration::from_secs(60));
         for ctx in [
             &contexts.dead_letter_queue.shared,

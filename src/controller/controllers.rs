@@ -47,10 +47,13 @@ pub struct Contexts {
 
 impl Contexts {
     /// The three contexts over `shared`; healthy DeadLetterQueues are reconciled again
-    /// every `resync`.
-    pub fn new(shared: Arc<Context>, resync: Duration) -> Self {
+    /// every `resync`; with `embedded_router` the DeadLetterQueue controller runs the
+    /// retry routers of those in router mode.
+    pub fn new(shared: Arc<Context>, resync: Duration, embedded_router: bool) -> Self {
         let mut dead_letter_queue = DeadLetterQueueContext::new(shared.clone());
         dead_letter_queue.resync = resync;
+        dead_letter_queue.routers = embedded_router
+            .then(|| Arc::new(crate::router::Fleet::new(shared.metrics.router().clone())));
         Contexts {
             dead_letter_queue: Arc::new(dead_letter_queue),
             retry_policy: Arc::new(RetryPolicyContext::new(shared.clone())),
@@ -95,7 +98,8 @@ impl Watched<'_> {
 
 /// Runs the three controllers and the backlog monitor until `stop` is cancelled, then
 /// lets in-flight reconciles finish and running replays stop (settling their copies and
-/// writing their counts), at most [`SHUTDOWN_GRACE`] in all.
+/// writing their counts), at most [`SHUTDOWN_GRACE`] in all; then drains the embedded
+/// retry routers (at most [`SHUTDOWN_GRACE`] more).
 pub async fn controllers(
     client: Client,
     opts: &Options,
@@ -131,6 +135,19 @@ pub async fn controllers(
             "controllers did not stop within {} s of the stop request: stopping anyway",
             SHUTDOWN_GRACE.as_secs()
         ),
+    }
+    if let Some(fleet) = &dlq_ctx.routers {
+        // Messages in hand are finished (copy confirmed, original acked); the rest stay
+        // in the inboxes for the next leader or router.
+        if tokio::time::timeout(SHUTDOWN_GRACE, fleet.drain())
+            .await
+            .is_err()
+        {
+            warn!(
+                "the retry routers did not drain within {} s: stopping anyway",
+                SHUTDOWN_GRACE.as_secs()
+            );
+        }
     }
 }
 

@@ -460,4 +460,7 @@ pub struct Options {
     pub resync: Duration,
     /// Reconciles running at once per controller.
     pub concurrency: u16,
+    /// Run the retry routers of DeadLetterQueues in router mode in this process (only
+    /// while leading); `false` when `dlq-operator router` runs them elsewhere.
+    pub embedded_router: bool,
 }

@@ -96,7 +96,7 @@ async fn run_inner(
         metrics,
         Arc::new(BrokerClients::default()),
     ));
-    let contexts = Contexts::new(shared, opts.resync);
+    let contexts = Contexts::new(shared, opts.resync, opts.embedded_router);
     if !opts.leader_election {
         readiness.set_ready();
         info!("leader election disabled: starting controllers");

@@ -35,6 +35,9 @@ pub(super) async fn cleanup(
     ctx: &DeadLetterQueueContext,
 ) -> Result<Action, Error> {
     let d = Deletion::new(ctx, obj)?;
+    // A resource being deleted no longer routes: its inbox keeps what arrives (nothing
+    // is lost; with Retain the source still dead-letters there).
+    ctx.sync_router(&object_key(&obj.metadata), None);
     let dlq = match decode::<DeadLetterQueue>(obj) {
         Ok(dlq) => dlq,
         Err(invalid) => return d.skipped(format!("spec does not decode ({invalid})")).await,

@@ -220,10 +220,17 @@ async fn apply_topology(
     ctx.backlog
         .watch(obj, &p.topology, &p.monitoring, broker.clone(), secret_key);
     let applied = reconcile::apply(broker.as_ref(), p).await;
-    if let Err(ReconcileError::NameConflict { .. }) = &applied {
+    let key = object_key(&obj.metadata);
+    match &applied {
         // Another owner's record on the broker: its queues are not this resource's to
-        // report on.
-        ctx.backlog.remove(&object_key(&obj.metadata));
+        // report on, nor its inbox to consume.
+        Err(ReconcileError::NameConflict { .. }) => {
+            ctx.backlog.remove(&key);
+            ctx.sync_router(&key, None);
+        }
+        // The inbox is in place (or being completed: a router started early waits and
+        // retries until it is); a resource that left router mode stops its router.
+        _ => ctx.sync_router(&key, crate::router::Target::of(p, &dlq.spec.router)),
     }
     applied
 }
