@@ -266,3 +266,86 @@ async fn a_message_that_expired_in_the_source_queue_is_dead_lettered_as_expired(
     assert_eq!(value(&h, "dlq-retry-count").as_deref(), Some("0"));
     cleanup(&q).await;
 }
+
+#[tokio::test]
+async fn leaving_router_mode_keeps_the_inbox_while_it_holds_a_message_then_removes_it() {
+    let q = unique("router-off");
+    let policy = "  maxRetries: 1\n  tiers: [1s]\n";
+    let (dir, path) = router_manifests(&q, policy, "");
+    let inbox = format!("{q}.router");
+    let (_conn, ch) = dlq::confirm_channel().await;
+    // No router runs: a consumer's report waits in the inbox.
+    ch.basic_publish(
+        inbox.as_str().into(),
+        q.as_str().into(),
+        BasicPublishOptions::default(),
+        b"waiting",
+        BasicProperties::default().with_message_id("w-1".into()),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("confirm");
+    // Router mode off: the same resource without spec.router.
+    std::fs::write(
+        dir.path().join("d.yaml"),
+        router_dlq_yaml(&q, "Classic", "").replace("  router:\n    enabled: true\n", ""),
+    )
+    .expect("rewrite");
+    let apply = |label: &'static str| {
+        let out = cli(&["apply", "-f", &path]);
+        let t = text(&out);
+        assert!(out.status.success(), "{label}: {t}");
+        t
+    };
+    let first = apply("first apply without router mode");
+    assert!(first.contains(&format!("{inbox}: retired")), "{first}");
+    // The source dead-letters into its dead-letter exchange again (once the broker's
+    // statistics, which carry the effective policy, catch up).
+    let start = Instant::now();
+    loop {
+        let source = mgmt_get(&format!("/api/queues/%2F/{q}"))
+            .await
+            .expect("source");
+        let dlx = &source["effective_policy_definition"]["dead-letter-exchange"];
+        if *dlx == serde_json::json!(format!("{q}.dlx")) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "{source}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let second = apply("second apply, message still there");
+    assert!(second.contains("1 message left"), "{second}");
+    assert!(mgmt_get(&format!("/api/queues/%2F/{inbox}"))
+        .await
+        .is_some());
+    let kept = take_one(&ch, &inbox, Duration::from_secs(5))
+        .await
+        .expect("the message was kept");
+    assert_eq!(kept.delivery.data, b"waiting");
+    // Empty now: an apply removes the inbox, its exchange and its policy once the
+    // broker's statistics (which lag by a few seconds) agree that it is empty.
+    let start = Instant::now();
+    loop {
+        let later = apply("apply once empty");
+        if later.contains(&format!("{inbox}: deleted")) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{later}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(mgmt_get(&format!("/api/queues/%2F/{inbox}"))
+        .await
+        .is_none());
+    assert!(mgmt_get(&format!("/api/exchanges/%2F/{inbox}"))
+        .await
+        .is_none());
+    let policies = mgmt_get("/api/policies/%2F").await.expect("policies");
+    assert!(
+        !policies
+            .to_string()
+            .contains(&format!("dlq-operator.{inbox}")),
+        "{policies}"
+    );
+    cleanup(&q).await;
+}

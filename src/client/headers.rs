@@ -8,7 +8,8 @@
 //!
 //! Broker-owned `x-` headers (`x-death`, `x-first-death-*`, `x-delivery-count` …) are
 //! copied **unchanged**: this module never creates, edits or removes an `x-` header.
-//! RabbitMQ ≥ 3.13 ignores a client-supplied `x-death`, older versions keep extending it;
+//! RabbitMQ 4.0 (and 3.13.0–3.13.2) ignores a client-supplied `x-death`, 3.10 keeps
+//! extending it;
 //! either way the history the broker wrote stays readable by tools, and the contract's own
 //! `dlq-` headers are the authoritative retry state.
 

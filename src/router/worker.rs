@@ -149,7 +149,9 @@ pub async fn run(target: Target, metrics: RouterMetrics, stop: CancellationToken
             }
         }
         metrics.set_consuming(&target.namespace, &target.name, false);
-        let pause = Duration::from_secs((1u64 << failures.min(5)).min(MAX_RECONNECT_DELAY_S));
+        // 1 s after a clean end or a first failure, doubling with each further failure.
+        let doublings = failures.saturating_sub(1).min(5);
+        let pause = Duration::from_secs((1u64 << doublings).min(MAX_RECONNECT_DELAY_S));
         tokio::select! {
             () = stop.cancelled() => break,
             () = tokio::time::sleep(pause) => {}

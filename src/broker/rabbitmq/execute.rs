@@ -195,6 +195,10 @@ impl RabbitMq {
             self.retire_dead_letter_queues(plan, owners, &snap.policies, actions)
                 .await?;
         }
+        if diff.retire_dead_letter_queues {
+            // Only once the source's policy points at the dead-letter route again.
+            self.retire_inbox(plan, &snap.policies, actions).await?;
+        }
         Ok(())
     }
 }

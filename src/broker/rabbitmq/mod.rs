@@ -47,6 +47,7 @@ pub mod ownership;
 mod patterns;
 mod remove;
 mod retire;
+mod retire_inbox;
 mod seam;
 mod snapshot;
 

@@ -344,7 +344,7 @@ impl RabbitMq {
 /// moves every message of queue `from` to queue `to` in `vhost` over a direct connection
 /// (`amqp:///<vhost>`), keeping their headers, and deletes itself once `from` is empty
 /// (`src-delete-after: queue-length`). Tried on RabbitMQ 3.10.8.
-fn shovel_command(vhost: &str, from: &str, to: &str) -> String {
+pub(super) fn shovel_command(vhost: &str, from: &str, to: &str) -> String {
     let uri = format!("amqp:///{}", enc(vhost));
     let definition = serde_json::json!({
         "src-uri": uri,
