@@ -13,9 +13,9 @@
 //!   - `expired`: its TTL ran out before a consumer got it: dead-lettered at once with
 //!     `dlq-reason: Expired`, never retried;
 //!   - `maxlen`: a full source queue (`drop-head`) dropped it: dead-lettered at once with
-//!     `dlq-reason: MaxLength`.
-//!   Anything else (a reason a later RabbitMQ adds, or no death at all) is a failure of
-//!   no known class.
+//!     `dlq-reason: MaxLength`;
+//!   - anything else (a reason a later RabbitMQ adds, or no death at all): a failure of
+//!     no known class.
 //! - **Reported by the consumer**: published to the inbox exchange `<source>.router` with
 //!   `dlq-error-class` (an error class name) and `dlq-last-error`, then acked. The class
 //!   is used as given (an unknown name counts as no class).
