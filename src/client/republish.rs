@@ -386,6 +386,128 @@ mod tests {
         }
     }
 
+    /// A republisher for source `orders` with one tier of 1 s, `maxRetries: 2` and
+    /// `classification.default` = `default`, on a fixed clock and seed.
+    fn republisher(default: &str) -> Republisher {
+        let spec: crate::crd::RetryPolicySpec = serde_json::from_value(serde_json::json!({
+            "maxRetries": 2,
+            "tiers": ["1s"],
+            "classification": {"default": default},
+        }))
+        .expect("spec");
+        let policy = ResolvedPolicy::from_spec(&spec).expect("policy");
+        let routes = Routes {
+            source_queue: "orders".into(),
+            retry_exchange: "orders.retry".into(),
+            tiers: vec![crate::topology::TierRoute {
+                delay_ms: 1000,
+                name: "1s".into(),
+                queue: "orders.retry.1s".into(),
+            }],
+            dead_letter_exchange: "orders.dlx".into(),
+            dead_letter_routing_key: "orders".into(),
+            partitions: [(ErrorClass::Timeout, "orders.dlq.timeout".to_string())].into(),
+            inbox: Some("orders.router".into()),
+        };
+        let mut r = Republisher::new(routes, policy).expect("routes serve the policy");
+        r.set_rng(StdRng::seed_from_u64(7));
+        r.set_clock(Box::new(|| 5_000u64));
+        r
+    }
+
+    const ORIGIN: Origin<'static> = Origin {
+        exchange: "shop",
+        routing_key: "orders.created",
+    };
+
+    fn header(p: &BasicProperties, name: &str) -> Option<lapin::types::AMQPValue> {
+        p.headers()
+            .as_ref()
+            .and_then(|h| h.inner().get(name).cloned())
+    }
+
+    /// A message that already failed once with class Timeout.
+    fn retried_once() -> BasicProperties {
+        let first = republisher("Retry")
+            .copy(
+                &BasicProperties::default(),
+                &Failure::Failed {
+                    class: Some(ErrorClass::Timeout),
+                    error: "timed out",
+                },
+                ORIGIN,
+            )
+            .expect("copy");
+        first.properties
+    }
+
+    #[test]
+    fn an_unclassified_failure_follows_the_classification_default() {
+        let failure = Failure::Failed {
+            class: None,
+            error: "rejected",
+        };
+        let retried = republisher("Retry")
+            .copy(&retried_once(), &failure, ORIGIN)
+            .expect("copy");
+        assert_eq!(retried.exchange.as_str(), "orders.retry");
+        assert_eq!(retried.routing_key.as_str(), "1s");
+        assert!(matches!(
+            retried.outcome,
+            Outcome::Retried { attempt: 2, .. }
+        ));
+        // The stale class of the earlier failure is gone.
+        assert_eq!(
+            header(&retried.properties, super::headers::ERROR_CLASS),
+            None
+        );
+
+        let dead = republisher("DeadLetter")
+            .copy(&BasicProperties::default(), &failure, ORIGIN)
+            .expect("copy");
+        assert_eq!(dead.exchange.as_str(), "orders.dlx");
+        assert_eq!(
+            dead.routing_key.as_str(),
+            "orders",
+            "unclassified: the default dead-letter queue"
+        );
+        assert_eq!(
+            dead.outcome,
+            Outcome::DeadLettered {
+                reason: DeadLetterReason::NonRetryable
+            }
+        );
+    }
+
+    #[test]
+    fn a_message_never_processed_is_dead_lettered_at_once_with_its_reason() {
+        let copy = republisher("Retry")
+            .copy(
+                &BasicProperties::default(),
+                &Failure::NotProcessed {
+                    reason: DeadLetterReason::Expired,
+                    error: "expired",
+                },
+                ORIGIN,
+            )
+            .expect("copy");
+        assert_eq!(copy.exchange.as_str(), "orders.dlx");
+        assert_eq!(
+            copy.outcome,
+            Outcome::DeadLettered {
+                reason: DeadLetterReason::Expired
+            }
+        );
+        assert_eq!(
+            header(&copy.properties, super::headers::REASON),
+            Some(lapin::types::AMQPValue::LongString("Expired".into()))
+        );
+        assert_eq!(
+            header(&copy.properties, super::headers::ORIGINAL_EXCHANGE),
+            Some(lapin::types::AMQPValue::LongString("shop".into()))
+        );
+    }
+
     #[test]
     fn unconfirmed_copies_say_why() {
         let check = |c| confirmed("orders.dlx", "orders", outcome(), c);
