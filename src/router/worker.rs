@@ -148,6 +148,11 @@ pub async fn run(target: Target, metrics: RouterMetrics, stop: CancellationToken
                 tracing::warn!(dead_letter_queue = %target.key(), inbox = target.inbox(), error = %e, "retry router session ended; reconnecting");
             }
         }
+        if stop.is_cancelled() {
+            // Stopped for good or replaced: the fleet forgets (or the new router sets) the
+            // series; writing 0 here would bring a forgotten one back.
+            break;
+        }
         metrics.set_consuming(&target.namespace, &target.name, false);
         // 1 s after a clean end or a first failure, doubling with each further failure.
         let doublings = failures.saturating_sub(1).min(5);
