@@ -5,8 +5,12 @@
 //! as the chart's ServiceAccount (impersonation of
 //! `system:serviceaccount:NAMESPACE:NAME`, so only the chart's RBAC applies) — does its
 //! whole job: leader Lease, CRD wait, Secrets, status, finalizers, Events and the
-//! PrometheusRule. A missing RBAC rule fails here instead of in a user's install. Then
-//! `helm uninstall` removes every object it created.
+//! PrometheusRule. A missing RBAC rule fails here instead of in a user's install. With
+//! `router.replicas` above 0 the router's Deployment, ServiceAccount, RBAC, Service and
+//! PodDisruptionBudget are installed too, and `dlq-operator router`, run locally with that
+//! Deployment's arguments as the router's ServiceAccount, consumes the inbox of a
+//! DeadLetterQueue in router mode. Then `helm upgrade` (which turns the router Deployment
+//! off again in one run) and `helm uninstall` removes every object it created.
 //!
 //! Without `DLQ_E2E_KUBECONFIG` or the Python tools the tests report themselves skipped.
 //! No Pod ever runs: the local control plane has no scheduler or kubelet.
@@ -239,8 +243,11 @@ async fn install_and_operate(test: &str, values: Value, watch: bool) {
     // The operator as the chart's ServiceAccount, configured as the Deployment says.
     let deployment = objects
         .iter()
-        .find(|o| o["kind"] == "Deployment")
-        .expect("Deployment");
+        .find(|o| {
+            o["kind"] == "Deployment"
+                && o["spec"]["template"]["spec"]["containers"][0]["name"] == "operator"
+        })
+        .expect("the operator's Deployment");
     let deployment_name = deployment["metadata"]["name"].as_str().expect("name");
     let sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
         .as_str()
@@ -347,6 +354,28 @@ async fn install_and_operate(test: &str, values: Value, watch: bool) {
             .map(|e| (&e.reason, &e.reporting_controller))
             .collect::<Vec<_>>()
     );
+    let router_replicas = values["router"]["replicas"].as_u64().unwrap_or(0);
+    if router_replicas > 0 {
+        let inbox = router_mode(&client, &dlq_ns, &names[0], &prefix, &op).await;
+        let installed = RouterInstall {
+            kubeconfig: &kubeconfig,
+            release_ns: &release_ns,
+            objects: &objects,
+            replicas: router_replicas,
+            minor,
+        };
+        router_works_under_its_rbac(&client, &installed, &dlq_ns, &names[0], &prefix, &inbox).await;
+        let container = deployment_container(&client, &release_ns, deployment_name).await;
+        assert!(
+            container["args"]
+                .as_array()
+                .expect("args")
+                .contains(&json!("--embedded-router=false")),
+            "the operator leaves the routers to the router Deployment: {}",
+            container["args"]
+        );
+    }
+
     // Deletion: the finalizer is processed and the object goes.
     for name in &names {
         api.delete(name, &DeleteParams::default())
@@ -379,6 +408,11 @@ async fn install_and_operate(test: &str, values: Value, watch: bool) {
     // helm upgrade with changed values; then uninstall removes every object.
     let mut upgraded = values.clone();
     upgraded["concurrency"] = json!(2);
+    // The namespaced run also takes the routers back into the operator (replicas 0).
+    let router_off = watch && router_replicas > 0;
+    if router_off {
+        upgraded["router"]["replicas"] = json!(0);
+    }
     let up = helm
         .call(
             &[
@@ -403,22 +437,17 @@ async fn install_and_operate(test: &str, values: Value, watch: bool) {
         .as_array()
         .expect("args")
         .contains(&json!("--concurrency=2")));
+    if router_off {
+        let args = container["args"].to_string();
+        assert!(!args.contains("--embedded-router"), "{args}");
+        for o in objects.iter().filter(|o| is_router_object(o)) {
+            gone_within_10s(&client, o, "after helm upgrade with router.replicas=0").await;
+        }
+    }
     helm.call(&["uninstall", &kubeconfig, &release, &release_ns], None)
         .unwrap_or_else(|e| panic!("helm uninstall: {e}"));
     for o in &objects {
-        let mut gone = false;
-        for _ in 0..50 {
-            if server_copy(&client, o).await.is_none() {
-                gone = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        assert!(
-            gone,
-            "{} {} left after helm uninstall",
-            o["kind"], o["metadata"]["name"]
-        );
+        gone_within_10s(&client, o, "after helm uninstall").await;
     }
     // CRDs stay (Helm never deletes crds/), and with them every resource.
     assert!(established(&client, "deadletterqueues.dlqoperator.io").await);
@@ -430,20 +459,274 @@ async fn install_and_operate(test: &str, values: Value, watch: bool) {
 #[tokio::test]
 async fn chart_installs_and_the_operator_works_under_its_rbac() {
     const TEST: &str = "chart_installs_and_the_operator_works_under_its_rbac";
-    // Cluster-wide (ClusterRole), two replicas' configuration, every optional object.
+    // Cluster-wide (ClusterRole), two replicas' configuration, every optional object, two
+    // router replicas (with their PodDisruptionBudget).
     install_and_operate(
         TEST,
         json!({"serviceMonitor": {"enabled": true}, "prometheusRule": {"enabled": true},
                "dashboard": {"enabled": true}, "networkPolicy": {"enabled": true},
-               "logging": {"format": "text"}}),
+               "logging": {"format": "text"}, "router": {"replicas": 2}}),
         false,
     )
     .await;
-    // One namespace (Role), one replica without leader election.
+    // One namespace (Role), one replica without leader election, one router replica
+    // (turned off again by the upgrade).
     install_and_operate(
         TEST,
-        json!({"replicaCount": 1, "leaderElection": {"enabled": false}, "logging": {"format": "text"}}),
+        json!({"replicaCount": 1, "leaderElection": {"enabled": false}, "logging": {"format": "text"},
+               "router": {"replicas": 1}}),
         true,
     )
     .await;
+}
+
+/// Whether `object` of a release manifest belongs to the router (its name label).
+fn is_router_object(object: &Value) -> bool {
+    object["metadata"]["labels"]["app.kubernetes.io/name"]
+        .as_str()
+        .is_some_and(|n| n.ends_with("-router"))
+}
+
+/// Waits up to 10 s for `object` to be gone from the server; panics naming `when`.
+async fn gone_within_10s(client: &Client, object: &Value, when: &str) {
+    for _ in 0..50 {
+        if server_copy(client, object).await.is_none() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "{} {} left {when}",
+        object["kind"], object["metadata"]["name"]
+    );
+}
+
+/// Puts DeadLetterQueue `ns/name` in router mode and labels it `dlq-e2e-router=prefix`
+/// (the local router selects it by that label alone); waits for the operator to declare
+/// its inbox. The inbox's name.
+async fn router_mode(client: &Client, ns: &str, name: &str, prefix: &str, op: &Operator) -> String {
+    let api = dlqs(client, ns);
+    let patch = json!({"metadata": {"labels": {"dlq-e2e-router": prefix}},
+                       "spec": {"router": {"enabled": true}}});
+    let patched = api
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("patch the DeadLetterQueue into router mode");
+    let source = patched.data["spec"]["source"]["queue"]
+        .as_str()
+        .expect("spec.source.queue");
+    let inbox = format!("{source}.router");
+    wait_for(
+        Duration::from_secs(90),
+        &format!("{name}'s inbox {inbox} declared"),
+        op,
+        || async {
+            let o = api.get(name).await.ok()?;
+            let queues = o.data["status"]["topology"]["queues"].as_array()?;
+            queues.contains(&json!(inbox)).then_some(())
+        },
+    )
+    .await;
+    inbox
+}
+
+/// What the router part of a release needs from its install.
+struct RouterInstall<'a> {
+    kubeconfig: &'a str,
+    release_ns: &'a str,
+    /// The release manifest's objects.
+    objects: &'a [Value],
+    /// `router.replicas`.
+    replicas: u64,
+    /// The API server's minor version.
+    minor: u32,
+}
+
+/// One `dlq-operator router` process with /metrics on a free local port, killed when
+/// dropped.
+struct LocalRouter {
+    child: std::process::Child,
+    metrics: String,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl LocalRouter {
+    fn start(kubeconfig: &str, args: &[String], env: &[(String, String)]) -> LocalRouter {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("router.log");
+        let metrics = format!("127.0.0.1:{port}");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .arg("router")
+            .arg(format!("--metrics-bind-address={metrics}"))
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("start dlq-operator router");
+        LocalRouter {
+            child,
+            metrics,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `dlq_router_consuming` of `namespace/name`, if exported.
+    async fn consuming(&self, namespace: &str, name: &str) -> Option<f64> {
+        let text = reqwest::get(format!("http://{}/metrics", self.metrics))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let (ns, n) = (
+            format!("namespace=\"{namespace}\""),
+            format!("name=\"{name}\""),
+        );
+        text.lines()
+            .filter(|l| l.starts_with("dlq_router_consuming{"))
+            .find(|l| l.contains(&ns) && l.contains(&n))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+}
+
+impl Drop for LocalRouter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The router Deployment is on the server as rendered (replicas, its own ServiceAccount,
+/// the PodDisruptionBudget of the server's policy version), and `dlq-operator router`, run
+/// locally with its arguments and environment as that ServiceAccount (so only the chart's
+/// router RBAC applies), consumes the inbox of DeadLetterQueue `dlq_ns/name`, is refused
+/// nothing, and exits 0 on SIGTERM.
+async fn router_works_under_its_rbac(
+    client: &Client,
+    installed: &RouterInstall<'_>,
+    dlq_ns: &str,
+    name: &str,
+    prefix: &str,
+    inbox: &str,
+) {
+    let deployment = installed
+        .objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "Deployment"
+                && o["spec"]["template"]["spec"]["containers"][0]["name"] == "router"
+        })
+        .expect("the router's Deployment in the release");
+    let deployment_name = deployment["metadata"]["name"].as_str().expect("name");
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), installed.release_ns);
+    let stored = api.get(deployment_name).await.expect("router Deployment");
+    let spec = stored.spec.expect("spec");
+    assert_eq!(spec.replicas, Some(installed.replicas as i32));
+    let sa = spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|p| p.service_account_name.clone())
+        .expect("the router's ServiceAccount");
+    let pdb = installed
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "PodDisruptionBudget");
+    match (installed.replicas, pdb) {
+        (1, None) => {}
+        (n, Some(pdb)) if n > 1 => {
+            let expected = if installed.minor >= 21 {
+                "policy/v1"
+            } else {
+                "policy/v1beta1"
+            };
+            assert_eq!(pdb["apiVersion"], expected, "the server's PDB version");
+        }
+        (n, pdb) => panic!("{n} router replicas, PodDisruptionBudget {pdb:?}"),
+    }
+
+    let container = deployment_container(client, installed.release_ns, deployment_name).await;
+    let (args, env) = as_local_process(&container, installed.release_ns, "router-local");
+    assert_eq!(container["args"][0], "router");
+    let mut args: Vec<String> = args.into_iter().filter(|a| a != "router").collect();
+    assert!(
+        !args.iter().any(|a| a.starts_with("--selector")),
+        "{args:?}"
+    );
+    // Only this test's DeadLetterQueue: a cluster-wide router would also take the inboxes
+    // of other resources in router mode on this server. A list with a selector needs the
+    // same right as one without.
+    args.push(format!("--selector=dlq-e2e-router={prefix}"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sa_kubeconfig =
+        impersonating_kubeconfig(installed.kubeconfig, installed.release_ns, &sa, dir.path());
+    let sa_client = {
+        let kc = kube::config::Kubeconfig::read_from(&sa_kubeconfig).expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .expect("config");
+        Client::try_from(config).expect("client")
+    };
+    // Confined: it may get a Secret but not list them.
+    match Api::<k8s_openapi::api::core::v1::Secret>::namespaced(sa_client, dlq_ns)
+        .list(&ListParams::default().limit(1))
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => panic!("the router's ServiceAccount can list Secrets: {other:?}"),
+    }
+
+    let mut router = LocalRouter::start(&sa_kubeconfig, &args, &env);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while router.consuming(dlq_ns, name).await != Some(1.0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the router does not consume {inbox} of {dlq_ns}/{name}; its log:\n{}",
+            router.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("router as {sa} ({args:?}) consumes {inbox}");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &router.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Ok(Some(s)) = router.child.try_wait() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the router did not stop within 30 s of SIGTERM:\n{}",
+            router.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = router.log();
+    assert!(exit.success(), "router exit {exit:?} after SIGTERM:\n{log}");
+    for needle in ["forbidden", "Forbidden", " 403"] {
+        assert!(
+            !log.contains(needle),
+            "the router was refused something under the chart's RBAC:\n{log}"
+        );
+    }
 }

@@ -79,3 +79,54 @@ a release name such as "my.rel" or "1rel" is a legal Helm name but not a legal S
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
+
+{{/* Whether the chart runs the retry routers in a Deployment of their own (router.replicas
+> 0) instead of inside the operator's process. */}}
+{{- define "dlq-operator.routerDeployment" -}}
+{{- if gt (int .Values.router.replicas) 0 }}true{{ end }}
+{{- end }}
+
+{{/* Full name of the router's objects (Deployment, ServiceAccount, PodDisruptionBudget). */}}
+{{- define "dlq-operator.routerFullname" -}}
+{{- printf "%s-router" (include "dlq-operator.fullname" . | trunc 56 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Labels selecting the router Pods: a name label of their own, so that neither the
+operator's Deployment nor its metrics Service selects them (and the operator's selector,
+immutable in a Deployment, stays as it was). */}}
+{{- define "dlq-operator.routerSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-router" (include "dlq-operator.name" . | trunc 56 | trimSuffix "-") }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of every router object. */}}
+{{- define "dlq-operator.routerLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "dlq-operator.routerSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: dlq-operator
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount the router runs as. */}}
+{{- define "dlq-operator.routerServiceAccountName" -}}
+{{- if .Values.router.serviceAccount.create }}
+{{- default (include "dlq-operator.routerFullname" .) .Values.router.serviceAccount.name }}
+{{- else }}
+{{- required "router.serviceAccount.name is required when router.serviceAccount.create is false" .Values.router.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The router's metrics Service: Prometheus' job label of the routers under the
+ServiceMonitor. */}}
+{{- define "dlq-operator.routerMetricsService" -}}
+{{- printf "%s-router-metrics" (include "dlq-operator.fullname" . | trunc 48 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Name of the router's (Cluster)Role and binding: like dlq-operator.clusterName. */}}
+{{- define "dlq-operator.routerClusterName" -}}
+{{- printf "%s-router" (include "dlq-operator.clusterName" . | trunc 56 | trimSuffix "-") }}
+{{- end }}
