@@ -2,7 +2,8 @@
 //! one management-API listing per broker and vhost per interval
 //! ([`BrokerTopology::queue_depths`](crate::broker::BrokerTopology::queue_depths)), shared by every
 //! DeadLetterQueue on that vhost; from it, each resource's queue depths ([`observe`],
-//! pure), its backlog evaluation and its metrics ([`Collector`]).
+//! pure) and, in router mode, its router inbox's depth and consumers, its backlog
+//! evaluation and its metrics ([`Collector`]).
 //!
 //! Why the management API and not the `rabbitmq_prometheus` plugin's
 //! `/metrics/detailed?family=queue_coarse_metrics`: see docs/ARCHITECTURE.md
@@ -22,12 +23,26 @@ use crate::topology::{DesiredTopology, QueueRole};
 pub struct ObservedQueue {
     /// Queue name.
     pub name: String,
-    /// `source`, `retry` or `dead_letter` (the metrics' `role` label).
+    /// `source`, `retry`, `dead_letter` or `inbox` (the metrics' `role` label).
     pub role: &'static str,
     /// Tier as a canonical duration (e.g. `5s`) for a retry queue, empty otherwise.
     pub tier: String,
     /// Messages (ready + unacknowledged); 0 for a queue missing on the broker.
     pub depth: u64,
+}
+
+/// The router inbox of a DeadLetterQueue in router mode, as one poll saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedInbox {
+    /// The inbox queue's name (`<source>.router`).
+    pub name: String,
+    /// Messages (ready + unacknowledged); 0 when missing.
+    pub depth: u64,
+    /// Consumers (the retry routers consuming it); `None` when the listing has no count
+    /// for it (missing, or no statistics yet).
+    pub consumers: Option<u64>,
+    /// The broker does not have the queue.
+    pub missing: bool,
 }
 
 /// What one poll says about one DeadLetterQueue's topology.
@@ -44,6 +59,8 @@ pub struct Observed {
     /// tiers, draining classic ones), as `(tier, depth)`: their depth tells when they can
     /// go.
     pub retired: Vec<(String, u64)>,
+    /// The router inbox, in router mode (the plan has a [`QueueRole::Inbox`] queue).
+    pub inbox: Option<ObservedInbox>,
 }
 
 /// The `role` label of a planned queue.
@@ -58,13 +75,15 @@ pub fn role_label(role: &QueueRole) -> &'static str {
 
 /// Picks `topology`'s queues out of a vhost's `depths` (one listing of every queue of
 /// the vhost). Pure. A planned queue the listing lacks counts 0 and is named in
-/// [`Observed::missing`]. Retired tiers are found by a range scan of the sorted listing
+/// [`Observed::missing`]. The router inbox (router mode) is also reported with its
+/// consumers in [`Observed::inbox`]. Retired tiers are found by a range scan of the sorted listing
 /// (`<retry exchange>.<duration>`), so the cost per resource does not grow with the
 /// vhost's queue count.
 pub fn observe(topology: &DesiredTopology, depths: &BTreeMap<String, QueueDepth>) -> Observed {
     let mut out = Observed::default();
     for q in &topology.queues {
-        let depth = match depths.get(&q.name) {
+        let listed = depths.get(&q.name);
+        let depth = match listed {
             Some(d) => d.messages,
             None => {
                 out.missing.push(q.name.clone());
@@ -87,6 +106,12 @@ pub fn observe(topology: &DesiredTopology, depths: &BTreeMap<String, QueueDepth>
             }
             QueueRole::Inbox => {
                 out.depth.inbox = Some(depth);
+                out.inbox = Some(ObservedInbox {
+                    name: q.name.clone(),
+                    depth,
+                    consumers: listed.and_then(|d| d.consumers),
+                    missing: listed.is_none(),
+                });
                 String::new()
             }
         };
@@ -135,7 +160,9 @@ impl Collector {
     }
 
     /// Evaluates the dead-letter depth of one poll of `key` taken at `now_ms` (ms since
-    /// the Unix epoch) and records every queue's depth and the evaluation in the metrics.
+    /// the Unix epoch) and records every queue's depth, the evaluation and, in router
+    /// mode, the inbox's consumers (`dlq_router_inbox_consumers`, removed while unknown)
+    /// in the metrics.
     /// The evaluator is created on first use (or given beforehand with [`Collector::insert`],
     /// e.g. resumed from status after a restart) and keeps its history and alert state
     /// when `params` change ([`Evaluator::set_params`]). Returns the evaluation and the
@@ -170,6 +197,11 @@ impl Collector {
             .collect();
         let (ns, name) = split_key(key);
         self.metrics.record_backlog(ns, name, &samples, &eval);
+        self.metrics.record_inbox_consumers(
+            ns,
+            name,
+            observed.inbox.as_ref().and_then(|i| i.consumers),
+        );
         self.metrics
             .record_dead_letter_depth(ns, name, now_ms, observed.depth.dead_letter);
         (eval, before)
@@ -230,17 +262,28 @@ impl Collector {
 /// One listing of a vhost's queue depths: every queue by name, or why it failed.
 pub type Listing = Result<BTreeMap<String, QueueDepth>, BrokerError>;
 
+/// What one listing of a vhost must cover: the queues whose depths the poll judges, and
+/// those whose consumers it counts (the router inboxes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Required {
+    /// Every planned queue of the group's members.
+    pub queues: BTreeSet<String>,
+    /// The router inboxes among them (members in router mode).
+    pub consumers: BTreeSet<String>,
+}
+
 /// Where a poll lists a vhost's queue depths: a broker client.
 pub trait DepthSource {
     /// Depths of every queue of `vhost`, by name, in one listing that covers `required`
-    /// (the queues the poll will judge).
+    /// (the queues the poll will judge, and the consumers of the inboxes among them:
+    /// [`BrokerTopology::queue_depths_and_consumers`](crate::broker::BrokerTopology::queue_depths_and_consumers)).
     ///
     /// # Errors
     /// Transport, authentication and vhost errors ([`BrokerError`]).
     fn depths_covering(
         &self,
         vhost: &str,
-        required: &BTreeSet<String>,
+        required: &Required,
     ) -> impl Future<Output = Listing> + Send;
 }
 
@@ -249,7 +292,7 @@ impl<T: DepthSource + Sync + ?Sized> DepthSource for &T {
     fn depths_covering(
         &self,
         vhost: &str,
-        required: &BTreeSet<String>,
+        required: &Required,
     ) -> impl Future<Output = Listing> + Send {
         (**self).depths_covering(vhost, required)
     }
@@ -310,12 +353,25 @@ pub struct GroupPoll {
     pub readings: Vec<Reading>,
 }
 
-/// The queues the members of a group plan: what its listing must cover.
-pub fn required_queues(members: &[Member<'_>]) -> BTreeSet<String> {
-    members
-        .iter()
-        .flat_map(|m| m.topology.queues.iter().map(|q| q.name.clone()))
-        .collect()
+/// The queues the members of a group plan, and their router inboxes: what its listing
+/// must cover.
+pub fn required_queues(members: &[Member<'_>]) -> Required {
+    Required {
+        queues: members
+            .iter()
+            .flat_map(|m| m.topology.queues.iter().map(|q| q.name.clone()))
+            .collect(),
+        consumers: members
+            .iter()
+            .flat_map(|m| {
+                m.topology
+                    .queues
+                    .iter()
+                    .filter(|q| q.role == QueueRole::Inbox)
+                    .map(|q| q.name.clone())
+            })
+            .collect(),
+    }
 }
 
 /// Polls the depths of every group with one listing each ([`DepthSource::depths_covering`],
@@ -403,18 +459,24 @@ mod tests {
     use super::*;
 
     fn topology() -> DesiredTopology {
-        let dlq: crate::crd::DeadLetterQueue = serde_yaml_ng::from_str(
+        planned("")
+    }
+
+    /// The plan of `shop/orders` with `extra` spec lines (e.g. router mode).
+    fn planned(extra: &str) -> DesiredTopology {
+        let dlq: crate::crd::DeadLetterQueue = serde_yaml_ng::from_str(&format!(
             r#"
 apiVersion: dlqoperator.io/v1alpha1
 kind: DeadLetterQueue
-metadata: {name: orders, namespace: shop}
+metadata: {{name: orders, namespace: shop}}
 spec:
-  broker: {secretRef: {name: s}}
-  source: {queue: orders}
-  retryPolicyRef: {name: p}
-  deadLetter: {partitionBy: ErrorClass}
-"#,
-        )
+  broker: {{secretRef: {{name: s}}}}
+  source: {{queue: orders}}
+  retryPolicyRef: {{name: p}}
+  deadLetter: {{partitionBy: ErrorClass}}
+{extra}
+"#
+        ))
         .expect("dlq");
         let policy = crate::backoff::ResolvedPolicy::from_spec(&crate::crd::RetryPolicySpec {
             tiers: Some(vec![
@@ -432,6 +494,7 @@ spec:
             messages,
             ready: messages,
             unacked: 0,
+            consumers: None,
         }
     }
 
@@ -478,6 +541,95 @@ spec:
         assert_eq!(o.retired, vec![("15s".to_string(), 7)]);
         let dl = o.queues.iter().find(|q| q.name == missing).expect("listed");
         assert_eq!((dl.depth, dl.role), (0, "dead_letter"));
+        assert_eq!(o.inbox, None, "no inbox outside router mode");
+        assert_eq!(o.depth.inbox, None);
+    }
+
+    #[test]
+    fn observe_reports_the_router_inbox_with_its_consumers() {
+        let t = planned("  router: {enabled: true}");
+        let mut depths: BTreeMap<String, QueueDepth> = t
+            .queues
+            .iter()
+            .map(|q| (q.name.clone(), depth(0)))
+            .collect();
+        depths.insert("orders.router".into(), depth(12).with_consumers(Some(0)));
+        let o = observe(&t, &depths);
+        assert_eq!(
+            o.inbox,
+            Some(ObservedInbox {
+                name: "orders.router".into(),
+                depth: 12,
+                consumers: Some(0),
+                missing: false
+            })
+        );
+        assert_eq!(o.depth.inbox, Some(12));
+        let inbox = o.queues.iter().find(|q| q.role == "inbox").expect("inbox");
+        assert_eq!((inbox.name.as_str(), inbox.depth), ("orders.router", 12));
+        // Listed without consumers (no statistics yet): unknown, not 0.
+        depths.insert("orders.router".into(), depth(3));
+        assert_eq!(observe(&t, &depths).inbox.and_then(|i| i.consumers), None);
+        // Missing on the broker.
+        depths.remove("orders.router");
+        let o = observe(&t, &depths);
+        let inbox = o.inbox.expect("inbox planned");
+        assert!(inbox.missing && inbox.depth == 0 && inbox.consumers.is_none());
+        assert_eq!(o.missing, ["orders.router"]);
+        // Only the inbox's consumers are asked for.
+        let params = Params::from_spec(&Default::default()).expect("params");
+        let members = [Member {
+            key: "shop/orders",
+            topology: &t,
+            params: &params,
+        }];
+        let required = required_queues(&members);
+        assert_eq!(required.consumers, BTreeSet::from(["orders.router".into()]));
+        assert!(required.queues.contains("orders.router") && required.queues.contains("orders"));
+    }
+
+    #[test]
+    fn collector_exports_the_inbox_consumers_and_removes_them_when_unknown() {
+        let metrics = Metrics::new();
+        let mut c = Collector::new(metrics.clone());
+        let t = planned("  router: {enabled: true}");
+        let params = Params::from_spec(&Default::default()).expect("params");
+        let mut depths: BTreeMap<String, QueueDepth> = t
+            .queues
+            .iter()
+            .map(|q| (q.name.clone(), depth(0)))
+            .collect();
+        depths.insert("orders.router".into(), depth(5).with_consumers(Some(2)));
+        c.record("shop/orders", &params, &observe(&t, &depths), 0);
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"dlq_router_inbox_consumers{name="orders",namespace="shop"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"dlq_queue_depth{name="orders",namespace="shop",queue="orders.router",role="inbox",tier=""} 5"#),
+            "the inbox depth is the depth gauge's role=inbox: {text}"
+        );
+        // A listing without the count: the series goes (unknown is not 0).
+        depths.insert("orders.router".into(), depth(5));
+        c.record("shop/orders", &params, &observe(&t, &depths), 60_000);
+        assert!(!metrics.render().contains("dlq_router_inbox_consumers{"));
+        depths.insert("orders.router".into(), depth(5).with_consumers(Some(0)));
+        c.record("shop/orders", &params, &observe(&t, &depths), 120_000);
+        assert!(metrics
+            .render()
+            .contains(r#"dlq_router_inbox_consumers{name="orders",namespace="shop"} 0"#));
+        // The broker cannot be read: every series of the resource goes.
+        c.unknown("shop/orders");
+        assert!(!metrics.render().contains("dlq_router_inbox_consumers{"));
+        // Outside router mode: never written.
+        c.record(
+            "shop/orders",
+            &params,
+            &observe(&topology(), &depths),
+            180_000,
+        );
+        assert!(!metrics.render().contains("dlq_router_inbox_consumers{"));
     }
 
     #[test]
@@ -519,11 +671,11 @@ spec:
     struct Listed {
         depths: Option<BTreeMap<String, QueueDepth>>,
         calls: std::sync::atomic::AtomicUsize,
-        required: std::sync::Mutex<Vec<BTreeSet<String>>>,
+        required: std::sync::Mutex<Vec<Required>>,
     }
 
     impl DepthSource for Listed {
-        async fn depths_covering(&self, vhost: &str, required: &BTreeSet<String>) -> Listing {
+        async fn depths_covering(&self, vhost: &str, required: &Required) -> Listing {
             self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             self.required.lock().expect("lock").push(required.clone());
             self.depths.clone().ok_or_else(|| BrokerError::Unreachable {
@@ -586,7 +738,10 @@ spec:
         .await;
         assert_eq!(up.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert_eq!(down.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
-        let wanted: BTreeSet<String> = t.queues.iter().map(|q| q.name.clone()).collect();
+        let wanted = Required {
+            queues: t.queues.iter().map(|q| q.name.clone()).collect(),
+            consumers: BTreeSet::new(),
+        };
         assert_eq!(*up.required.lock().expect("lock"), vec![wanted]);
         // The interval is raised to the polls' spacing before an evaluator is made.
         assert_eq!(

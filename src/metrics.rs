@@ -13,6 +13,9 @@
 //!   or `failed` (copy refused or unroutable; kept). From the replay engine's report at
 //!   each checkpoint and at the end of a run, as differences (a resumed replay adds only
 //!   what its new run did; a message skipped again by a resumed run counts again).
+//! - `dlq_router_inbox_consumers{namespace, name}` (gauge, consumers): consumers of the
+//!   router inbox of a DeadLetterQueue in router mode, from the depth listing; absent
+//!   while unknown.
 //! - `dlq_compensation_success_ratio{namespace, name}` (gauge, ratio): messages replayed ÷
 //!   messages dead-lettered into the DeadLetterQueue's dead-letter queues over the last hour
 //!   ([`crate::compensation`]: source, window, bounds); absent while nothing was
@@ -84,6 +87,7 @@ struct BacklogMetrics {
     ratio: prometheus::GaugeVec,
     alert_state: prometheus::GaugeVec,
     growth: prometheus::GaugeVec,
+    inbox_consumers: prometheus::GaugeVec,
     written: std::sync::Arc<std::sync::Mutex<WrittenSeries>>,
 }
 
@@ -129,12 +133,17 @@ impl BacklogMetrics {
                 "Dead-letter growth over the last 5 minutes (messages per minute).",
                 &PER_RESOURCE,
             ),
+            inbox_consumers: gauge(
+                "dlq_router_inbox_consumers",
+                "Consumers of the DeadLetterQueue's router inbox as the broker reports them (router mode; absent while unknown). 0: no retry router consumes it, failed messages wait there.",
+                &PER_RESOURCE,
+            ),
             written: Default::default(),
         }
     }
 
     /// Every backlog family.
-    fn gauges(&self) -> [&prometheus::GaugeVec; 6] {
+    fn gauges(&self) -> [&prometheus::GaugeVec; 7] {
         [
             &self.depth,
             &self.baseline,
@@ -142,6 +151,7 @@ impl BacklogMetrics {
             &self.ratio,
             &self.alert_state,
             &self.growth,
+            &self.inbox_consumers,
         ]
     }
 }
@@ -302,6 +312,21 @@ impl Metrics {
         }
     }
 
+    /// Sets `dlq_router_inbox_consumers{namespace, name}` to the consumers of the router
+    /// inbox of `namespace/name`, or removes it when `None` (not in router mode, or the
+    /// count is unknown: unknown is not 0). Removed with the other backlog series
+    /// ([`Metrics::forget_backlog`]).
+    pub fn record_inbox_consumers(&self, namespace: &str, name: &str, consumers: Option<u64>) {
+        let gauge = &self.backlog.inbox_consumers;
+        let labels = [namespace, name];
+        match consumers {
+            Some(n) => gauge.with_label_values(&labels).set(n as f64),
+            None => {
+                let _ = gauge.remove_label_values(&labels);
+            }
+        }
+    }
+
     /// Removes every backlog series of `namespace/name` and its compensation ratio
     /// (resource deleted, or its data unknown: the `absent` alert then covers it). The
     /// ratio's window is kept: the next sample brings the ratio back.
@@ -322,6 +347,7 @@ impl Metrics {
             &b.ratio,
             &b.alert_state,
             &b.growth,
+            &b.inbox_consumers,
             &self.replays.ratio,
         ] {
             let _ = g.remove_label_values(&labels);

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::{ApplyReport, BrokerConnection, BrokerFactory, Outcome};
 use crate::collector::{
-    Collector, DepthSource, Group, GroupPoll, Listing, Member, Reading, Recorded,
+    Collector, DepthSource, Group, GroupPoll, Listing, Member, Reading, Recorded, Required,
 };
 use crate::controller::conditions;
 use crate::manifest::{self, object_key, ManifestError, Manifests};
@@ -530,14 +530,10 @@ async fn next_read(
 struct Endpoint<'a>(&'a dyn BrokerFactory, &'a BrokerConnection);
 
 impl DepthSource for Endpoint<'_> {
-    async fn depths_covering(
-        &self,
-        vhost: &str,
-        required: &std::collections::BTreeSet<String>,
-    ) -> Listing {
+    async fn depths_covering(&self, vhost: &str, required: &Required) -> Listing {
         self.0
             .client(self.1)?
-            .queue_depths_covering(vhost, required)
+            .queue_depths_and_consumers(vhost, &required.queues, &required.consumers)
             .await
     }
 }

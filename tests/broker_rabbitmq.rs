@@ -1072,7 +1072,11 @@ async fn depths_from_the_prometheus_plugin_agree_with_the_management_api() {
         let m = mgmt.queue_depths("/").await.expect("management depths");
         let (pd, md) = (p.get(&q).copied(), m.get(&q).copied());
         if pd.is_some_and(|d| d.messages == 3) && md.is_some_and(|d| d.messages == 3) {
-            assert_eq!(pd, md, "same depth from both");
+            // The same counts (only the plugin's answer carries the consumers here).
+            let counts = |d: Option<dlq_operator::broker::QueueDepth>| {
+                d.map(|d| (d.messages, d.ready, d.unacked))
+            };
+            assert_eq!(counts(pd), counts(md), "same depth from both");
             break;
         }
         assert!(
@@ -1098,6 +1102,99 @@ async fn depths_from_the_prometheus_plugin_agree_with_the_management_api() {
         RabbitMq::new(&with_prometheus(&format!("http://127.0.0.1:{port}"))).expect("client");
     let d = broken.queue_depths("/").await.expect("fell back");
     assert_eq!(d.get(&q).map(|d| d.messages), Some(3));
+    raw.delete(&format!("queues/%2F/{q}")).await;
+}
+
+/// The consumer count of a router inbox comes with the one depth listing per vhost: from
+/// the management API's listing with statistics when an inbox is to be counted (the cheap
+/// `disable_stats` listing has none), and from the `rabbitmq_prometheus` answer (family
+/// `queue_consumer_count`) with `prometheusUri`; both agree with the live consumer.
+#[tokio::test]
+async fn the_depth_listing_counts_the_consumers_of_the_queues_asked_for() {
+    let q = unique("consumers");
+    let raw = Raw::new();
+    assert_eq!(
+        raw.put(&format!("queues/%2F/{q}"), json!({"durable": true}))
+            .await,
+        201
+    );
+    publish(&q, b"waiting").await;
+    let required: std::collections::BTreeSet<String> = [q.clone()].into();
+    let mgmt = RabbitMq::new(&conn()).expect("client");
+    let prom = RabbitMq::new(
+        &BrokerConnection::from_secret_data(
+            "rabbitmq",
+            &secret(&[
+                ("uri", AMQP_URI),
+                ("managementUri", MGMT_URI),
+                ("prometheusUri", "http://127.0.0.1:15692"),
+            ]),
+        )
+        .expect("valid secret"),
+    )
+    .expect("client");
+    // Counted from both sources (statistics lag by up to 5 s), one request each.
+    let counted = |want: u64| {
+        let (mgmt, prom, required) = (&mgmt, &prom, &required);
+        let q = q.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let before = (mgmt.request_counts().reads, prom.request_counts().reads);
+                let m = mgmt
+                    .queue_depths_and_consumers("/", required, required)
+                    .await
+                    .expect("management listing");
+                let p = prom
+                    .queue_depths_and_consumers("/", required, required)
+                    .await
+                    .expect("prometheus listing");
+                let after = (mgmt.request_counts().reads, prom.request_counts().reads);
+                let (md, pd) = (m.get(&q).copied(), p.get(&q).copied());
+                let seen = |d: Option<dlq_operator::broker::QueueDepth>| {
+                    d.map(|d| (d.messages, d.consumers))
+                };
+                if seen(md) == Some((1, Some(want))) && seen(pd) == Some((1, Some(want))) {
+                    assert_eq!(
+                        (after.0 - before.0, after.1 - before.1),
+                        (1, 1),
+                        "one request per vhost"
+                    );
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "never counted {want} consumer(s): management {md:?}, prometheus {pd:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    counted(0).await;
+    let connection = lapin::Connection::connect(AMQP_URI, lapin::ConnectionProperties::default())
+        .await
+        .expect("amqp");
+    let channel = connection.create_channel().await.expect("channel");
+    // The message is delivered to it, unacknowledged: still counted in the depth.
+    let consumer = channel
+        .basic_consume(
+            q.as_str().into(),
+            "router".into(),
+            lapin::options::BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    counted(1).await;
+    // Not asked for: the cheap listing, which has no count (unknown, not 0).
+    let d = mgmt
+        .queue_depths_covering("/", &required)
+        .await
+        .expect("depths");
+    assert_eq!(d.get(&q).map(|d| d.consumers), Some(None));
+    let _ = connection.close(200, "bye".into()).await;
+    drop(consumer);
+    counted(0).await;
     raw.delete(&format!("queues/%2F/{q}")).await;
 }
 

@@ -76,6 +76,23 @@ pub trait BrokerTopology: Send + Sync {
         required: &BTreeSet<String>,
     ) -> Result<BTreeMap<String, QueueDepth>, BrokerError>;
 
+    /// [`BrokerTopology::queue_depths_covering`] that also counts the consumers
+    /// ([`QueueDepth::consumers`]) of the queues in `consumers_of` (a subset of
+    /// `required`), still in one listing. A client that has nothing cheaper lists as
+    /// [`BrokerTopology::queue_depths_covering`] does (the default).
+    ///
+    /// # Errors
+    /// As [`BrokerTopology::queue_depths`].
+    async fn queue_depths_and_consumers(
+        &self,
+        vhost: &str,
+        required: &BTreeSet<String>,
+        consumers_of: &BTreeSet<String>,
+    ) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
+        let _ = consumers_of;
+        self.queue_depths_covering(vhost, required).await
+    }
+
     /// Deletes queue `name` of `vhost` only if it holds no messages; the broker itself
     /// enforces the condition.
     ///

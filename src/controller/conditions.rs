@@ -18,6 +18,13 @@ pub const TOPOLOGY_READY: &str = "TopologyReady";
 /// backlog alert fires, `False` otherwise (reason `BacklogPending` while it is pending),
 /// `Unknown` when the depths cannot be read.
 pub const BACKLOG_HIGH: &str = "BacklogHigh";
+/// Condition type of a DeadLetterQueue in router mode only, written by the backlog
+/// monitor (docs/MONITORING.md, "The retry router from outside"): `True` (reason
+/// `Consuming`) while a retry router consumes the inbox and its depth is at most
+/// `spec.router.backlogThreshold`; `False` with reason `NoConsumer`, `InboxBackedUp` or
+/// `InboxMissing`; `Unknown` when the depths or the consumer count cannot be read.
+/// Absent outside router mode.
+pub const ROUTER_READY: &str = "RouterReady";
 /// Condition type of a DeadLetterReplay: `True` once it is over (the reason is its final
 /// phase, or `InvalidSpec`), `False` while pending or running (the reason says why).
 pub const COMPLETE: &str = "Complete";
@@ -111,6 +118,14 @@ pub fn set(
             true
         }
     }
+}
+
+/// Removes the condition `type_` from `conditions`; returns whether it was there (so the
+/// caller writes status only then).
+pub fn remove(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conditions.len();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.len() != before
 }
 
 /// `TopologyReady` and `Ready` for the result of one reconcile of a DeadLetterQueue.
@@ -222,6 +237,10 @@ mod tests {
         // Exactly the same desired state: nothing changes, nothing to write.
         assert!(!set(&mut conds, shadowed, Some(2), &at(500)));
         assert_eq!(conds.len(), 1);
+        // Removing another type changes nothing; removing it, once.
+        assert!(!remove(&mut conds, ROUTER_READY));
+        assert!(remove(&mut conds, READY));
+        assert!(conds.is_empty() && !remove(&mut conds, READY));
     }
 
     #[test]

@@ -453,7 +453,8 @@ pub struct DepthStatus {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterQueueStatus {
-    /// `Ready`, `TopologyReady`, `BacklogHigh`, `AlertRulesReady`. A map list keyed by
+    /// `Ready`, `TopologyReady`, `BacklogHigh`, `AlertRulesReady`, and in router mode
+    /// `RouterReady`. A map list keyed by
     /// `type` (`x-kubernetes-list-type: map`), so that the reconcile and the backlog
     /// monitor, two field managers, each own their own conditions under server-side
     /// apply.
@@ -499,7 +500,7 @@ pub struct DeadLetterQueueStatus {
 
 /// Condition types written by the backlog monitor (field manager
 /// `dlq-operator-monitor`); the reconcile writes the others.
-pub const BACKLOG_CONDITIONS: &[&str] = &["BacklogHigh"];
+pub const BACKLOG_CONDITIONS: &[&str] = &["BacklogHigh", "RouterReady"];
 
 impl DeadLetterQueueStatus {
     /// The part of the status the reconcile owns: conditions other than

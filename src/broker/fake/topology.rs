@@ -538,7 +538,7 @@ impl State {
         actions
     }
 
-    /// Depths of every queue of `vhost`.
+    /// Depths and consumers of every queue of `vhost`.
     fn depths(&self, vhost: &str) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
         Ok(self
             .vhost(vhost)?
@@ -552,6 +552,7 @@ impl State {
                         messages: n,
                         ready: n,
                         unacked: 0,
+                        consumers: Some(q.consumers),
                     },
                 )
             })

@@ -287,9 +287,10 @@ impl ManagementClient {
         Ok(answer)
     }
 
-    /// GETs the `rabbitmq_prometheus` plugin's queue depths of `vhost`
-    /// (`{prometheusUri}/metrics/detailed?vhost=…&family=queue_coarse_metrics`, no
-    /// credentials sent) and parses them ([`crate::broker::depths_from_prometheus`]).
+    /// GETs the `rabbitmq_prometheus` plugin's queue depths and consumer counts of
+    /// `vhost` in one request
+    /// (`{prometheusUri}/metrics/detailed?vhost=…&family=queue_coarse_metrics&family=queue_consumer_count`,
+    /// no credentials sent) and parses them ([`crate::broker::depths_from_prometheus`]).
     /// `Ok(None)` when the Secret has no `prometheusUri`.
     ///
     /// # Errors
@@ -303,7 +304,7 @@ impl ManagementClient {
         };
         self.reads.fetch_add(1, Ordering::Relaxed);
         let url = format!(
-            "{}/metrics/detailed?vhost={}&family=queue_coarse_metrics",
+            "{}/metrics/detailed?vhost={}&family=queue_coarse_metrics&family=queue_consumer_count",
             base.as_str().trim_end_matches('/'),
             utf8_percent_encode(vhost, SEGMENT)
         );

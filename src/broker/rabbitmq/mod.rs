@@ -150,12 +150,7 @@ impl RabbitMq {
     }
 
     /// [`RabbitMq::queue_depths`] that must cover `required` (the queues whose depths the
-    /// caller will judge). The `rabbitmq_prometheus` answer (with `prometheusUri`) is used
-    /// only when it is complete: it parses strictly, holds at least one queue of the vhost
-    /// and every `required` queue. Otherwise — a queue too new to have statistics, one
-    /// hosted on another cluster node (that endpoint reports only its node's queues), a
-    /// vhost that is gone, an answer that is not the plugin's — the management API answers
-    /// for this poll, so a depth is never read as 0 for lack of data.
+    /// caller will judge): [`RabbitMq::queue_depths_and_consumers`] without consumers.
     ///
     /// # Errors
     /// As [`RabbitMq::queue_depths`] (from the management API).
@@ -164,15 +159,48 @@ impl RabbitMq {
         vhost: &str,
         required: &BTreeSet<String>,
     ) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
+        self.queue_depths_and_consumers(vhost, required, &BTreeSet::new())
+            .await
+    }
+
+    /// The depths of every queue of `vhost` in one request, covering `required` (the
+    /// queues whose depths the caller will judge) and the consumer counts of
+    /// `consumers_of` (the router inboxes the caller judges; a subset of `required`).
+    ///
+    /// The `rabbitmq_prometheus` answer (with `prometheusUri`; it always carries the
+    /// consumers) is used only when it is complete: it parses strictly, holds at least one
+    /// queue of the vhost, every `required` queue, and a consumer count for each of
+    /// `consumers_of`. Otherwise — a queue too new to have statistics, one hosted on
+    /// another cluster node (that endpoint reports only its node's queues), a vhost that
+    /// is gone, an answer that is not the plugin's — the management API answers for this
+    /// poll, so a depth is never read as 0 for lack of data. The management listing skips
+    /// the per-queue statistics (`disable_stats=true`, ~3.5× cheaper for the broker:
+    /// docs/ARCHITECTURE.md) unless `consumers_of` is not empty: that listing has no
+    /// `consumers` column (RabbitMQ 3.10.8 and 4.0.5), so a vhost with a router inbox to
+    /// judge is listed with statistics.
+    ///
+    /// # Errors
+    /// As [`RabbitMq::queue_depths`] (from the management API).
+    pub async fn queue_depths_and_consumers(
+        &self,
+        vhost: &str,
+        required: &BTreeSet<String>,
+        consumers_of: &BTreeSet<String>,
+    ) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
         let why = match self.mgmt.prometheus_depths(vhost).await {
             Ok(Some(depths)) => {
                 let missing = required.iter().filter(|q| !depths.contains_key(*q)).count();
-                if !depths.is_empty() && missing == 0 {
+                let uncounted = consumers_of
+                    .iter()
+                    .filter(|q| depths.get(*q).is_none_or(|d| d.consumers.is_none()))
+                    .count();
+                if !depths.is_empty() && missing == 0 && uncounted == 0 {
                     return Ok(depths);
                 }
                 Some(format!(
-                    "the answer lacks {missing} of {} queue(s) to watch ({} listed): new queues without statistics yet, queues on another node, or not the plugin's answer",
+                    "the answer lacks {missing} of {} queue(s) to watch and the consumer count of {uncounted} of {} ({} listed): new queues without statistics yet, queues on another node, or not the plugin's answer",
                     required.len(),
+                    consumers_of.len(),
                     depths.len()
                 ))
             }
@@ -180,30 +208,36 @@ impl RabbitMq {
             Err(e) => Some(e.to_string()),
         };
         if let Some(why) = why {
-            let mut warned = self
-                .prometheus_warned
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            if warned.is_none_or(|t| t.elapsed() >= PROMETHEUS_WARNING_INTERVAL) {
-                *warned = Some(std::time::Instant::now());
-                tracing::warn!(
-                    vhost,
-                    "prometheusUri: {why}; using the management API (repeats are logged at debug level for 10 min)"
-                );
-            } else {
-                tracing::debug!(vhost, "prometheusUri: {why}; using the management API");
-            }
+            self.warn_prometheus(vhost, &why);
         }
         // Without per-object statistics the broker answers ~3.5× cheaper, with the same
-        // message counts (RabbitMQ 3.8+; measured: docs/ARCHITECTURE.md).
-        let rows: Vec<crate::broker::QueueDepthRow> = self
-            .list(
-                "queues",
-                vhost,
-                "?disable_stats=true&enable_queue_totals=true&columns=name,messages,messages_ready,messages_unacknowledged",
-            )
-            .await?;
+        // message counts (RabbitMQ 3.8+; measured: docs/ARCHITECTURE.md) but without the
+        // consumer counts.
+        let query = if consumers_of.is_empty() {
+            "?disable_stats=true&enable_queue_totals=true&columns=name,messages,messages_ready,messages_unacknowledged"
+        } else {
+            "?columns=name,messages,messages_ready,messages_unacknowledged,consumers"
+        };
+        let rows: Vec<crate::broker::QueueDepthRow> = self.list("queues", vhost, query).await?;
         Ok(crate::broker::depths_from_rows(rows))
+    }
+
+    /// Logs why the `prometheusUri` answer was not used: a warning at most every
+    /// `PROMETHEUS_WARNING_INTERVAL` per client, the repeats at debug level.
+    fn warn_prometheus(&self, vhost: &str, why: &str) {
+        let mut warned = self
+            .prometheus_warned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if warned.is_none_or(|t| t.elapsed() >= PROMETHEUS_WARNING_INTERVAL) {
+            *warned = Some(std::time::Instant::now());
+            tracing::warn!(
+                vhost,
+                "prometheusUri: {why}; using the management API (repeats are logged at debug level for 10 min)"
+            );
+        } else {
+            tracing::debug!(vhost, "prometheusUri: {why}; using the management API");
+        }
     }
 
     /// The broker's cluster name and version, read once per client with one
@@ -391,7 +425,7 @@ impl RabbitMq {
     }
 
     /// One request for every queue of `vhost`: with the Secret's `prometheusUri`,
-    /// `GET {prometheusUri}/metrics/detailed?vhost=…&family=queue_coarse_metrics`
+    /// `GET {prometheusUri}/metrics/detailed?vhost=…&family=queue_coarse_metrics&family=queue_consumer_count`
     /// (`rabbitmq_prometheus`; falls back to the management API, with a warning, when that
     /// fails); otherwise `GET /api/queues/{vhost}?disable_stats=true&enable_queue_totals=true
     /// &columns=name,messages,messages_ready,messages_unacknowledged` (RabbitMQ docs,

@@ -43,6 +43,15 @@ impl BrokerTopology for RabbitMq {
         RabbitMq::queue_depths_covering(self, vhost, required).await
     }
 
+    async fn queue_depths_and_consumers(
+        &self,
+        vhost: &str,
+        required: &BTreeSet<String>,
+        consumers_of: &BTreeSet<String>,
+    ) -> Result<BTreeMap<String, QueueDepth>, BrokerError> {
+        RabbitMq::queue_depths_and_consumers(self, vhost, required, consumers_of).await
+    }
+
     async fn delete_queue_if_empty(
         &self,
         vhost: &str,

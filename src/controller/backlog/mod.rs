@@ -2,7 +2,9 @@
 //! task beside the controllers that polls the depths of every managed queue — one management-API listing per broker
 //! Secret and vhost per interval, shared by every DeadLetterQueue on it
 //! ([`crate::collector`]) — evaluates each resource's dead-letter backlog, records the
-//! metrics, and writes the backlog part of the status and the `BacklogHigh` condition.
+//! metrics, and writes the backlog part of the status, the `BacklogHigh` condition and, in
+//! router mode, the `RouterReady` condition (the router inbox's consumers and depth:
+//! [`router`]).
 //!
 //! - Targets are registered by the DeadLetterQueue reconcile once a resource is planned
 //!   ([`Targets::watch`]) and dropped once the resource is gone from the watch (its finalizer released; a
@@ -16,7 +18,7 @@
 //!   becomes `Unknown` with reason `BrokerUnreachable`, the resource's series are removed
 //!   (the `absent` alert rule covers them), and the monitor keeps polling.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::broker::{BrokerClient, BrokerError};
-use crate::collector::{self, Collector, DepthSource, Listing, Member};
+use crate::collector::{self, Collector, DepthSource, Listing, Member, Required};
 use crate::controller::shared::Context;
 use crate::controller::{publish, Note};
 use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus};
@@ -37,8 +39,12 @@ use crate::monitor::Params;
 use crate::object::{api_resource, status_of};
 use crate::topology::DesiredTopology;
 
+#[cfg(test)]
+mod fast_tests;
+pub mod router;
 mod status;
 
+pub use router::{router_condition, router_events, set_router_condition};
 pub use status::{backlog_condition, backlog_events, backlog_status, resumed_evaluator, Reading};
 
 /// Field manager of the monitor's status writes (the reconcile's is
@@ -72,6 +78,9 @@ pub struct Target {
     pub broker: Arc<dyn BrokerClient>,
     /// The listing it shares: `namespace/secret@resourceVersion` and vhost.
     pub group: Group,
+    /// In router mode (the plan has a router inbox): `spec.router.backlogThreshold`
+    /// (messages), for the `RouterReady` condition; `None` otherwise.
+    pub router: Option<u64>,
 }
 
 /// The monitor's targets by `namespace/name`, set by the reconcile.
@@ -108,6 +117,7 @@ impl Targets {
             params: params.clone(),
             broker,
             group: (secret_key, topology.vhost.clone()),
+            router: router_threshold(obj, topology),
         };
         self.set(&key, target);
     }
@@ -140,6 +150,17 @@ impl Targets {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+}
+
+/// `spec.router.backlogThreshold` of `obj` when `topology` is in router mode (it plans a
+/// router inbox); its default when the spec does not decode (the reconcile, which planned
+/// `topology` from it, validated it).
+fn router_threshold(obj: &DynamicObject, topology: &DesiredTopology) -> Option<u64> {
+    topology.routes.inbox.as_ref()?;
+    let router = crate::object::decode::<DeadLetterQueue>(obj)
+        .map(|d| d.spec.router)
+        .unwrap_or_default();
+    Some(router.backlog_threshold)
 }
 
 /// The condition reason for a failed depth listing.
@@ -228,10 +249,14 @@ impl DepthSource for Lister {
     fn depths_covering(
         &self,
         vhost: &str,
-        required: &BTreeSet<String>,
+        required: &Required,
     ) -> impl std::future::Future<Output = Listing> + Send {
         let (broker, vhost, required) = (self.0.clone(), vhost.to_string(), required.clone());
-        async move { broker.queue_depths_covering(&vhost, &required).await }
+        async move {
+            broker
+                .queue_depths_and_consumers(&vhost, &required.queues, &required.consumers)
+                .await
+        }
     }
 }
 
@@ -413,7 +438,8 @@ impl Monitor {
 
     /// The member `m`'s status after its `reading` of the poll (its group's listing
     /// `depths`) at `now`: its status write when the backlog part changed
-    /// ([`backlog_status`]), with the Events of the change.
+    /// ([`backlog_status`]), with the Events of the change ([`backlog_events`],
+    /// [`router_events`]).
     fn evaluate(
         &mut self,
         m: &Polled<'_>,
@@ -426,6 +452,7 @@ impl Monitor {
             (collector::Reading::Observed(r), _) => Reading::Observed {
                 depth: &r.observed.depth,
                 eval: &r.eval,
+                inbox: r.observed.inbox.as_ref(),
             },
             (collector::Reading::Unknown, Err(e)) => {
                 error_text = e.to_string();
@@ -442,10 +469,12 @@ impl Monitor {
             m.obj.metadata.generation,
             reading,
             &m.target.params,
+            m.target.router,
             now,
             STATUS_INTERVAL,
         )?;
-        let notes = backlog_events(&m.current, &next);
+        let mut notes = backlog_events(&m.current, &next);
+        notes.extend(router_events(&m.current.conditions, &next.conditions));
         self.written.insert(m.target.uid.clone(), next.clone());
         Some((m.obj.clone(), next, notes))
     }

@@ -1,5 +1,6 @@
 //! The backlog part of a DeadLetterQueue's status after a reading (pure): the
-//! `BacklogHigh` condition ([`backlog_condition`]), when to write ([`backlog_status`]),
+//! `BacklogHigh` condition ([`backlog_condition`]), in router mode the `RouterReady`
+//! condition ([`super::router`]), when to write ([`backlog_status`]),
 //! the Events of a change ([`backlog_events`]), and the evaluator resumed from status
 //! after a restart ([`resumed_evaluator`]).
 
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::collector::ObservedInbox;
 use crate::controller::conditions::{self, ConditionStatus, Desired, BACKLOG_HIGH};
 use crate::controller::Note;
 use crate::crd::{DeadLetterQueueStatus, DepthStatus};
@@ -21,6 +23,8 @@ pub enum Reading<'a> {
         depth: &'a DepthStatus,
         /// Evaluation of the dead-letter depth.
         eval: &'a Evaluation,
+        /// The router inbox with its consumers (router mode).
+        inbox: Option<&'a ObservedInbox>,
     },
     /// The depths could not be read: the condition's reason (`BrokerUnreachable`,
     /// `BrokerAuthFailed`, …) and the error.
@@ -118,7 +122,10 @@ pub fn backlog_condition(reading: Reading<'_>, params: &Params) -> Desired {
 /// Pure.
 ///
 /// `current` is the backlog part last written (or read). The result is written when the
-/// `BacklogHigh` condition or the alert state changed, or when a figure (depths,
+/// `BacklogHigh` condition, the `RouterReady` condition (set in router mode, i.e. with
+/// `router` = `spec.router.backlogThreshold`, removed otherwise:
+/// [`set_router_condition`](super::router::set_router_condition)) or the alert state
+/// changed, or when a figure (depths,
 /// baseline, threshold, ratio to 3 decimals, growth to 2) changed and the last write
 /// (`lastObservedTime`) is at least `status_interval` old. `lastObservedTime` is the
 /// reading's time (`now`) on every write of an observed reading. An unknown reading
@@ -130,18 +137,22 @@ pub fn backlog_status(
     generation: Option<i64>,
     reading: Reading<'_>,
     params: &Params,
+    router: Option<u64>,
     now: &Time,
     status_interval: Duration,
 ) -> Option<DeadLetterQueueStatus> {
     let mut next = current.backlog_part();
-    let condition_changed = conditions::set(
+    let backlog_changed = conditions::set(
         &mut next.conditions,
         &backlog_condition(reading, params),
         generation,
         now,
     );
+    let router_changed =
+        super::router::set_router_condition(&mut next.conditions, router, reading, generation, now);
+    let condition_changed = backlog_changed || router_changed;
     match reading {
-        Reading::Observed { depth, eval } => {
+        Reading::Observed { depth, eval, .. } => {
             next.depth = Some(depth.clone());
             next.baseline = Some(round(eval.baseline, 2));
             next.threshold = eval.threshold.map(|t| round(t, 2));
@@ -279,8 +290,10 @@ mod tests {
                     Reading::Observed {
                         depth: &depth,
                         eval: &eval,
+                        inbox: None,
                     },
                     &p,
+                    None,
                     &at(t),
                     STATUS_INTERVAL,
                 );
@@ -369,8 +382,10 @@ mod tests {
             Reading::Observed {
                 depth: &depth,
                 eval: &eval,
+                inbox: None,
             },
             &p,
+            None,
             &at(0),
             STATUS_INTERVAL,
         )
@@ -384,6 +399,7 @@ mod tests {
                 message: "connection refused",
             },
             &p,
+            None,
             &at(5),
             STATUS_INTERVAL,
         )
@@ -409,6 +425,7 @@ mod tests {
                 message: "connection refused",
             },
             &p,
+            None,
             &at(200),
             STATUS_INTERVAL,
         )
@@ -450,8 +467,10 @@ mod tests {
             Reading::Observed {
                 depth: &depth,
                 eval: &eval,
+                inbox: None,
             },
             &p,
+            None,
             &at(300),
             STATUS_INTERVAL,
         );
@@ -459,5 +478,89 @@ mod tests {
             assert!(backlog_events(&before, n).is_empty(), "{n:?}");
             assert_eq!(n.alert_state.as_deref(), Some("Firing"));
         }
+    }
+
+    #[test]
+    fn router_ready_is_written_at_once_on_change_and_never_in_a_steady_state() {
+        let p = params();
+        let mut e = crate::monitor::Evaluator::new(p.clone());
+        let mut current = DeadLetterQueueStatus::default();
+        let mut written = Vec::new();
+        let router_ready = |s: &DeadLetterQueueStatus| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == crate::controller::conditions::ROUTER_READY)
+                .map(|c| (c.status.clone(), c.reason.clone()))
+        };
+        // (t in s, inbox depth, consumers, router mode)
+        for (t, inbox_depth, consumers, router) in [
+            (0, 0, Some(1), true),    // first reading: written
+            (10, 3, Some(1), true),   // figures within a minute: nothing
+            (20, 0, Some(1), true),   // steady
+            (30, 40, Some(0), true),  // router gone: written at once
+            (40, 45, Some(0), true),  // still none: nothing
+            (50, 45, Some(0), false), // router mode off: the condition goes at once
+            (55, 45, Some(0), false), // steady without it
+        ] {
+            let eval = e.observe(t as u64 * 1000, 0);
+            let depth = DepthStatus {
+                inbox: router.then_some(inbox_depth),
+                ..Default::default()
+            };
+            let inbox = crate::collector::ObservedInbox {
+                name: "orders.router".into(),
+                depth: inbox_depth,
+                consumers,
+                missing: false,
+            };
+            let next = backlog_status(
+                &current,
+                Some(1),
+                Reading::Observed {
+                    depth: &depth,
+                    eval: &eval,
+                    inbox: router.then_some(&inbox),
+                },
+                &p,
+                router.then_some(1000),
+                &at(t),
+                STATUS_INTERVAL,
+            );
+            written.push(next.as_ref().map(router_ready));
+            if let Some(n) = next {
+                current = n;
+            }
+        }
+        let ready = |s: &str, r: &str| Some(Some((s.to_string(), r.to_string())));
+        assert_eq!(
+            written,
+            [
+                ready("True", "Consuming"),
+                None,
+                None,
+                ready("False", "NoConsumer"),
+                None,
+                Some(None),
+                None
+            ]
+        );
+        // Unknown while the broker cannot be read, in router mode.
+        let unknown = backlog_status(
+            &DeadLetterQueueStatus::default(),
+            Some(1),
+            Reading::Unknown {
+                reason: "BrokerUnreachable",
+                message: "connection refused",
+            },
+            &p,
+            Some(1000),
+            &at(60),
+            STATUS_INTERVAL,
+        )
+        .expect("written");
+        assert_eq!(
+            router_ready(&unknown),
+            Some(("Unknown".into(), "BrokerUnreachable".into()))
+        );
     }
 }

@@ -1,0 +1,261 @@
+//! The backlog monitor's polls against the mock Kubernetes API
+//! ([`MockApi`]: every call recorded) and the in-memory broker ([`FakeBroker`]): the
+//! `RouterReady` condition and its Events through the real status writes, one listing
+//! per poll, and no API call at all in a steady state.
+
+use std::sync::{Arc, OnceLock};
+
+use kube::api::DynamicObject;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use serde_json::{json, Value};
+
+use super::{Monitor, MonitorContext, Targets};
+use crate::broker::fake::FakeBroker;
+use crate::broker::message::{Headers, Message};
+use crate::broker::BrokerTopology;
+use crate::collector::Collector;
+use crate::controller::mock_api::{Call, MockApi, API, NS};
+use crate::crd::DeadLetterQueue;
+use crate::monitor::Params;
+use crate::object::api_resource;
+use crate::topology::DesiredTopology;
+
+/// The status path of the fixture DeadLetterQueue `orders`.
+const STATUS_PATH: &str =
+    "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/deadletterqueues/orders/status";
+
+/// The DeadLetterQueue `orders` on queue `orders` with `router` as `spec.router`.
+fn dead_letter_queue(router: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "dlqoperator.io/v1alpha1", "kind": "DeadLetterQueue",
+        "metadata": {"name": "orders", "namespace": NS, "uid": "uid-orders", "generation": 1,
+                     "resourceVersion": "1"},
+        "spec": {"broker": {"secretRef": {"name": "rabbit"}},
+                 "source": {"queue": "orders", "queueType": "Classic"},
+                 "retryPolicyRef": {"name": "policy"},
+                 "monitoring": {"interval": "10s", "threshold": 100},
+                 "router": router}}))
+    .expect("dynamic object")
+}
+
+/// The plan and monitoring parameters of `obj`.
+fn planned(obj: &DynamicObject) -> (DesiredTopology, Params) {
+    let dlq: DeadLetterQueue = crate::object::decode(obj).expect("decodes");
+    let policy = crate::backoff::ResolvedPolicy::from_spec(
+        &serde_json::from_value(json!({"maxRetries": 2, "tiers": ["5s"]})).expect("policy"),
+    )
+    .expect("resolves");
+    let params = Params::from_spec(&dlq.spec.monitoring).expect("params");
+    (
+        crate::topology::plan("team-a/orders", &dlq.spec, &policy),
+        params,
+    )
+}
+
+/// A monitor over the mock API and `broker`, watching `obj` (served by the mock and in
+/// the controller's store).
+fn monitor(api: &MockApi, broker: &FakeBroker, obj: &DynamicObject) -> Monitor {
+    api.put(&format!("{API}/deadletterqueues/orders"), json!(obj));
+    let shared = api.context(broker);
+    let mut writer = Writer::<DynamicObject>::new(api_resource::<DeadLetterQueue>());
+    writer.apply_watcher_event(&watcher::Event::Apply(obj.clone()));
+    let store = Arc::new(OnceLock::new());
+    let _ = store.set(writer.as_reader());
+    let ctx = MonitorContext {
+        recorder: shared.recorder(),
+        shared,
+        dead_letter_queues: store,
+        targets: Arc::new(Targets::default()),
+    };
+    Monitor {
+        collector: Collector::new(ctx.shared.metrics.clone()),
+        ctx,
+        written: Default::default(),
+        polled: Default::default(),
+    }
+}
+
+/// Registers `obj` with the monitor as the reconcile does.
+fn watch(m: &Monitor, broker: &FakeBroker, obj: &DynamicObject) {
+    let (topology, params) = planned(obj);
+    m.ctx.targets.watch(
+        obj,
+        &topology,
+        &params,
+        Arc::new(broker.clone()),
+        "team-a/rabbit@1".into(),
+    );
+}
+
+/// One poll now (whatever the interval), and the API calls it made.
+async fn poll(m: &mut Monitor, api: &MockApi) -> Vec<Call> {
+    m.polled.clear();
+    m.tick().await;
+    api.take()
+}
+
+/// The status patches among `calls`, their bodies' `status`.
+fn status_patches(calls: &[Call]) -> Vec<Value> {
+    calls
+        .iter()
+        .filter(|c| c.0 == "PATCH" && c.1 == STATUS_PATH)
+        .map(|c| c.2["status"].clone())
+        .collect()
+}
+
+/// `RouterReady`'s status and reason in `status`, if present.
+fn router_ready(status: &Value) -> Option<(String, String)> {
+    let c = status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "RouterReady")?;
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((text("status"), text("reason")))
+}
+
+/// The Events posted among `calls`: (type, reason, note).
+fn events(calls: &[Call]) -> Vec<(String, String, String)> {
+    calls
+        .iter()
+        .filter(|c| c.0 == "POST" && c.1.contains("/events"))
+        .map(|c| {
+            let text = |k: &str| c.2[k].as_str().unwrap_or_default().to_string();
+            (text("type"), text("reason"), text("note"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn router_ready_and_its_events_follow_the_inbox_with_no_write_in_a_steady_state() {
+    let broker = FakeBroker::new();
+    let api = MockApi::default().with_references();
+    let obj = dead_letter_queue(json!({"enabled": true, "backlogThreshold": 2}));
+    broker
+        .apply(&planned(&obj).0)
+        .await
+        .expect("topology on the fake broker");
+    let mut m = monitor(&api, &broker, &obj);
+    watch(&m, &broker, &obj);
+
+    // No router: NoConsumer, one status write and one Warning.
+    let reads = broker.request_counts().reads;
+    let calls = poll(&mut m, &api).await;
+    assert_eq!(
+        broker.request_counts().reads - reads,
+        1,
+        "one listing for the vhost"
+    );
+    let patches = status_patches(&calls);
+    assert_eq!(patches.len(), 1, "{calls:#?}");
+    assert_eq!(
+        router_ready(&patches[0]),
+        Some(("False".into(), "NoConsumer".into()))
+    );
+    assert_eq!(patches[0]["depth"]["inbox"], 0);
+    let ev = events(&calls);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (ev[0].0.as_str(), ev[0].1.as_str()),
+        ("Warning", "NoConsumer")
+    );
+    assert!(
+        ev[0].2.starts_with(
+            "no retry router consumes orders.router; failed messages wait there, nothing is lost; start one:"
+        ),
+        "{}",
+        ev[0].2
+    );
+    let metrics = m.ctx.shared.metrics.render();
+    assert!(
+        metrics.contains(r#"dlq_router_inbox_consumers{name="orders",namespace="team-a"} 0"#),
+        "{metrics}"
+    );
+
+    // Steady: not one API call.
+    assert_eq!(poll(&mut m, &api).await, Vec::<Call>::new());
+
+    // A failed message waits in the inbox: still NoConsumer, no new Event; the depth is
+    // a figure, written at most once a minute.
+    broker.publish(
+        "/",
+        "",
+        "orders.router",
+        Message::new(Headers::new(), b"m1"),
+    );
+    assert_eq!(poll(&mut m, &api).await, Vec::<Call>::new());
+
+    // A router consumes: True, Consuming; a Normal Event.
+    broker.set_consumers("/", "orders.router", 1);
+    let calls = poll(&mut m, &api).await;
+    let patches = status_patches(&calls);
+    assert_eq!(
+        patches.iter().map(router_ready).collect::<Vec<_>>(),
+        [Some(("True".into(), "Consuming".into()))]
+    );
+    let ev = events(&calls);
+    assert_eq!(
+        ev.iter()
+            .map(|e| (e.0.as_str(), e.1.as_str()))
+            .collect::<Vec<_>>(),
+        [("Normal", "RouterConsuming")]
+    );
+    assert_eq!(poll(&mut m, &api).await, Vec::<Call>::new(), "steady");
+
+    // More than backlogThreshold (2) messages: InboxBackedUp, a Warning.
+    for body in [b"m2", b"m3"] {
+        broker.publish("/", "", "orders.router", Message::new(Headers::new(), body));
+    }
+    let calls = poll(&mut m, &api).await;
+    assert_eq!(
+        status_patches(&calls)
+            .iter()
+            .map(router_ready)
+            .collect::<Vec<_>>(),
+        [Some(("False".into(), "InboxBackedUp".into()))]
+    );
+    assert_eq!(
+        events(&calls)
+            .iter()
+            .map(|e| (e.0.as_str(), e.1.as_str()))
+            .collect::<Vec<_>>(),
+        [("Warning", "InboxBackedUp")]
+    );
+    assert_eq!(poll(&mut m, &api).await, Vec::<Call>::new(), "steady");
+
+    // Router mode turned off: the condition goes (the monitor applies its part without
+    // it), with no Event and no consumers series.
+    let off = dead_letter_queue(json!({"enabled": false}));
+    watch(&m, &broker, &off);
+    let calls = poll(&mut m, &api).await;
+    let patches = status_patches(&calls);
+    assert_eq!(patches.len(), 1, "{calls:#?}");
+    assert_eq!(router_ready(&patches[0]), None);
+    assert!(patches[0]["conditions"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "BacklogHigh")));
+    assert!(events(&calls).is_empty());
+    assert!(!m
+        .ctx
+        .shared
+        .metrics
+        .render()
+        .contains("dlq_router_inbox_consumers{"));
+    assert_eq!(poll(&mut m, &api).await, Vec::<Call>::new(), "steady");
+}
+
+#[tokio::test]
+async fn outside_router_mode_there_is_no_router_ready_condition() {
+    let broker = FakeBroker::new();
+    let api = MockApi::default().with_references();
+    let obj = dead_letter_queue(json!({"enabled": false}));
+    broker.apply(&planned(&obj).0).await.expect("topology");
+    let mut m = monitor(&api, &broker, &obj);
+    watch(&m, &broker, &obj);
+    let calls = poll(&mut m, &api).await;
+    let patches = status_patches(&calls);
+    assert_eq!(patches.len(), 1, "{calls:#?}");
+    assert_eq!(router_ready(&patches[0]), None);
+    assert!(patches[0]["depth"].get("inbox").is_none());
+    assert!(events(&calls).is_empty());
+}

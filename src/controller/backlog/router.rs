@@ -1,0 +1,317 @@
+//! The retry router seen from outside (pure): the `RouterReady` condition of a
+//! DeadLetterQueue in router mode from its inbox's depth and consumers
+//! ([`router_condition`]), setting or removing it ([`set_router_condition`]), and the
+//! Events of a change ([`router_events`]). Used by the controller's backlog monitor (status
+//! and Events) and by `run --standalone` (its log lines).
+//!
+//! Nothing is lost while no router runs: the source dead-letters into the inbox, which
+//! keeps the messages until a router consumes them. The condition makes that visible.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::status::Reading;
+use crate::collector::ObservedInbox;
+use crate::controller::conditions::{self, ConditionStatus, Desired, ROUTER_READY};
+use crate::controller::Note;
+
+/// Reason of the Normal Event when `RouterReady` turns `True` again.
+pub const ROUTER_CONSUMING_EVENT: &str = "RouterConsuming";
+
+/// How to start a retry router, for the condition messages.
+const START_ONE: &str = "start one: `dlq-operator router` (reads the cluster's DeadLetterQueues), `dlq-operator router --standalone -f DIR`, or an operator with --embedded-router=true (docs/TROUBLESHOOTING.md, \"The router inbox backs up\")";
+
+/// The `RouterReady` condition for one inbox reading. Its messages carry no live number
+/// but the configured threshold, so a steady state does not change it.
+///
+/// - `True`, `Consuming`: at least one consumer and a depth ≤ `backlog_threshold`.
+/// - `False`, `NoConsumer`: the inbox exists with no consumer (it may hold messages: they
+///   wait there, nothing is lost); `InboxBackedUp`: consumed, but its depth is above
+///   `backlog_threshold` (`spec.router.backlogThreshold`); `InboxMissing`: the broker does
+///   not have the inbox, so the source's dead letters cannot reach it.
+/// - `Unknown`: the depths cannot be read (the reading's reason, as for `BacklogHigh`), or
+///   the listing has no consumer count for the inbox yet (`ConsumersUnknown`).
+pub fn router_condition(reading: Reading<'_>, backlog_threshold: u64) -> Desired {
+    let (status, reason, message) = match reading {
+        Reading::Unknown { reason, message } => (
+            ConditionStatus::Unknown,
+            reason,
+            format!("queue depths cannot be read: {message}"),
+        ),
+        Reading::Observed { inbox, .. } => inbox_verdict(inbox, backlog_threshold),
+    };
+    Desired {
+        type_: ROUTER_READY,
+        status,
+        reason,
+        message,
+    }
+}
+
+/// Status, reason and message of an observed inbox (`None`: the plan has none, which
+/// router mode never plans: reported as missing).
+fn inbox_verdict(
+    inbox: Option<&ObservedInbox>,
+    threshold: u64,
+) -> (ConditionStatus, &'static str, String) {
+    let Some(inbox) = inbox.filter(|i| !i.missing) else {
+        let name = inbox.map_or("<source>.router", |i| i.name.as_str());
+        return (
+            ConditionStatus::False,
+            "InboxMissing",
+            format!(
+                "the router inbox {name} does not exist on the broker, so the source queue's dead letters cannot reach it; the reconcile declares it (see the Ready condition)"
+            ),
+        );
+    };
+    let name = &inbox.name;
+    match inbox.consumers {
+        None => (
+            ConditionStatus::Unknown,
+            "ConsumersUnknown",
+            format!(
+                "the broker reports no consumer count for the router inbox {name} yet (a new queue has statistics after the broker's statistics interval, 5 s by default)"
+            ),
+        ),
+        Some(0) => (
+            ConditionStatus::False,
+            "NoConsumer",
+            format!(
+                "no retry router consumes {name}; failed messages wait there, nothing is lost; {START_ONE}"
+            ),
+        ),
+        Some(_) if inbox.depth > threshold => (
+            ConditionStatus::False,
+            "InboxBackedUp",
+            format!(
+                "the router inbox {name} holds more than spec.router.backlogThreshold ({threshold}) messages although a retry router consumes it: the routers do not keep up or cannot publish (dlq_router_publish_failures_total); nothing is lost; add router replicas, raise spec.router.prefetch, or act on the publish errors"
+            ),
+        ),
+        Some(_) => (
+            ConditionStatus::True,
+            "Consuming",
+            format!(
+                "a retry router consumes {name} and it holds at most spec.router.backlogThreshold ({threshold}) messages"
+            ),
+        ),
+    }
+}
+
+/// Sets `RouterReady` for `reading` when `router` (`spec.router.backlogThreshold` of a
+/// resource in router mode) is given, or removes it otherwise (router mode turned off);
+/// returns whether `conditions` changed.
+pub fn set_router_condition(
+    conditions: &mut Vec<Condition>,
+    router: Option<u64>,
+    reading: Reading<'_>,
+    generation: Option<i64>,
+    now: &Time,
+) -> bool {
+    match router {
+        Some(threshold) => conditions::set(
+            conditions,
+            &router_condition(reading, threshold),
+            generation,
+            now,
+        ),
+        None => conditions::remove(conditions, ROUTER_READY),
+    }
+}
+
+/// Events for a change of `RouterReady` from `before` to `after` (only on a status
+/// change): a Warning with the reason when it becomes `False` or changes its `False`
+/// reason (e.g. `NoConsumer` → `InboxBackedUp`), a Normal [`ROUTER_CONSUMING_EVENT`] when it
+/// becomes `True` after `False` or `Unknown`. `Unknown` itself makes no Event: the
+/// `BacklogHigh` Warning already reports an unreadable broker. Pure.
+pub fn router_events(before: &[Condition], after: &[Condition]) -> Vec<Note> {
+    let find = |cs: &[Condition]| cs.iter().find(|c| c.type_ == ROUTER_READY).cloned();
+    let (Some(new), old) = (find(after), find(before)) else {
+        return Vec::new();
+    };
+    let old = old.as_ref().map(|c| (c.status.as_str(), c.reason.as_str()));
+    match new.status.as_str() {
+        "False" if old != Some(("False", new.reason.as_str())) => {
+            vec![Note::warning(&new.reason, "Monitor", new.message)]
+        }
+        "True" if matches!(old, Some(("False" | "Unknown", _))) => {
+            vec![Note::normal(ROUTER_CONSUMING_EVENT, "Monitor", new.message)]
+        }
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::test_support::at;
+    use crate::crd::DepthStatus;
+    use crate::monitor::{Evaluator, Params};
+
+    fn inbox(depth: u64, consumers: Option<u64>) -> ObservedInbox {
+        ObservedInbox {
+            name: "orders.router".into(),
+            depth,
+            consumers,
+            missing: false,
+        }
+    }
+
+    /// `RouterReady`'s status and reason for `inbox` against a threshold of 1000.
+    fn verdict(inbox: Option<&ObservedInbox>) -> (ConditionStatus, &'static str) {
+        let eval =
+            Evaluator::new(Params::from_spec(&Default::default()).expect("params")).observe(0, 0);
+        let depth = DepthStatus::default();
+        let d = router_condition(
+            Reading::Observed {
+                depth: &depth,
+                eval: &eval,
+                inbox,
+            },
+            1000,
+        );
+        assert_eq!(d.type_, ROUTER_READY);
+        (d.status, d.reason)
+    }
+
+    #[test]
+    fn the_condition_follows_consumers_and_depth() {
+        use ConditionStatus::*;
+        assert_eq!(verdict(Some(&inbox(0, Some(1)))), (True, "Consuming"));
+        assert_eq!(
+            verdict(Some(&inbox(1000, Some(3)))),
+            (True, "Consuming"),
+            "at the threshold"
+        );
+        assert_eq!(
+            verdict(Some(&inbox(1001, Some(3)))),
+            (False, "InboxBackedUp")
+        );
+        assert_eq!(
+            verdict(Some(&inbox(0, Some(0)))),
+            (False, "NoConsumer"),
+            "an empty inbox without a consumer: the next failure would wait"
+        );
+        assert_eq!(
+            verdict(Some(&inbox(5000, Some(0)))),
+            (False, "NoConsumer"),
+            "no consumer comes before backed up: it is the cause"
+        );
+        assert_eq!(
+            verdict(Some(&inbox(7, None))),
+            (Unknown, "ConsumersUnknown")
+        );
+        let mut gone = inbox(0, None);
+        gone.missing = true;
+        assert_eq!(verdict(Some(&gone)), (False, "InboxMissing"));
+        assert_eq!(verdict(None), (False, "InboxMissing"));
+        let unknown = router_condition(
+            Reading::Unknown {
+                reason: "BrokerUnreachable",
+                message: "connection refused",
+            },
+            1000,
+        );
+        assert_eq!(
+            (unknown.status, unknown.reason),
+            (Unknown, "BrokerUnreachable")
+        );
+    }
+
+    #[test]
+    fn the_no_consumer_message_says_nothing_is_lost_and_how_to_start_one() {
+        let eval =
+            Evaluator::new(Params::from_spec(&Default::default()).expect("params")).observe(0, 0);
+        let depth = DepthStatus::default();
+        let observed = |i: &ObservedInbox| {
+            router_condition(
+                Reading::Observed {
+                    depth: &depth,
+                    eval: &eval,
+                    inbox: Some(i),
+                },
+                1000,
+            )
+            .message
+        };
+        let m = observed(&inbox(40, Some(0)));
+        assert!(
+            m.starts_with("no retry router consumes orders.router; failed messages wait there, nothing is lost; start one: `dlq-operator router`"),
+            "{m}"
+        );
+        // No live number: the same message at another depth, so no status write.
+        assert_eq!(m, observed(&inbox(41, Some(0))));
+        assert_eq!(observed(&inbox(5, Some(1))), observed(&inbox(6, Some(2))));
+        assert!(observed(&inbox(2000, Some(1))).contains("backlogThreshold (1000)"));
+    }
+
+    /// The conditions after `set_router_condition` of `inbox` on `conditions` at `t` s.
+    fn step(
+        conditions: &[Condition],
+        router: Option<u64>,
+        inbox: ObservedInbox,
+        t: i64,
+    ) -> (Vec<Condition>, bool) {
+        let eval =
+            Evaluator::new(Params::from_spec(&Default::default()).expect("params")).observe(0, 0);
+        let depth = DepthStatus::default();
+        let mut next = conditions.to_vec();
+        let changed = set_router_condition(
+            &mut next,
+            router,
+            Reading::Observed {
+                depth: &depth,
+                eval: &eval,
+                inbox: Some(&inbox),
+            },
+            Some(1),
+            &at(t),
+        );
+        (next, changed)
+    }
+
+    #[test]
+    fn events_on_each_transition_to_false_and_back_to_true_only() {
+        let mut conds: Vec<Condition> = Vec::new();
+        let mut events = Vec::new();
+        let mut changes = Vec::new();
+        for (t, i) in [
+            (0, inbox(0, Some(0))),     // first reading: NoConsumer
+            (10, inbox(30, Some(0))),   // messages wait: same condition
+            (20, inbox(30, Some(1))),   // a router: Consuming
+            (30, inbox(0, Some(1))),    // steady
+            (40, inbox(5000, Some(2))), // backed up
+            (50, inbox(6000, Some(0))), // router gone too: another False reason
+            (60, inbox(7, None)),       // count unknown
+            (70, inbox(0, Some(1))),    // Consuming again
+        ] {
+            let (next, changed) = step(&conds, Some(1000), i, t);
+            changes.push(changed);
+            events.extend(router_events(&conds, &next).into_iter().map(|n| {
+                (
+                    n.type_ == kube::runtime::events::EventType::Warning,
+                    n.reason,
+                )
+            }));
+            conds = next;
+        }
+        assert_eq!(changes, [true, false, true, false, true, true, true, true]);
+        let warning = |r: &str| (true, r.to_string());
+        let normal = |r: &str| (false, r.to_string());
+        assert_eq!(
+            events,
+            [
+                warning("NoConsumer"),
+                normal(ROUTER_CONSUMING_EVENT),
+                warning("InboxBackedUp"),
+                warning("NoConsumer"),
+                normal(ROUTER_CONSUMING_EVENT),
+            ]
+        );
+        // The transition time moved with the status only.
+        assert_eq!(conds[0].last_transition_time, at(70));
+        // Router mode turned off: the condition goes, once, without an Event.
+        let (off, changed) = step(&conds, None, inbox(0, Some(1)), 80);
+        assert!(changed && off.is_empty());
+        assert!(router_events(&conds, &off).is_empty());
+        assert!(!step(&off, None, inbox(0, Some(1)), 90).1);
+    }
+}
