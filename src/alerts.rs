@@ -12,6 +12,12 @@
 //! - `DeadLetterGrowthHigh` (with `growthPerMinute`): `dlq_growth_per_minute >= G` for `for`.
 //! - `DeadLetterMetricsAbsent`: `absent(dlq_queue_depth{…, role="dead_letter"})` for `for`,
 //!   so missing data alerts instead of staying silent.
+//! - `DeadLetterRouterInboxStuck` (router mode only, `spec.router.enabled`), two rules
+//!   labelled `reason` like the `RouterReady` condition: `NoConsumer` when the router
+//!   inbox holds messages and has no consumer for [`ROUTER_NO_CONSUMER_FOR`] (5m: failed
+//!   messages wait, nothing is lost, but nothing retries them either), and
+//!   `InboxBackedUp` when its depth stays above `spec.router.backlogThreshold` for the
+//!   spec's `for` while it is consumed.
 //!
 //! Every alert carries `severity` (`spec.alerting.prometheusRule.severity`), `namespace`
 //! and `name`, and annotations `summary`, `description` (with the live value) and, when
@@ -29,6 +35,13 @@ pub const BACKLOG_ALERT: &str = "DeadLetterBacklogHigh";
 pub const GROWTH_ALERT: &str = "DeadLetterGrowthHigh";
 /// Name of the missing-data alert.
 pub const ABSENT_ALERT: &str = "DeadLetterMetricsAbsent";
+/// Name of the router inbox alert (router mode only).
+pub const ROUTER_INBOX_ALERT: &str = "DeadLetterRouterInboxStuck";
+/// How long a router inbox holding messages may go without a consumer before
+/// [`ROUTER_INBOX_ALERT`] fires with `reason="NoConsumer"` (a Prometheus duration): long
+/// enough for a router to restart or reconnect (its pauses grow to 30 s), short enough
+/// that retries do not silently stop for long.
+pub const ROUTER_NO_CONSUMER_FOR: &str = "5m";
 
 /// `s` as literal text in a Prometheus alert template (annotations and labels are Go
 /// `text/template`s): each `{{` and `}}` becomes an action printing it
@@ -67,6 +80,13 @@ pub fn rule_group(dlq: &DeadLetterQueue, params: &Params) -> Value {
         rules.push(g.growth_rule(limit));
     }
     rules.push(g.absent_rule());
+    if dlq.spec.router.enabled {
+        rules.push(g.no_consumer_rule(&dlq.spec.router_inbox_name()));
+        rules.push(g.inbox_backlog_rule(
+            &dlq.spec.router_inbox_name(),
+            dlq.spec.router.backlog_threshold,
+        ));
+    }
     json!({"name": format!("dlq-operator.{}.{}", g.ns, g.name), "rules": rules})
 }
 
@@ -175,6 +195,55 @@ impl<'a> Group<'a> {
             ),
             true,
         )
+    }
+
+    /// The router inbox's depth and its consumers' filter (`== 0`), per resource.
+    fn inbox_series(&self) -> (String, String) {
+        let (sel, by) = (&self.sel, "by (namespace, name)");
+        (
+            format!("max {by} (dlq_queue_depth{{{sel}, role=\"inbox\"}})"),
+            format!("max {by} (dlq_router_inbox_consumers{{{sel}}}) == 0"),
+        )
+    }
+
+    /// [`ROUTER_INBOX_ALERT`] `reason="NoConsumer"`: the inbox holds messages and has no
+    /// consumer, for [`ROUTER_NO_CONSUMER_FOR`].
+    fn no_consumer_rule(&self, inbox: &str) -> Value {
+        let (ns, name) = (self.ns, self.name);
+        let (depth, no_consumer) = self.inbox_series();
+        let inbox = literal(inbox);
+        let mut rule = self.rule(
+            ROUTER_INBOX_ALERT,
+            format!("{depth} > 0 and on (namespace, name) {no_consumer}"),
+            format!("No retry router consumes the inbox of {ns}/{name}"),
+            format!(
+                "{{{{ printf \"%.0f\" $value }}}} failed messages wait in router inbox {inbox} of DeadLetterQueue {ns}/{name}, which no retry router has consumed for {ROUTER_NO_CONSUMER_FOR}. Nothing is lost, but nothing is retried: start a router (dlq-operator router, or the operator with --embedded-router=true)."
+            ),
+            false,
+        );
+        rule["for"] = json!(ROUTER_NO_CONSUMER_FOR);
+        rule["labels"]["reason"] = json!("NoConsumer");
+        rule
+    }
+
+    /// [`ROUTER_INBOX_ALERT`] `reason="InboxBackedUp"`: the inbox's depth above
+    /// `threshold` (`spec.router.backlogThreshold`) for the spec's `for`, while it has a
+    /// consumer (without one, `NoConsumer` says why).
+    fn inbox_backlog_rule(&self, inbox: &str, threshold: u64) -> Value {
+        let (ns, name, for_) = (self.ns, self.name, &self.for_);
+        let (depth, no_consumer) = self.inbox_series();
+        let inbox = literal(inbox);
+        let mut rule = self.rule(
+            ROUTER_INBOX_ALERT,
+            format!("{depth} > {threshold} unless on (namespace, name) {no_consumer}"),
+            format!("The router inbox of {ns}/{name} backs up"),
+            format!(
+                "Router inbox {inbox} of DeadLetterQueue {ns}/{name} has held more than {threshold} messages (spec.router.backlogThreshold) for {for_}, now {{{{ printf \"%.0f\" $value }}}}: the retry routers do not keep up or cannot publish (dlq_router_publish_failures_total). Nothing is lost."
+            ),
+            false,
+        );
+        rule["labels"]["reason"] = json!("InboxBackedUp");
+        rule
     }
 
     /// [`ABSENT_ALERT`]: no dead-letter depth series, so missing data alerts.
@@ -294,6 +363,42 @@ mod tests {
             .as_str()
             .expect("expr")
             .ends_with(">= 50"));
+    }
+
+    #[test]
+    fn router_rules_only_in_router_mode() {
+        let (d, p) = dlq(json!({}));
+        let g = rule_group(&d, &p);
+        assert!(g["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .all(|r| r["alert"] != ROUTER_INBOX_ALERT));
+        let (d, p) = dlq(json!({"router": {"enabled": true, "backlogThreshold": 250}}));
+        let g = rule_group(&d, &p);
+        let router: Vec<&Value> = g["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter(|r| r["alert"] == ROUTER_INBOX_ALERT)
+            .collect();
+        assert_eq!(router.len(), 2);
+        assert_eq!(router[0]["labels"]["reason"], "NoConsumer");
+        assert_eq!(router[0]["for"], ROUTER_NO_CONSUMER_FOR);
+        assert_eq!(
+            router[0]["expr"],
+            r#"max by (namespace, name) (dlq_queue_depth{namespace="shop", name="orders", role="inbox"}) > 0 and on (namespace, name) max by (namespace, name) (dlq_router_inbox_consumers{namespace="shop", name="orders"}) == 0"#
+        );
+        assert_eq!(router[1]["labels"]["reason"], "InboxBackedUp");
+        assert_eq!(router[1]["for"], "5m", "spec.monitoring.for");
+        assert!(router[1]["expr"]
+            .as_str()
+            .expect("expr")
+            .contains(r#"role="inbox"}) > 250 unless on (namespace, name)"#));
+        assert!(router[0]["annotations"]["description"]
+            .as_str()
+            .expect("description")
+            .contains("orders.router"));
     }
 
     #[test]

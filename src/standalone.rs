@@ -313,6 +313,8 @@ struct Runner<'f> {
     ready: bool,
     /// The last poll found a planned queue missing.
     missing: bool,
+    /// The `RouterReady` verdict last logged per DeadLetterQueue in router mode.
+    router_verdicts: RouterVerdicts,
     last_apply: tokio::time::Instant,
     last_poll: Option<tokio::time::Instant>,
     /// The read of the manifests in flight.
@@ -335,6 +337,7 @@ impl<'f> Runner<'f> {
             last_fingerprint: None,
             ready: false,
             missing: false,
+            router_verdicts: RouterVerdicts::new(),
             last_apply: tokio::time::Instant::now(),
             last_poll: None,
             reading: None,
@@ -455,6 +458,7 @@ impl<'f> Runner<'f> {
             &self.planned,
             &mut self.collector,
             spacing,
+            &mut self.router_verdicts,
         )
         .await;
     }
@@ -572,16 +576,29 @@ fn groups<'a>(
 
 /// Polls depths: one listing per (broker, vhost), shared by every resource on it
 /// ([`crate::collector::poll`]), one at a time. Logs a line per DeadLetterQueue (tiers
-/// shortest first) and returns whether a planned queue is missing on the broker.
+/// shortest first; the router inbox and its consumers in router mode), a line when a
+/// router inbox's `RouterReady` verdict changes ([`router_change`]), and returns whether a
+/// planned queue is missing on the broker.
 async fn poll_depths(
     brokers: &dyn BrokerFactory,
     planned: &[Planned],
     collector: &mut Collector,
     poll_interval: StdDuration,
+    verdicts: &mut RouterVerdicts,
 ) -> bool {
     // Resources no longer in the manifests: their series and evaluators go.
     let keys: Vec<&str> = planned.iter().map(|p| p.prepared.key.as_str()).collect();
     collector.retain(|k| keys.contains(&k));
+    // `spec.router.backlogThreshold` of the resources in router mode.
+    let routers: BTreeMap<&str, u64> = planned
+        .iter()
+        .filter(|p| p.prepared.topology.routes.inbox.is_some())
+        .map(|p| {
+            let threshold = p.object.spec.router.backlog_threshold;
+            (p.prepared.key.as_str(), threshold)
+        })
+        .collect();
+    verdicts.retain(|k, _| routers.contains_key(k.as_str()));
     // Samples come every poll interval, which `--interval` may set above the spec's: the
     // gap tolerance follows the real spacing, or a longer poll would reset every Pending
     // state.
@@ -593,8 +610,64 @@ async fn poll_depths(
     let mut any_missing = false;
     for ((endpoint, group), poll) in endpoints.iter().zip(&groups).zip(&polls) {
         any_missing |= log_group(endpoint, group, poll);
+        log_routers(group, poll, &routers, verdicts);
     }
     any_missing
+}
+
+/// The `RouterReady` verdict last logged per DeadLetterQueue (`namespace/name`): status
+/// and reason.
+type RouterVerdicts = BTreeMap<String, (conditions::ConditionStatus, &'static str)>;
+
+/// Logs, for each member of `group` in router mode (`routers`: its
+/// `spec.router.backlogThreshold`) whose depths were read, its `RouterReady` verdict when
+/// it changed ([`router_change`]): a warning when it is not `True`.
+fn log_routers(
+    group: &Group<'_, Endpoint<'_>>,
+    poll: &GroupPoll,
+    routers: &BTreeMap<&str, u64>,
+    verdicts: &mut RouterVerdicts,
+) {
+    for (m, reading) in group.members.iter().zip(&poll.readings) {
+        let (Some(&threshold), Reading::Observed(r)) = (routers.get(m.key), reading) else {
+            continue;
+        };
+        let reading = crate::controller::backlog::Reading::Observed {
+            depth: &r.observed.depth,
+            eval: &r.eval,
+            inbox: r.observed.inbox.as_ref(),
+        };
+        let desired = crate::controller::backlog::router_condition(reading, threshold);
+        match router_change(m.key, verdicts, &desired) {
+            Some((true, line)) => tracing::info!("{line}"),
+            Some((false, line)) => tracing::warn!("{line}"),
+            None => {}
+        }
+    }
+}
+
+/// The log line of `key`'s `RouterReady` verdict `desired` when it differs from the one
+/// last logged (recorded in `verdicts`), with whether it is good news (`True`); `None`
+/// when unchanged. Pure but for `verdicts`.
+fn router_change(
+    key: &str,
+    verdicts: &mut RouterVerdicts,
+    desired: &conditions::Desired,
+) -> Option<(bool, String)> {
+    let verdict = (desired.status, desired.reason);
+    if verdicts.get(key) == Some(&verdict) {
+        return None;
+    }
+    verdicts.insert(key.to_string(), verdict);
+    Some((
+        desired.status == conditions::ConditionStatus::True,
+        format!(
+            "{key}: RouterReady {} ({}): {}",
+            desired.status.as_str(),
+            desired.reason,
+            desired.message
+        ),
+    ))
 }
 
 /// Logs one group's poll: a warning for a failed listing, or a status line per resource
@@ -648,7 +721,8 @@ fn log_group(endpoint: &str, group: &Group<'_, Endpoint<'_>>, poll: &GroupPoll) 
 }
 
 /// The status line of one resource: the source queue's depth, each retry tier's, the
-/// retired tiers' and the dead-letter depth.
+/// retired tiers', the dead-letter depth and, in router mode, the inbox's depth and
+/// consumers (`unknown` when the listing has no count).
 fn log_status(
     m: &Member<'_>,
     depths: &BTreeMap<String, crate::broker::QueueDepth>,
@@ -675,8 +749,14 @@ fn log_status(
             .collect();
         format!(" retired[{}]", r.join(","))
     };
+    let inbox = observed.inbox.as_ref().map_or_else(String::new, |i| {
+        let consumers = i
+            .consumers
+            .map_or_else(|| "unknown".to_string(), |c| c.to_string());
+        format!(" inbox={} consumers={consumers}", shown(&i.name))
+    });
     tracing::info!(
-        "{}: source={} retry[{}]{retired} dead_letter={}",
+        "{}: source={} retry[{}]{retired} dead_letter={}{inbox}",
         m.key,
         shown(&m.topology.routes.source_queue),
         tiers.join(","),
@@ -686,3 +766,50 @@ fn log_status(
 
 #[cfg(test)]
 mod fast_tests;
+
+#[cfg(test)]
+mod router_line_tests {
+    use super::*;
+    use crate::controller::conditions::{ConditionStatus, Desired, ROUTER_READY};
+
+    fn desired(status: ConditionStatus, reason: &'static str) -> Desired {
+        Desired {
+            type_: ROUTER_READY,
+            status,
+            reason,
+            message: format!("message of {reason}"),
+        }
+    }
+
+    #[test]
+    fn a_router_verdict_is_logged_once_per_change() {
+        let mut v = RouterVerdicts::new();
+        let none = desired(ConditionStatus::False, "NoConsumer");
+        assert_eq!(
+            router_change("shop/orders", &mut v, &none),
+            Some((
+                false,
+                "shop/orders: RouterReady False (NoConsumer): message of NoConsumer".to_string()
+            ))
+        );
+        assert_eq!(
+            router_change("shop/orders", &mut v, &none),
+            None,
+            "unchanged"
+        );
+        assert!(
+            router_change("shop/other", &mut v, &none).is_some(),
+            "per resource"
+        );
+        let ok = desired(ConditionStatus::True, "Consuming");
+        assert!(matches!(
+            router_change("shop/orders", &mut v, &ok),
+            Some((true, _))
+        ));
+        let backed = desired(ConditionStatus::False, "InboxBackedUp");
+        assert!(matches!(
+            router_change("shop/orders", &mut v, &backed),
+            Some((false, l)) if l.contains("InboxBackedUp")
+        ));
+    }
+}

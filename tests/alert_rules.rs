@@ -12,7 +12,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use dlq_operator::alerts::{self, ABSENT_ALERT, BACKLOG_ALERT, GROWTH_ALERT};
+use dlq_operator::alerts::{self, ABSENT_ALERT, BACKLOG_ALERT, GROWTH_ALERT, ROUTER_INBOX_ALERT};
 use dlq_operator::crd::DeadLetterQueue;
 use dlq_operator::monitor::{AlertState, Evaluator, Params};
 
@@ -74,11 +74,17 @@ fn write_yaml(dir: &Path, name: &str, v: &Value) {
 }
 
 fn resource(monitoring: Value) -> (DeadLetterQueue, Params) {
+    resource_with(monitoring, json!({}))
+}
+
+/// [`resource`] with `spec.router` set to `router`.
+fn resource_with(monitoring: Value, router: Value) -> (DeadLetterQueue, Params) {
     let spec = json!({
         "broker": {"secretRef": {"name": "rabbit"}},
         "source": {"queue": "orders"},
         "retryPolicyRef": {"name": "p"},
         "monitoring": monitoring,
+        "router": router,
     });
     let mut d = DeadLetterQueue::new("orders", serde_json::from_value(spec).expect("spec"));
     d.metadata.namespace = Some("shop".into());
@@ -113,6 +119,13 @@ fn generated_rules_pass_promtool_check() {
     weird.spec.alerting.prometheus_rule.severity = "{{ $labels.nope".into();
     weird.spec.alerting.prometheus_rule.runbook_url = Some("https://runbooks/{{y}}".into());
     resources.push((weird, p));
+    // Router mode adds the inbox rules (two of one name, told apart by `reason`).
+    let (mut routed, p) = resource_with(
+        json!({"threshold": 10}),
+        json!({"enabled": true, "backlogThreshold": 500}),
+    );
+    routed.metadata.name = Some("routed".into());
+    resources.push((routed, p));
     let items: Vec<(&DeadLetterQueue, &Params)> = resources.iter().map(|(d, p)| (d, p)).collect();
     let dir = tempfile::tempdir().expect("tempdir");
     write_yaml(dir.path(), "rules.yaml", &alerts::rule_file(&items));
@@ -358,6 +371,111 @@ fn absent_rule_fires_when_the_metrics_stop() {
         ]),
     );
     assert!(ok, "promtool test rules:\n{out}");
+}
+
+/// The router inbox rules of a resource in router mode (`backlogThreshold` 100, `for`
+/// 3m) over per-minute inbox depths and consumer counts (`None`: no sample), through
+/// `promtool test rules`: at every minute, exactly the alerts expected are firing —
+/// `reason="NoConsumer"` at the minutes `no_consumer`, `reason="InboxBackedUp"` at the
+/// minutes `backed_up` — with their labels and annotations. Panics with promtool's output
+/// otherwise.
+fn router_scenario(
+    scenario: &str,
+    depths: &[f64],
+    consumers: &[Option<f64>],
+    no_consumer: &[usize],
+    backed_up: &[usize],
+) {
+    let promtool = promtool(scenario).expect("checked by the caller");
+    let (d, p) = resource_with(
+        json!({"interval": "1m", "threshold": 1000, "for": "3m"}),
+        json!({"enabled": true, "backlogThreshold": 100}),
+    );
+    let group = alerts::rule_group(&d, &p);
+    let rule = |reason: &str| {
+        group["rules"]
+            .as_array()
+            .and_then(|rs| {
+                rs.iter()
+                    .find(|r| r["alert"] == ROUTER_INBOX_ALERT && r["labels"]["reason"] == reason)
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("rule {reason}"))
+    };
+    let labels = r#"namespace="shop", name="orders""#;
+    let mut input_series = vec![json!({
+        "series": format!(r#"dlq_queue_depth{{{labels}, role="inbox", queue="orders.router", tier=""}}"#),
+        "values": series_values(&depths.iter().copied().map(Some).collect::<Vec<_>>()),
+    })];
+    if consumers.iter().any(Option::is_some) {
+        input_series.push(json!({
+            "series": format!("dlq_router_inbox_consumers{{{labels}}}"),
+            "values": series_values(consumers),
+        }));
+    }
+    let tests: Vec<Value> = (0..depths.len())
+        .map(|i| {
+            let mut expected = Vec::new();
+            for (reason, minutes) in [("NoConsumer", no_consumer), ("InboxBackedUp", backed_up)] {
+                if !minutes.contains(&i) {
+                    continue;
+                }
+                let r = rule(reason);
+                let mut ann = r["annotations"].clone();
+                let desc = ann["description"].as_str().unwrap_or_default().replace(
+                    r#"{{ printf "%.0f" $value }}"#,
+                    &format!("{:.0}", depths[i]),
+                );
+                ann["description"] = json!(desc);
+                expected.push(json!({"exp_labels": r["labels"], "exp_annotations": ann}));
+            }
+            json!({"eval_time": format!("{i}m"), "alertname": ROUTER_INBOX_ALERT,
+                   "exp_alerts": expected})
+        })
+        .collect();
+    let (ok, out) = promtool_test(promtool, &group, json!(input_series), json!(tests));
+    assert!(ok, "{scenario}: promtool test rules:\n{out}");
+}
+
+#[test]
+fn router_inbox_rules_fire_on_a_stuck_inbox_only() {
+    if promtool("router_inbox_rules_fire_on_a_stuck_inbox_only").is_none() {
+        return;
+    }
+    let none = |n: usize| vec![Some(0.0); n];
+    let some = |n: usize, c: f64| vec![Some(c); n];
+    // Messages wait from 2m and nothing consumes: firing 5m later, and on.
+    let waiting: Vec<f64> = [0.0, 0.0].into_iter().chain([5.0; 9]).collect();
+    router_scenario("no consumer", &waiting, &none(11), &[7, 8, 9, 10], &[]);
+    // Nothing waits: no alert, even without a consumer.
+    router_scenario("empty inbox", &[0.0; 10], &none(10), &[], &[]);
+    // Consumed: no alert.
+    router_scenario("consumed", &[5.0; 10], &some(10, 1.0), &[], &[]);
+    // A router comes back at 8m: resolved at once.
+    let back: Vec<Option<f64>> = none(8).into_iter().chain(some(3, 1.0)).collect();
+    router_scenario("router back", &[5.0; 11], &back, &[5, 6, 7], &[]);
+    // Above backlogThreshold (100) from 2m to 6m while consumed: firing after `for` (3m).
+    let backlog = [50.0, 50.0, 150.0, 150.0, 150.0, 150.0, 150.0, 50.0, 50.0];
+    router_scenario("backed up", &backlog, &some(9, 2.0), &[], &[5, 6]);
+    // Shorter than `for`: never.
+    let spike = [50.0, 150.0, 150.0, 50.0, 50.0, 50.0, 50.0];
+    router_scenario("short backlog", &spike, &some(7, 2.0), &[], &[]);
+    // Backed up without a consumer: the cause is reported, not both.
+    router_scenario(
+        "no consumer and backed up",
+        &[150.0; 8],
+        &none(8),
+        &[5, 6, 7],
+        &[],
+    );
+    // Consumer count unknown (no series): the backlog alone still alerts.
+    router_scenario(
+        "consumers unknown",
+        &[150.0; 6],
+        &[None; 6],
+        &[],
+        &[3, 4, 5],
+    );
 }
 
 /// `dlq-operator render --rules -f examples/` prints a rule file that `promtool check
