@@ -189,13 +189,26 @@ fn unknown_metrics(expr: &str, exported: &[String]) -> Result<Vec<String>, Strin
 }
 
 /// Per-resource metrics: their series carry the DeadLetterQueue's `namespace` and `name`
-/// (the replay families too: a replay is counted under the DeadLetterQueue it replays).
+/// (the replay families too: a replay is counted under the DeadLetterQueue it replays;
+/// and the retry router's, counted under the DeadLetterQueue whose inbox it consumes).
 fn is_per_resource(metric: &str) -> bool {
     metric == "dlq_queue_depth"
         || metric == "dlq_growth_per_minute"
         || metric.starts_with("dlq_backlog_")
         || metric == "dlq_replayed_messages_total"
         || metric == "dlq_compensation_success_ratio"
+        || metric.starts_with("dlq_router_")
+}
+
+/// The labels of the `by` clause of aggregation `expr` (panics when it is not one).
+fn by_labels(expr: &Expr, panel: &str) -> Vec<String> {
+    let Expr::Aggregate(agg) = expr else {
+        panic!("{panel}: not an aggregation: {expr:?}")
+    };
+    match &agg.modifier {
+        Some(parser::LabelModifier::Include(labels)) => labels.labels.clone(),
+        other => panic!("{panel}: no `by` clause: {other:?}"),
+    }
 }
 
 /// Whether `vs` has the regex matcher `label=~"VALUE"`.
@@ -420,6 +433,46 @@ fn replay_panels_show_outcomes_and_the_ratio() {
     let ratio = panel_querying(&d, "dlq_compensation_success_ratio");
     assert_eq!(ratio["title"], "Compensation success ratio");
     assert_eq!(ratio["fieldConfig"]["defaults"]["unit"], "percentunit");
+}
+
+#[test]
+fn router_panels_show_the_inbox_its_consumers_and_what_the_routers_do() {
+    let d = dashboard();
+    let depth = panel_querying(&d, "role=\"inbox\"");
+    assert_eq!(depth["title"], "Router inbox depth");
+    let consumers = panel_querying(&d, "dlq_router_inbox_consumers");
+    assert_eq!(consumers["title"], "Router inbox consumers");
+    // 0 consumers is the alarm: drawn red below 1.
+    let steps = consumers["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        .as_array()
+        .expect("steps");
+    assert_eq!(steps[0]["color"], "red");
+    assert_eq!(steps[1]["value"].as_f64(), Some(1.0));
+    for (metric, title, split) in [
+        (
+            "dlq_router_messages_total",
+            "Routed messages",
+            &["namespace", "name", "decision", "tier"][..],
+        ),
+        (
+            "dlq_router_publish_failures_total",
+            "Router publish failures",
+            &["namespace", "name", "error"][..],
+        ),
+    ] {
+        let p = panel_querying(&d, metric);
+        assert_eq!(p["title"], title);
+        let ast = parser::parse(&substitute(&panel_exprs(p)[0], ALL_VALUES)).expect("parses");
+        assert_eq!(by_labels(&ast, title), split, "{title}");
+        let Expr::Aggregate(sum) = &ast else {
+            unreachable!("by_labels checked it")
+        };
+        assert!(
+            matches!(&*sum.expr, Expr::Call(c) if c.func.name == "rate"),
+            "{title}: a counter shown as a rate: {:?}",
+            sum.expr
+        );
+    }
 }
 
 #[test]
