@@ -43,6 +43,10 @@ pub struct ObservedInbox {
     pub consumers: Option<u64>,
     /// The broker does not have the queue.
     pub missing: bool,
+    /// How long (ms) the inbox has had no consumer, from the first of the consecutive
+    /// polls that found `consumers: Some(0)` (0 at that poll); `None` otherwise. Set by
+    /// [`Collector::record_listing`] (which remembers since when), not by [`observe`].
+    pub no_consumer_for_ms: Option<u64>,
 }
 
 /// What one poll says about one DeadLetterQueue's topology.
@@ -111,6 +115,7 @@ pub fn observe(topology: &DesiredTopology, depths: &BTreeMap<String, QueueDepth>
                     depth,
                     consumers: listed.and_then(|d| d.consumers),
                     missing: listed.is_none(),
+                    no_consumer_for_ms: None,
                 });
                 String::new()
             }
@@ -148,6 +153,9 @@ pub fn split_key(key: &str) -> (&str, &str) {
 pub struct Collector {
     metrics: Metrics,
     evaluators: HashMap<String, Evaluator>,
+    /// Since when (ms since the Unix epoch) each router inbox has had no consumer, by
+    /// `namespace/name`.
+    no_consumer_since: HashMap<String, u64>,
 }
 
 impl Collector {
@@ -156,6 +164,7 @@ impl Collector {
         Collector {
             metrics,
             evaluators: HashMap::new(),
+            no_consumer_since: HashMap::new(),
         }
     }
 
@@ -207,6 +216,26 @@ impl Collector {
         (eval, before)
     }
 
+    /// Sets [`ObservedInbox::no_consumer_for_ms`] of `key`'s inbox in `observed` (a poll at
+    /// `now_ms`), remembering since when it has had no consumer: a poll that finds a
+    /// consumer, or no count, starts over.
+    pub fn track_consumers(&mut self, key: &str, observed: &mut Observed, now_ms: u64) {
+        let Some(inbox) = observed.inbox.as_mut() else {
+            self.no_consumer_since.remove(key);
+            return;
+        };
+        if inbox.consumers == Some(0) && !inbox.missing {
+            let since = *self
+                .no_consumer_since
+                .entry(key.to_string())
+                .or_insert(now_ms);
+            inbox.no_consumer_for_ms = Some(now_ms.saturating_sub(since));
+        } else {
+            self.no_consumer_since.remove(key);
+            inbox.no_consumer_for_ms = None;
+        }
+    }
+
     /// `true` when `key` has an evaluator.
     pub fn contains(&self, key: &str) -> bool {
         self.evaluators.contains_key(key)
@@ -232,6 +261,7 @@ impl Collector {
     /// removes them).
     pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
         self.evaluators.retain(|k, _| keep(k));
+        self.no_consumer_since.retain(|k, _| keep(k));
         for (ns, name) in self.metrics.backlog_resources() {
             if !keep(&format!("{ns}/{name}")) {
                 self.metrics.forget_backlog(&ns, &name);
@@ -244,6 +274,7 @@ impl Collector {
     /// included (the resource was deleted).
     pub fn forget(&mut self, key: &str) {
         self.evaluators.remove(key);
+        self.no_consumer_since.remove(key);
         let (ns, name) = split_key(key);
         self.metrics.forget_resource(ns, name);
     }
@@ -417,7 +448,8 @@ pub async fn poll<B: DepthSource>(
 }
 
 impl Collector {
-    /// Records one listing of `group` for each member: its queues' depths ([`observe`])
+    /// Records one listing of `group` for each member: its queues' depths ([`observe`],
+    /// with how long its router inbox has had no consumer: [`Collector::track_consumers`])
     /// and the evaluation ([`Collector::record`], with the member's interval raised to
     /// [`Group::spacing_ms`]), or, when the listing failed, [`Collector::unknown`]. A
     /// member without an evaluator starts with `resume`'s, if it gives one.
@@ -435,7 +467,8 @@ impl Collector {
                 readings.push(Reading::Unknown);
                 continue;
             };
-            let observed = observe(m.topology, depths);
+            let mut observed = observe(m.topology, depths);
+            self.track_consumers(m.key, &mut observed, now_ms);
             let mut params = m.params.clone();
             params.interval_ms = params.interval_ms.max(group.spacing_ms);
             if !self.contains(m.key) {
@@ -561,7 +594,8 @@ spec:
                 name: "orders.router".into(),
                 depth: 12,
                 consumers: Some(0),
-                missing: false
+                missing: false,
+                no_consumer_for_ms: None,
             })
         );
         assert_eq!(o.depth.inbox, Some(12));
@@ -630,6 +664,43 @@ spec:
             180_000,
         );
         assert!(!metrics.render().contains("dlq_router_inbox_consumers{"));
+    }
+
+    #[test]
+    fn the_collector_counts_how_long_an_inbox_has_had_no_consumer() {
+        let mut c = Collector::new(Metrics::new());
+        let t = planned("  router: {enabled: true}");
+        let idle = |c: &mut Collector, consumers: Option<u64>, now_ms| {
+            let listing: BTreeMap<String, QueueDepth> = t
+                .queues
+                .iter()
+                .map(|q| (q.name.clone(), depth(0).with_consumers(consumers)))
+                .collect();
+            let mut o = observe(&t, &listing);
+            c.track_consumers("shop/orders", &mut o, now_ms);
+            o.inbox.and_then(|i| i.no_consumer_for_ms)
+        };
+        assert_eq!(
+            idle(&mut c, Some(0), 1_000),
+            Some(0),
+            "from the first poll without one"
+        );
+        assert_eq!(idle(&mut c, Some(0), 16_000), Some(15_000));
+        assert_eq!(idle(&mut c, Some(2), 31_000), None, "a consumer: over");
+        assert_eq!(idle(&mut c, Some(0), 46_000), Some(0), "starts over");
+        assert_eq!(
+            idle(&mut c, None, 61_000),
+            None,
+            "no count: not counted as none"
+        );
+        assert_eq!(idle(&mut c, Some(0), 76_000), Some(0));
+        assert_eq!(idle(&mut c, Some(0), 80_000), Some(4_000));
+        c.forget("shop/orders");
+        assert_eq!(
+            idle(&mut c, Some(0), 91_000),
+            Some(0),
+            "forgotten with the resource"
+        );
     }
 
     #[test]

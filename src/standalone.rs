@@ -637,7 +637,10 @@ fn log_routers(
             eval: &r.eval,
             inbox: r.observed.inbox.as_ref(),
         };
-        let desired = crate::controller::backlog::router_condition(reading, threshold);
+        // Within the no-consumer grace period nothing is said yet.
+        let Some(desired) = crate::controller::backlog::router_condition(reading, threshold) else {
+            continue;
+        };
         match router_change(m.key, verdicts, &desired) {
             Some((true, line)) => tracing::info!("{line}"),
             Some((false, line)) => tracing::warn!("{line}"),

@@ -1,9 +1,9 @@
 //! The retry router seen from outside, against the real RabbitMQ: `dlq-operator run
 //! --standalone` on a DeadLetterQueue in router mode reports its inbox's depth and
 //! consumers (`dlq_router_inbox_consumers`, `dlq_queue_depth{role="inbox"}`, the status
-//! line) and logs each change of its `RouterReady` verdict — `NoConsumer` while nothing
-//! consumes the inbox (its messages wait), `Consuming` once a consumer is there, whether a
-//! plain AMQP consumer or the embedded retry router.
+//! line) and logs each change of its `RouterReady` verdict — `NoConsumer` once nothing has
+//! consumed the inbox for the grace period (60 s; its messages wait), `Consuming` once a
+//! consumer is there, whether a plain AMQP consumer or the embedded retry router.
 
 mod common;
 
@@ -37,10 +37,10 @@ impl Run {
         Run(child, lines)
     }
 
-    /// Waits up to 30 s for a stderr line containing every one of `parts`; the line, or
-    /// `None` with what was seen meanwhile.
-    fn line(&self, parts: &[&str]) -> Result<String, Vec<String>> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+    /// Waits up to `secs` s for a stderr line containing every one of `parts`; the line,
+    /// or what was seen meanwhile.
+    fn line(&self, secs: u64, parts: &[&str]) -> Result<String, Vec<String>> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
         let mut seen = Vec::new();
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
             match self.1.recv_timeout(left) {
@@ -125,13 +125,18 @@ async fn a_router_inbox_without_consumer_is_reported_and_its_consumer_seen() {
     let port = free_port();
     let run = Run::start(dir.path(), port, &["--embedded-router=false"]);
 
-    // No router: consumers 0, NoConsumer logged once, and the message left in the inbox
-    // is seen waiting there.
+    // No router: consumers 0, NoConsumer logged after the grace period (60 s), and the
+    // message left in the inbox is seen waiting there.
     let zero = wait_metric(port, "dlq_router_inbox_consumers", &OURS, 0.0).await;
-    let no_consumer = run.line(&[
-        "default/d: RouterReady False (NoConsumer)",
-        &format!("no retry router consumes {inbox}; failed messages wait there, nothing is lost"),
-    ]);
+    let no_consumer = run.line(
+        90,
+        &[
+            "default/d: RouterReady False (NoConsumer)",
+            &format!(
+                "no retry router consumes {inbox}; failed messages wait there, nothing is lost"
+            ),
+        ],
+    );
     let conn = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
         .await
         .expect("amqp");
@@ -154,7 +159,7 @@ async fn a_router_inbox_without_consumer_is_reported_and_its_consumer_seen() {
         1.0,
     )
     .await;
-    let status_line = run.line(&["default/d: source=", "inbox=1 consumers=0"]);
+    let status_line = run.line(30, &["default/d: source=", "inbox=1 consumers=0"]);
 
     // A consumer on the inbox (prefetch 1, never acks: the message stays counted).
     ch.basic_qos(1, BasicQosOptions::default())
@@ -170,7 +175,7 @@ async fn a_router_inbox_without_consumer_is_reported_and_its_consumer_seen() {
         .await
         .expect("consume");
     let one = wait_metric(port, "dlq_router_inbox_consumers", &OURS, 1.0).await;
-    let consuming = run.line(&["default/d: RouterReady True (Consuming)"]);
+    let consuming = run.line(30, &["default/d: RouterReady True (Consuming)"]);
     let _ = conn.close(200, "bye".into()).await;
     drop(consumer);
     drop(run);
@@ -179,7 +184,7 @@ async fn a_router_inbox_without_consumer_is_reported_and_its_consumer_seen() {
     let port = free_port();
     let run = Run::start(dir.path(), port, &[]);
     let embedded = wait_metric(port, "dlq_router_inbox_consumers", &OURS, 1.0).await;
-    let embedded_line = run.line(&["default/d: RouterReady True (Consuming)"]);
+    let embedded_line = run.line(30, &["default/d: RouterReady True (Consuming)"]);
     drop(run);
     cleanup(&q).await;
 

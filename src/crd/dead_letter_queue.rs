@@ -454,10 +454,9 @@ pub struct DepthStatus {
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetterQueueStatus {
     /// `Ready`, `TopologyReady`, `BacklogHigh`, `AlertRulesReady`, and in router mode
-    /// `RouterReady`. A map list keyed by
-    /// `type` (`x-kubernetes-list-type: map`), so that the reconcile and the backlog
-    /// monitor, two field managers, each own their own conditions under server-side
-    /// apply.
+    /// `RouterReady`. A map list keyed by `type` (`x-kubernetes-list-type: map`), so that
+    /// the reconcile and the backlog monitor, two field managers, each own their own
+    /// conditions under server-side apply.
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

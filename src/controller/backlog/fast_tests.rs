@@ -3,6 +3,7 @@
 //! `RouterReady` condition and its Events through the real status writes, one listing
 //! per poll, and no API call at all in a steady state.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use kube::api::DynamicObject;
@@ -54,10 +55,19 @@ fn planned(obj: &DynamicObject) -> (DesiredTopology, Params) {
 }
 
 /// A monitor over the mock API and `broker`, watching `obj` (served by the mock and in
-/// the controller's store).
-fn monitor(api: &MockApi, broker: &FakeBroker, obj: &DynamicObject) -> Monitor {
+/// the controller's store), its clock at `clock` seconds after the epoch.
+fn monitor(
+    api: &MockApi,
+    broker: &FakeBroker,
+    obj: &DynamicObject,
+    clock: &Arc<AtomicI64>,
+) -> Monitor {
     api.put(&format!("{API}/deadletterqueues/orders"), json!(obj));
-    let shared = api.context(broker);
+    let mut shared = (*api.context(broker)).clone();
+    let clock = clock.clone();
+    shared.clock =
+        Arc::new(move || crate::controller::test_support::at(clock.load(Ordering::SeqCst)));
+    let shared = Arc::new(shared);
     let mut writer = Writer::<DynamicObject>::new(api_resource::<DeadLetterQueue>());
     writer.apply_watcher_event(&watcher::Event::Apply(obj.clone()));
     let store = Arc::new(OnceLock::new());
@@ -88,8 +98,10 @@ fn watch(m: &Monitor, broker: &FakeBroker, obj: &DynamicObject) {
     );
 }
 
-/// One poll now (whatever the interval), and the API calls it made.
-async fn poll(m: &mut Monitor, api: &MockApi) -> Vec<Call> {
+/// One poll at `t` s on the monitor's clock (whatever the interval), and the API calls
+/// it made.
+async fn poll(m: &mut Monitor, api: &MockApi, clock: &AtomicI64, t: i64) -> Vec<Call> {
+    clock.store(t, Ordering::SeqCst);
     m.polled.clear();
     m.tick().await;
     api.take()
@@ -114,6 +126,18 @@ fn router_ready(status: &Value) -> Option<(String, String)> {
     Some((text("status"), text("reason")))
 }
 
+/// The Events posted among `calls`: (type, reason).
+fn reasons(calls: &[Call]) -> Vec<(&str, &str)> {
+    calls
+        .iter()
+        .filter(|c| c.0 == "POST" && c.1.contains("/events"))
+        .map(|c| {
+            let text = |k: &str| c.2[k].as_str().unwrap_or_default();
+            (text("type"), text("reason"))
+        })
+        .collect()
+}
+
 /// The Events posted among `calls`: (type, reason, note).
 fn events(calls: &[Call]) -> Vec<(String, String, String)> {
     calls
@@ -130,17 +154,20 @@ fn events(calls: &[Call]) -> Vec<(String, String, String)> {
 async fn router_ready_and_its_events_follow_the_inbox_with_no_write_in_a_steady_state() {
     let broker = FakeBroker::new();
     let api = MockApi::default().with_references();
+    let clock = Arc::new(AtomicI64::new(1_000));
     let obj = dead_letter_queue(json!({"enabled": true, "backlogThreshold": 2}));
     broker
         .apply(&planned(&obj).0)
         .await
         .expect("topology on the fake broker");
-    let mut m = monitor(&api, &broker, &obj);
+    let mut m = monitor(&api, &broker, &obj, &clock);
     watch(&m, &broker, &obj);
+    let nothing = Vec::<Call>::new();
 
-    // No router: NoConsumer, one status write and one Warning.
+    // No router yet: one listing; the backlog part is written, RouterReady not yet (a
+    // router may still be connecting: the grace period).
     let reads = broker.request_counts().reads;
-    let calls = poll(&mut m, &api).await;
+    let calls = poll(&mut m, &api, &clock, 1_000).await;
     assert_eq!(
         broker.request_counts().reads - reads,
         1,
@@ -148,11 +175,24 @@ async fn router_ready_and_its_events_follow_the_inbox_with_no_write_in_a_steady_
     );
     let patches = status_patches(&calls);
     assert_eq!(patches.len(), 1, "{calls:#?}");
+    assert_eq!(router_ready(&patches[0]), None);
+    assert_eq!(patches[0]["depth"]["inbox"], 0);
+    assert!(events(&calls).is_empty());
+    let metrics = m.ctx.shared.metrics.render();
+    assert!(
+        metrics.contains(r#"dlq_router_inbox_consumers{name="orders",namespace="team-a"} 0"#),
+        "{metrics}"
+    );
+    assert_eq!(poll(&mut m, &api, &clock, 1_030).await, nothing, "grace");
+
+    // No consumer for the grace period (60 s): NoConsumer, one write and one Warning.
+    let calls = poll(&mut m, &api, &clock, 1_060).await;
+    let patches = status_patches(&calls);
+    assert_eq!(patches.len(), 1, "{calls:#?}");
     assert_eq!(
         router_ready(&patches[0]),
         Some(("False".into(), "NoConsumer".into()))
     );
-    assert_eq!(patches[0]["depth"]["inbox"], 0);
     let ev = events(&calls);
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert_eq!(
@@ -166,14 +206,8 @@ async fn router_ready_and_its_events_follow_the_inbox_with_no_write_in_a_steady_
         "{}",
         ev[0].2
     );
-    let metrics = m.ctx.shared.metrics.render();
-    assert!(
-        metrics.contains(r#"dlq_router_inbox_consumers{name="orders",namespace="team-a"} 0"#),
-        "{metrics}"
-    );
-
     // Steady: not one API call.
-    assert_eq!(poll(&mut m, &api).await, Vec::<Call>::new());
+    assert_eq!(poll(&mut m, &api, &clock, 1_061).await, nothing);
 
     // A failed message waits in the inbox: still NoConsumer, no new Event; the depth is
     // a figure, written at most once a minute.
@@ -183,30 +217,31 @@ async fn router_ready_and_its_events_follow_the_inbox_with_no_write_in_a_steady_
         "orders.router",
         Message::new(Headers::new(), b"m1"),
     );
-    assert_eq!(poll(&mut m, &api).await, Vec::<Call>::new());
+    assert_eq!(poll(&mut m, &api, &clock, 1_062).await, nothing);
 
     // A router consumes: True, Consuming; a Normal Event.
     broker.set_consumers("/", "orders.router", 1);
-    let calls = poll(&mut m, &api).await;
+    let calls = poll(&mut m, &api, &clock, 1_063).await;
     let patches = status_patches(&calls);
     assert_eq!(
         patches.iter().map(router_ready).collect::<Vec<_>>(),
         [Some(("True".into(), "Consuming".into()))]
     );
-    let ev = events(&calls);
-    assert_eq!(
-        ev.iter()
-            .map(|e| (e.0.as_str(), e.1.as_str()))
-            .collect::<Vec<_>>(),
-        [("Normal", "RouterConsuming")]
-    );
-    assert_eq!(poll(&mut m, &api).await, Vec::<Call>::new(), "steady");
+    assert_eq!(reasons(&calls), [("Normal", "RouterConsuming")]);
+    assert_eq!(poll(&mut m, &api, &clock, 1_064).await, nothing, "steady");
+
+    // It restarts: gone for a poll or two within the grace period, nothing is said.
+    broker.set_consumers("/", "orders.router", 0);
+    assert_eq!(poll(&mut m, &api, &clock, 1_065).await, nothing);
+    assert_eq!(poll(&mut m, &api, &clock, 1_100).await, nothing);
+    broker.set_consumers("/", "orders.router", 1);
+    assert_eq!(poll(&mut m, &api, &clock, 1_110).await, nothing);
 
     // More than backlogThreshold (2) messages: InboxBackedUp, a Warning.
     for body in [b"m2", b"m3"] {
         broker.publish("/", "", "orders.router", Message::new(Headers::new(), body));
     }
-    let calls = poll(&mut m, &api).await;
+    let calls = poll(&mut m, &api, &clock, 1_111).await;
     assert_eq!(
         status_patches(&calls)
             .iter()
@@ -214,20 +249,14 @@ async fn router_ready_and_its_events_follow_the_inbox_with_no_write_in_a_steady_
             .collect::<Vec<_>>(),
         [Some(("False".into(), "InboxBackedUp".into()))]
     );
-    assert_eq!(
-        events(&calls)
-            .iter()
-            .map(|e| (e.0.as_str(), e.1.as_str()))
-            .collect::<Vec<_>>(),
-        [("Warning", "InboxBackedUp")]
-    );
-    assert_eq!(poll(&mut m, &api).await, Vec::<Call>::new(), "steady");
+    assert_eq!(reasons(&calls), [("Warning", "InboxBackedUp")]);
+    assert_eq!(poll(&mut m, &api, &clock, 1_112).await, nothing, "steady");
 
     // Router mode turned off: the condition goes (the monitor applies its part without
     // it), with no Event and no consumers series.
     let off = dead_letter_queue(json!({"enabled": false}));
     watch(&m, &broker, &off);
-    let calls = poll(&mut m, &api).await;
+    let calls = poll(&mut m, &api, &clock, 1_113).await;
     let patches = status_patches(&calls);
     assert_eq!(patches.len(), 1, "{calls:#?}");
     assert_eq!(router_ready(&patches[0]), None);
@@ -241,7 +270,7 @@ async fn router_ready_and_its_events_follow_the_inbox_with_no_write_in_a_steady_
         .metrics
         .render()
         .contains("dlq_router_inbox_consumers{"));
-    assert_eq!(poll(&mut m, &api).await, Vec::<Call>::new(), "steady");
+    assert_eq!(poll(&mut m, &api, &clock, 1_114).await, nothing, "steady");
 }
 
 #[tokio::test]
@@ -250,9 +279,10 @@ async fn outside_router_mode_there_is_no_router_ready_condition() {
     let api = MockApi::default().with_references();
     let obj = dead_letter_queue(json!({"enabled": false}));
     broker.apply(&planned(&obj).0).await.expect("topology");
-    let mut m = monitor(&api, &broker, &obj);
+    let clock = Arc::new(AtomicI64::new(1_000));
+    let mut m = monitor(&api, &broker, &obj, &clock);
     watch(&m, &broker, &obj);
-    let calls = poll(&mut m, &api).await;
+    let calls = poll(&mut m, &api, &clock, 1_000).await;
     let patches = status_patches(&calls);
     assert_eq!(patches.len(), 1, "{calls:#?}");
     assert_eq!(router_ready(&patches[0]), None);

@@ -17,34 +17,53 @@ use crate::controller::Note;
 /// Reason of the Normal Event when `RouterReady` turns `True` again.
 pub const ROUTER_CONSUMING_EVENT: &str = "RouterConsuming";
 
+/// How long (ms) an inbox may have no consumer before `RouterReady` says `NoConsumer`:
+/// 60 s, so that a router that restarts or reconnects (its pauses grow to 30 s), a new
+/// router still connecting after the first apply, or a leader failover does not flap the
+/// condition and send Events. Meanwhile the condition stays as it was (or absent).
+pub const NO_CONSUMER_GRACE_MS: u64 = 60_000;
+
 /// How to start a retry router, for the condition messages.
 const START_ONE: &str = "start one: `dlq-operator router` (reads the cluster's DeadLetterQueues), `dlq-operator router --standalone -f DIR`, or an operator with --embedded-router=true (docs/TROUBLESHOOTING.md, \"The router inbox backs up\")";
 
-/// The `RouterReady` condition for one inbox reading. Its messages carry no live number
-/// but the configured threshold, so a steady state does not change it.
+/// The `RouterReady` condition for one inbox reading, or `None` while the inbox has had
+/// no consumer for less than [`NO_CONSUMER_GRACE_MS`] (the condition stays as it was).
+/// Its messages carry no live number but the configured threshold, so a steady state does
+/// not change it.
 ///
 /// - `True`, `Consuming`: at least one consumer and a depth ≤ `backlog_threshold`.
-/// - `False`, `NoConsumer`: the inbox exists with no consumer (it may hold messages: they
-///   wait there, nothing is lost); `InboxBackedUp`: consumed, but its depth is above
+/// - `False`, `NoConsumer`: the inbox exists with no consumer, for at least
+///   [`NO_CONSUMER_GRACE_MS`] (it may hold messages: they wait there, nothing is lost);
+///   `InboxBackedUp`: consumed, but its depth is above
 ///   `backlog_threshold` (`spec.router.backlogThreshold`); `InboxMissing`: the broker does
 ///   not have the inbox, so the source's dead letters cannot reach it.
 /// - `Unknown`: the depths cannot be read (the reading's reason, as for `BacklogHigh`), or
 ///   the listing has no consumer count for the inbox yet (`ConsumersUnknown`).
-pub fn router_condition(reading: Reading<'_>, backlog_threshold: u64) -> Desired {
+pub fn router_condition(reading: Reading<'_>, backlog_threshold: u64) -> Option<Desired> {
     let (status, reason, message) = match reading {
         Reading::Unknown { reason, message } => (
             ConditionStatus::Unknown,
             reason,
             format!("queue depths cannot be read: {message}"),
         ),
-        Reading::Observed { inbox, .. } => inbox_verdict(inbox, backlog_threshold),
+        Reading::Observed { inbox, .. } => {
+            let in_grace = inbox.is_some_and(|i| {
+                i.consumers == Some(0)
+                    && !i.missing
+                    && i.no_consumer_for_ms.unwrap_or(0) < NO_CONSUMER_GRACE_MS
+            });
+            if in_grace {
+                return None;
+            }
+            inbox_verdict(inbox, backlog_threshold)
+        }
     };
-    Desired {
+    Some(Desired {
         type_: ROUTER_READY,
         status,
         reason,
         message,
-    }
+    })
 }
 
 /// Status, reason and message of an observed inbox (`None`: the plan has none, which
@@ -97,8 +116,9 @@ fn inbox_verdict(
 }
 
 /// Sets `RouterReady` for `reading` when `router` (`spec.router.backlogThreshold` of a
-/// resource in router mode) is given, or removes it otherwise (router mode turned off);
-/// returns whether `conditions` changed.
+/// resource in router mode) is given (leaves it as it is within the no-consumer grace
+/// period), or removes it otherwise (router mode turned off); returns whether
+/// `conditions` changed.
 pub fn set_router_condition(
     conditions: &mut Vec<Condition>,
     router: Option<u64>,
@@ -107,12 +127,8 @@ pub fn set_router_condition(
     now: &Time,
 ) -> bool {
     match router {
-        Some(threshold) => conditions::set(
-            conditions,
-            &router_condition(reading, threshold),
-            generation,
-            now,
-        ),
+        Some(threshold) => router_condition(reading, threshold)
+            .is_some_and(|desired| conditions::set(conditions, &desired, generation, now)),
         None => conditions::remove(conditions, ROUTER_READY),
     }
 }
@@ -144,72 +160,83 @@ mod tests {
     use super::*;
     use crate::controller::test_support::at;
     use crate::crd::DepthStatus;
-    use crate::monitor::{Evaluator, Params};
+    use crate::monitor::{Evaluation, Evaluator, Params};
 
+    /// An inbox seen with `consumers`; when it has none, for the whole grace period.
     fn inbox(depth: u64, consumers: Option<u64>) -> ObservedInbox {
         ObservedInbox {
             name: "orders.router".into(),
             depth,
             consumers,
             missing: false,
+            no_consumer_for_ms: (consumers == Some(0)).then_some(NO_CONSUMER_GRACE_MS),
         }
     }
 
-    /// `RouterReady`'s status and reason for `inbox` against a threshold of 1000.
-    fn verdict(inbox: Option<&ObservedInbox>) -> (ConditionStatus, &'static str) {
-        let eval =
-            Evaluator::new(Params::from_spec(&Default::default()).expect("params")).observe(0, 0);
-        let depth = DepthStatus::default();
-        let d = router_condition(
-            Reading::Observed {
-                depth: &depth,
-                eval: &eval,
-                inbox,
-            },
-            1000,
-        );
-        assert_eq!(d.type_, ROUTER_READY);
-        (d.status, d.reason)
+    fn evaluation() -> Evaluation {
+        Evaluator::new(Params::from_spec(&Default::default()).expect("params")).observe(0, 0)
+    }
+
+    /// `RouterReady` for `inbox` against a threshold of 1000 (`None` within the grace
+    /// period).
+    fn desired(inbox: Option<&ObservedInbox>) -> Option<Desired> {
+        let (eval, depth) = (evaluation(), DepthStatus::default());
+        let reading = Reading::Observed {
+            depth: &depth,
+            eval: &eval,
+            inbox,
+        };
+        router_condition(reading, 1000)
+    }
+
+    /// Its status and reason.
+    fn verdict(inbox: Option<&ObservedInbox>) -> Option<(ConditionStatus, &'static str)> {
+        desired(inbox).map(|d| {
+            assert_eq!(d.type_, ROUTER_READY);
+            (d.status, d.reason)
+        })
     }
 
     #[test]
     fn the_condition_follows_consumers_and_depth() {
         use ConditionStatus::*;
-        assert_eq!(verdict(Some(&inbox(0, Some(1)))), (True, "Consuming"));
+        let v = |depth, consumers| verdict(Some(&inbox(depth, consumers)));
+        assert_eq!(v(0, Some(1)), Some((True, "Consuming")));
         assert_eq!(
-            verdict(Some(&inbox(1000, Some(3)))),
-            (True, "Consuming"),
+            v(1000, Some(3)),
+            Some((True, "Consuming")),
             "at the threshold"
         );
+        assert_eq!(v(1001, Some(3)), Some((False, "InboxBackedUp")));
         assert_eq!(
-            verdict(Some(&inbox(1001, Some(3)))),
-            (False, "InboxBackedUp")
-        );
-        assert_eq!(
-            verdict(Some(&inbox(0, Some(0)))),
-            (False, "NoConsumer"),
+            v(0, Some(0)),
+            Some((False, "NoConsumer")),
             "an empty inbox without a consumer: the next failure would wait"
         );
         assert_eq!(
-            verdict(Some(&inbox(5000, Some(0)))),
-            (False, "NoConsumer"),
+            v(5000, Some(0)),
+            Some((False, "NoConsumer")),
             "no consumer comes before backed up: it is the cause"
         );
-        assert_eq!(
-            verdict(Some(&inbox(7, None))),
-            (Unknown, "ConsumersUnknown")
-        );
+        // Within the grace period nothing is said yet.
+        let mut brief = inbox(5000, Some(0));
+        brief.no_consumer_for_ms = Some(NO_CONSUMER_GRACE_MS - 1);
+        assert_eq!(verdict(Some(&brief)), None);
+        brief.no_consumer_for_ms = None;
+        assert_eq!(verdict(Some(&brief)), None, "not tracked yet: a first poll");
+        assert_eq!(v(7, None), Some((Unknown, "ConsumersUnknown")));
         let mut gone = inbox(0, None);
         gone.missing = true;
-        assert_eq!(verdict(Some(&gone)), (False, "InboxMissing"));
-        assert_eq!(verdict(None), (False, "InboxMissing"));
+        assert_eq!(verdict(Some(&gone)), Some((False, "InboxMissing")));
+        assert_eq!(verdict(None), Some((False, "InboxMissing")));
         let unknown = router_condition(
             Reading::Unknown {
                 reason: "BrokerUnreachable",
                 message: "connection refused",
             },
             1000,
-        );
+        )
+        .expect("a verdict");
         assert_eq!(
             (unknown.status, unknown.reason),
             (Unknown, "BrokerUnreachable")
@@ -218,53 +245,34 @@ mod tests {
 
     #[test]
     fn the_no_consumer_message_says_nothing_is_lost_and_how_to_start_one() {
-        let eval =
-            Evaluator::new(Params::from_spec(&Default::default()).expect("params")).observe(0, 0);
-        let depth = DepthStatus::default();
-        let observed = |i: &ObservedInbox| {
-            router_condition(
-                Reading::Observed {
-                    depth: &depth,
-                    eval: &eval,
-                    inbox: Some(i),
-                },
-                1000,
-            )
-            .message
-        };
-        let m = observed(&inbox(40, Some(0)));
+        let message = |i: ObservedInbox| desired(Some(&i)).expect("a verdict").message;
+        let m = message(inbox(40, Some(0)));
         assert!(
             m.starts_with("no retry router consumes orders.router; failed messages wait there, nothing is lost; start one: `dlq-operator router`"),
             "{m}"
         );
         // No live number: the same message at another depth, so no status write.
-        assert_eq!(m, observed(&inbox(41, Some(0))));
-        assert_eq!(observed(&inbox(5, Some(1))), observed(&inbox(6, Some(2))));
-        assert!(observed(&inbox(2000, Some(1))).contains("backlogThreshold (1000)"));
+        assert_eq!(m, message(inbox(41, Some(0))));
+        assert_eq!(message(inbox(5, Some(1))), message(inbox(6, Some(2))));
+        assert!(message(inbox(2000, Some(1))).contains("backlogThreshold (1000)"));
     }
 
-    /// The conditions after `set_router_condition` of `inbox` on `conditions` at `t` s.
+    /// The conditions after `set_router_condition` of `inbox` on `conditions` at `t` s, and
+    /// whether they changed.
     fn step(
         conditions: &[Condition],
         router: Option<u64>,
         inbox: ObservedInbox,
         t: i64,
     ) -> (Vec<Condition>, bool) {
-        let eval =
-            Evaluator::new(Params::from_spec(&Default::default()).expect("params")).observe(0, 0);
-        let depth = DepthStatus::default();
+        let (eval, depth) = (evaluation(), DepthStatus::default());
         let mut next = conditions.to_vec();
-        let changed = set_router_condition(
-            &mut next,
-            router,
-            Reading::Observed {
-                depth: &depth,
-                eval: &eval,
-                inbox: Some(&inbox),
-            },
-            Some(1),
-            &at(t),
-        );
+        let reading = Reading::Observed {
+            depth: &depth,
+            eval: &eval,
+            inbox: Some(&inbox),
+        };
+        let changed = set_router_condition(&mut next, router, reading, Some(1), &at(t));
         (next, changed)
     }
 
@@ -273,27 +281,32 @@ mod tests {
         let mut conds: Vec<Condition> = Vec::new();
         let mut events = Vec::new();
         let mut changes = Vec::new();
+        let mut brief = inbox(0, Some(0));
+        brief.no_consumer_for_ms = Some(1_000);
         for (t, i) in [
-            (0, inbox(0, Some(0))),     // first reading: NoConsumer
-            (10, inbox(30, Some(0))),   // messages wait: same condition
-            (20, inbox(30, Some(1))),   // a router: Consuming
-            (30, inbox(0, Some(1))),    // steady
-            (40, inbox(5000, Some(2))), // backed up
-            (50, inbox(6000, Some(0))), // router gone too: another False reason
-            (60, inbox(7, None)),       // count unknown
-            (70, inbox(0, Some(1))),    // Consuming again
+            (0, brief.clone()),          // no consumer, just now: nothing said
+            (60, inbox(0, Some(0))),     // for the grace period: NoConsumer
+            (70, inbox(30, Some(0))),    // messages wait: same condition
+            (80, inbox(30, Some(1))),    // a router: Consuming
+            (90, brief.clone()),         // it restarts: still Consuming
+            (100, inbox(0, Some(1))),    // back: steady
+            (110, inbox(5000, Some(2))), // backed up
+            (120, inbox(6000, Some(0))), // router gone too: another False reason
+            (130, inbox(7, None)),       // count unknown
+            (140, inbox(0, Some(1))),    // Consuming again
         ] {
             let (next, changed) = step(&conds, Some(1000), i, t);
             changes.push(changed);
             events.extend(router_events(&conds, &next).into_iter().map(|n| {
-                (
-                    n.type_ == kube::runtime::events::EventType::Warning,
-                    n.reason,
-                )
+                let warning = n.type_ == kube::runtime::events::EventType::Warning;
+                (warning, n.reason)
             }));
             conds = next;
         }
-        assert_eq!(changes, [true, false, true, false, true, true, true, true]);
+        assert_eq!(
+            changes,
+            [false, true, false, true, false, false, true, true, true, true]
+        );
         let warning = |r: &str| (true, r.to_string());
         let normal = |r: &str| (false, r.to_string());
         assert_eq!(
@@ -307,11 +320,11 @@ mod tests {
             ]
         );
         // The transition time moved with the status only.
-        assert_eq!(conds[0].last_transition_time, at(70));
+        assert_eq!(conds[0].last_transition_time, at(140));
         // Router mode turned off: the condition goes, once, without an Event.
-        let (off, changed) = step(&conds, None, inbox(0, Some(1)), 80);
+        let (off, changed) = step(&conds, None, inbox(0, Some(1)), 150);
         assert!(changed && off.is_empty());
         assert!(router_events(&conds, &off).is_empty());
-        assert!(!step(&off, None, inbox(0, Some(1)), 90).1);
+        assert!(!step(&off, None, inbox(0, Some(1)), 160).1);
     }
 }

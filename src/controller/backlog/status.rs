@@ -512,6 +512,9 @@ mod tests {
                 depth: inbox_depth,
                 consumers,
                 missing: false,
+                // No consumer for the whole grace period (the grace itself: router.rs).
+                no_consumer_for_ms: (consumers == Some(0))
+                    .then_some(super::super::router::NO_CONSUMER_GRACE_MS),
             };
             let next = backlog_status(
                 &current,
