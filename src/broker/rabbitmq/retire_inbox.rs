@@ -27,8 +27,9 @@ const QUEUE_COLUMNS: &str = "columns=name,type,messages,messages_ready,messages_
 
 impl RabbitMq {
     /// Retires the router inbox of `plan`'s resource when the plan has none (module
-    /// documentation); `policies` are the vhost's policies. Does nothing in router mode
-    /// or when no inbox of this resource is recorded.
+    /// documentation); `policies` are the vhost's policies. Does nothing in router mode,
+    /// when the vhost has no policy of the inbox (never created, or forgotten), or when
+    /// no inbox of this resource is recorded.
     ///
     /// # Errors
     /// Transport, authentication and API errors.
@@ -43,6 +44,12 @@ impl RabbitMq {
         }
         let vhost = plan.vhost.as_str();
         let inbox = format!("{}.router", plan.routes.source_queue);
+        // The inbox's policy lives until the inbox is forgotten ([`Self::forget_inbox`]):
+        // without it there is nothing to retire, and an apply outside router mode makes
+        // no request for the inbox at all.
+        if !policies.iter().any(|p| p.name == policy_name(&inbox)) {
+            return Ok(());
+        }
         let Some(mut record) = self
             .owner_record(vhost, QUEUE, &inbox)
             .await?
