@@ -12,7 +12,7 @@ use serde_json::json;
 
 use common::dlq::{
     applied, applied_manifests, confirm_channel, connection, drain_ids, header, ids_in_order,
-    now_ms, policy, publish, ready, text, topology,
+    now_ms, policy, publish, ready, ready_now, text, topology,
 };
 use common::{cleanup, MGMT};
 use dlq_operator::dlq::browse::{inspect, InspectOptions};
@@ -461,22 +461,40 @@ async fn a_signal_stops_cli_inspect_replay_and_purge_between_messages_losing_not
         let mut args = vec!["dlq"];
         args.extend_from_slice(command);
         args.extend_from_slice(&["--standalone", "-f", &path, "--name", "d"]);
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
             .args(&args)
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn");
-        // Well inside the scan: rotating 3,000 messages, one confirm each, takes seconds.
-        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        // The signal must come inside the scan, whatever the machine's load: once a
+        // message has left the ready count (the command holds one; nothing else reads
+        // this queue), or at the latest after 20 s. Rotating 3,000 messages, one confirm
+        // each, takes seconds, so the scan is caught early.
+        let stderr = child.stderr.take().expect("stderr");
+        let reader = std::thread::spawn(move || {
+            let mut all = String::new();
+            let _ = std::io::Read::read_to_string(&mut std::io::BufReader::new(stderr), &mut all);
+            all
+        });
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_secs(20)
+            && ready_now(&ch, &dlq).await as usize >= N
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
         let sent = std::process::Command::new("kill")
             .args([signal, &child.id().to_string()])
             .status()
             .expect("kill");
         assert!(sent.success(), "kill {signal}");
         let out = child.wait_with_output().expect("wait");
-        let t = common::text(&out);
+        let t = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            reader.join().expect("stderr reader")
+        );
         assert_eq!(out.status.code(), Some(1), "{command:?} {signal}: {t}");
         assert!(t.contains(says), "{command:?} {signal}: {t}");
         assert!(!t.contains("panicked"), "{command:?} {signal}: {t}");
