@@ -217,10 +217,10 @@ pub struct RouterArgs {
     /// again to start, restart or stop routers.
     #[arg(long, default_value = "30s")]
     pub resync: String,
-    /// Only this namespace (default: all namespaces).
+    /// Only this namespace (default: all namespaces; cluster only).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
-    /// Only DeadLetterQueues with these labels (a label selector).
+    /// Only DeadLetterQueues with these labels (a label selector; cluster only).
     #[arg(long, short = 'l')]
     pub selector: Option<String>,
     /// Address of /metrics, /healthz and /readyz: IP:port.

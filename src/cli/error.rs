@@ -64,7 +64,7 @@ pub enum CliError {
     /// No Kubernetes client could be built from the kubeconfig or the in-cluster
     /// service account.
     #[error(
-        "cannot reach a Kubernetes API server (KUBECONFIG, ~/.kube/config or in-cluster): {0}"
+        "cannot reach a Kubernetes API server (KUBECONFIG, ~/.kube/config or in-cluster): {0}; without a cluster, give --standalone -f PATH (manifest files)"
     )]
     Kubernetes(#[source] kube::Error),
     /// A `dlq` command's broker error, with what was done before it.

@@ -27,6 +27,24 @@ pub async fn router(args: RouterArgs) -> Result<ExitCode, CliError> {
             "-f PATH is for `router --standalone`; without it the router reads the cluster".into()
         }));
     }
+    if args.standalone {
+        if args
+            .files
+            .iter()
+            .any(|f| f.as_path() == std::path::Path::new(dlq_operator::manifest::STDIN))
+        {
+            return Err(CliError::Usage(
+                "router --standalone -f -: standard input can be read only once, and the router re-reads its manifests every --resync; save them to a file and give -f FILE".into(),
+            ));
+        }
+        if args.namespace.as_deref().is_some_and(|n| !n.is_empty())
+            || args.selector.as_deref().is_some_and(|s| !s.is_empty())
+        {
+            return Err(CliError::Usage(
+                "--namespace and --selector choose DeadLetterQueues in a cluster; with --standalone the manifest files given with -f are the DeadLetterQueues".into(),
+            ));
+        }
+    }
     if let Some(ns) = args.namespace.as_deref().filter(|n| !n.is_empty()) {
         if !crd::is_rfc1123_label(ns) {
             return Err(CliError::Usage(format!(

@@ -150,9 +150,16 @@ fn reported(delivered: &Delivered<'_>) -> Incoming {
             .and_then(|h| h.inner().get(name))
             .and_then(as_text)
     };
-    let class = text(ERROR_CLASS).and_then(|c| ErrorClass::from_name(c.trim()));
-    let error = text(LAST_ERROR)
+    let given = text(ERROR_CLASS);
+    let class = given
+        .as_deref()
+        .and_then(|c| ErrorClass::from_name(c.trim()));
+    let mut error = text(LAST_ERROR)
         .unwrap_or_else(|| "reported to the router inbox without dlq-last-error".to_string());
+    if let (Some(given), None) = (&given, class) {
+        // A misspelt class must leave a trace: it is decided as unclassified.
+        error = format!("{error} (unknown dlq-error-class {given:?}: decided as unclassified)");
+    }
     Incoming {
         class,
         not_processed: None,
@@ -349,6 +356,13 @@ mod tests {
         );
         assert_eq!(incoming.class, None);
         assert!(incoming.error.contains("without dlq-last-error"));
+        assert!(
+            incoming
+                .error
+                .contains("unknown dlq-error-class \"Cosmic rays\""),
+            "{}",
+            incoming.error
+        );
     }
 
     #[test]

@@ -95,6 +95,7 @@ pub async fn follow<F, Fut, E>(
     Fut: std::future::Future<Output = Result<Found, E>>,
     E: std::fmt::Display,
 {
+    let mut idle_said = false;
     loop {
         let round = tokio::select! {
             () = stop.cancelled() => break,
@@ -102,6 +103,11 @@ pub async fn follow<F, Fut, E>(
         };
         match round {
             Ok(found) => {
+                let idle = found.targets.is_empty() && found.unresolved.is_empty();
+                if idle && !idle_said {
+                    tracing::info!("no DeadLetterQueue in router mode (spec.router.enabled: true): nothing to route yet; looking again every resync");
+                }
+                idle_said = idle;
                 let mut keep: std::collections::BTreeSet<String> =
                     found.unresolved.into_iter().collect();
                 for target in found.targets {
