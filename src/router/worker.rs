@@ -26,9 +26,11 @@ use crate::topology::Routes;
 /// failed attempt up to this.
 pub const MAX_RECONNECT_DELAY_S: u64 = 30;
 
-/// Pause (ms) of a worker slot after a message it could not move was given back: the
-/// broker redelivers it at once, and retrying a refused publish in a tight loop would
-/// only load the broker.
+/// Pause (ms) before a message that could not be moved is given back to the inbox: the
+/// worker slot holds it meanwhile. Given back at once, the broker would redeliver it at
+/// once to another idle slot, so a refused route would be tried up to `prefetch` times a
+/// second; held, each such message is tried at most once per pause, whatever the
+/// prefetch. A stop cuts the pause short.
 pub const FAILURE_PAUSE_MS: u64 = 1_000;
 
 /// Everything a router needs for one DeadLetterQueue in router mode.
@@ -238,7 +240,14 @@ async fn consume(
         })
         .filter_map(|item| futures::future::ready(item.ok()))
         .for_each_concurrent(usize::from(target.prefetch), |delivery| {
-            move_one(&channel, target, republisher, metrics, delivery)
+            let on = On {
+                channel: &channel,
+                target,
+                republisher,
+                metrics,
+                stop,
+            };
+            move_one(on, delivery)
         })
         .await;
     canceller.abort();
@@ -249,15 +258,27 @@ async fn consume(
     }
 }
 
+/// What [`move_one`] works with.
+#[derive(Clone, Copy)]
+struct On<'a> {
+    channel: &'a Channel,
+    target: &'a Target,
+    republisher: &'a Republisher,
+    metrics: &'a RouterMetrics,
+    stop: &'a CancellationToken,
+}
+
 /// Moves one inbox delivery: reads its failure, builds the copy, publishes it with a
-/// confirm and settles the original ([`settle`]); counts the result.
-async fn move_one(
-    channel: &Channel,
-    target: &Target,
-    republisher: &Republisher,
-    metrics: &RouterMetrics,
-    delivery: lapin::message::Delivery,
-) {
+/// confirm and settles the original ([`settle`]); counts the result. A copy that could
+/// not be published is given back after [`FAILURE_PAUSE_MS`].
+async fn move_one(on: On<'_>, delivery: lapin::message::Delivery) {
+    let On {
+        channel,
+        target,
+        republisher,
+        metrics,
+        ..
+    } = on;
     let incoming = incoming::read(
         &Delivered {
             exchange: delivery.exchange.as_str(),
@@ -267,19 +288,22 @@ async fn move_one(
         target.inbox(),
         &target.routes.source_queue,
     );
-    let published =
-        match republisher.copy(&delivery.properties, &incoming.failure(), incoming.origin()) {
-            Ok(copy) => publish_confirmed(channel, copy, &delivery.data).await,
-            Err(e) => Err(e),
-        };
+    let copy = republisher.copy(&delivery.properties, &incoming.failure(), incoming.origin());
+    let published = match copy {
+        Ok(copy) => publish_confirmed(channel, copy, &delivery.data).await,
+        Err(e) => Err(e),
+    };
+    if published.is_err() {
+        tokio::select! {
+            () = on.stop.cancelled() => {}
+            () = tokio::time::sleep(Duration::from_millis(FAILURE_PAUSE_MS)) => {}
+        }
+    }
     match settle(&delivery, published).await {
         Ok(outcome) => metrics.record_routed(&target.namespace, &target.name, &outcome),
         Err(e) => {
             metrics.record_failure(&target.namespace, &target.name, &e);
             tracing::warn!(dead_letter_queue = %target.key(), error = %e, "retry router could not move a message; it was given back to the inbox");
-            if !matches!(e, ClientError::Ack(_) | ClientError::AckNotSent) {
-                tokio::time::sleep(Duration::from_millis(FAILURE_PAUSE_MS)).await;
-            }
         }
     }
 }
