@@ -1,6 +1,8 @@
 //! The retry router under bad input and hostile conditions, on the real RabbitMQ:
 //! - a route that refuses every copy (a full dead-letter queue): each message is tried
 //!   again at most once a second, not once per idle worker slot;
+//! - a message whose copy would not fit in one AMQP frame: kept in the inbox, the
+//!   connection and every other message unharmed;
 
 mod common;
 
@@ -9,7 +11,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lapin::options::BasicPublishOptions;
+use lapin::options::{BasicGetOptions, BasicPublishOptions};
 use lapin::types::{FieldTable, ShortString};
 use lapin::BasicProperties;
 
@@ -59,6 +61,16 @@ impl Router {
     /// Everything it wrote to stderr so far.
     fn log(&self) -> String {
         self.log.lock().expect("log").join("\n")
+    }
+
+    /// Lines of its stderr that contain `needle`.
+    fn count(&self, needle: &str) -> usize {
+        self.log
+            .lock()
+            .expect("log")
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
     }
 
     /// SIGTERM, then waits up to 30 s for it to exit.
@@ -177,6 +189,27 @@ fn props(id: &str, headers: FieldTable) -> BasicProperties {
         .with_headers(headers)
 }
 
+/// Takes every message of `queue` now (acked) and returns their message ids, sorted.
+async fn take_ids(ch: &lapin::Channel, queue: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    while let Some(m) = ch
+        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("basic.get")
+    {
+        ids.push(
+            m.delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+        );
+    }
+    ids.sort();
+    ids
+}
+
 #[tokio::test]
 async fn a_message_whose_copy_is_refused_is_tried_again_at_most_once_a_second() {
     let q = unique("rb-refused");
@@ -213,5 +246,68 @@ async fn a_message_whose_copy_is_refused_is_tried_again_at_most_once_a_second() 
     assert!(refused <= bound, "{refused} refusals in {seconds:.1} s");
     assert_eq!(ready(&ch, &format!("{q}.dlq")).await, 1);
     assert_eq!(ready(&ch, &format!("{q}.router")).await, 2, "both kept");
+    let _ = conn.close(200, "bye".into()).await;
+}
+
+#[tokio::test]
+async fn a_message_whose_copy_would_not_fit_in_one_frame_stays_and_the_others_move_once() {
+    let q = unique("rb-frame");
+    let _objects = Objects(q.clone());
+    let (_dir, path) = applied(&q, "  maxRetries: 0\n  tiers: [1s]\n", "", "");
+    let (conn, ch) = confirm_channel().await;
+    let inbox = format!("{q}.router");
+    for i in 0..20 {
+        let id = format!("small-{i:02}");
+        publish(&ch, "", &inbox, b"small", props(&id, FieldTable::default())).await;
+    }
+    // Headers that fill the frame but for 150 bytes: the broker takes the publish and
+    // delivers it as it is, but the router's copy (its headers plus the contract's,
+    // some 300 bytes) would be one frame larger than frame_max, which makes RabbitMQ
+    // close the whole connection (FRAME_ERROR) with every other message in flight.
+    let frame_max = conn.configuration().frame_max() as usize;
+    // Content header frame: 7 + class, weight, body size (12) + flags (2), message id
+    // (1 + 3), delivery mode (1), headers (4 + key 1 + 4 + type 1 + length 4) + end (1).
+    let blob = "b".repeat(frame_max - 41 - 150);
+    let big = header(&[("blob", amqp_text(&blob))]);
+    publish(&ch, "", &inbox, b"big", props("big", big)).await;
+    let port = free_port();
+    let mut router = Router::start(&path, port, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(port, "dlq_router_publish_failures_total", "too_large").await < 2.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the router never refused the oversized copy itself (too_large); its log:\n{}",
+            router.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(router.terminate().await.success(), "{}", router.log());
+    let dlq = format!("{q}.dlq");
+    let expected: Vec<String> = (0..20).map(|i| format!("small-{i:02}")).collect();
+    assert_eq!(ready(&ch, &dlq).await, 20, "{}", router.log());
+    assert_eq!(
+        take_ids(&ch, &dlq).await,
+        expected,
+        "each ordinary message once"
+    );
+    assert_eq!(
+        router.count("session ended"),
+        0,
+        "the connection was lost:\n{}",
+        router.log()
+    );
+    // The oversized one is still in the inbox, whole.
+    assert_eq!(ready(&ch, &inbox).await, 1);
+    let kept = ch
+        .basic_get(inbox.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+        .expect("the oversized message was kept");
+    let h = kept.delivery.properties.headers().clone().expect("headers");
+    assert_eq!(
+        h.inner().get("blob"),
+        Some(&amqp_text(&blob)),
+        "its headers unchanged"
+    );
     let _ = conn.close(200, "bye".into()).await;
 }

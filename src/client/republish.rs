@@ -5,11 +5,15 @@
 //! publish the copy with `mandatory` and a publisher confirm; then settle the original —
 //! ack only after the confirm, otherwise nack with `requeue = true` (nothing is lost).
 //!
+//! A copy whose properties would not fit in one AMQP frame is never sent
+//! ([`check_frame`]): the broker would close the whole connection.
+//!
 //! Times are milliseconds since the Unix epoch and delays milliseconds.
 
 use std::sync::Mutex;
 
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicPublishOptions};
+use lapin::protocol::basic::gen_properties;
 use lapin::types::ShortString;
 use lapin::{BasicProperties, Channel, Confirmation};
 use rand::rngs::StdRng;
@@ -260,6 +264,39 @@ impl Republisher {
     }
 }
 
+/// Bytes of the AMQP content header frame that carries `properties`: the frame header
+/// (type, channel, size: 7), class id, weight and body size (12), the encoded properties
+/// and the frame end (1) (AMQP 0-9-1, sections 4.2.3 and 4.2.6.1). `None` when lapin
+/// cannot encode them.
+pub fn header_frame_bytes(properties: &BasicProperties) -> Option<usize> {
+    const FRAME_OVERHEAD: usize = 7 + 12 + 1;
+    let written = gen_properties(properties)(Vec::new().into()).ok()?;
+    usize::try_from(written.position)
+        .ok()
+        .map(|n| n + FRAME_OVERHEAD)
+}
+
+/// Whether `copy` can be sent on a connection whose negotiated `frame_max` is `frame_max`
+/// bytes (0: no limit). AMQP puts all properties in one content header frame, and a frame
+/// larger than `frame_max` makes RabbitMQ close the whole connection (`FRAME_ERROR`),
+/// with every other message in flight on it; so such a copy is not sent at all. Its
+/// original is given back like any copy that could not be published: a message whose
+/// headers come within a few hundred bytes of `frame_max` (128 KiB by default) cannot
+/// be republished with the contract's headers.
+///
+/// # Errors
+/// [`ClientError::TooLarge`] when the content header frame would exceed `frame_max`.
+pub fn check_frame(copy: &Copy, frame_max: u32) -> Result<(), ClientError> {
+    let Some(bytes) = header_frame_bytes(&copy.properties) else {
+        return Ok(());
+    };
+    let limit = usize::try_from(frame_max).unwrap_or(usize::MAX);
+    if frame_max != 0 && bytes > limit {
+        return Err(ClientError::TooLarge { bytes, frame_max });
+    }
+    Ok(())
+}
+
 /// Publishes `copy` with `body` on `channel` (which must be in confirm mode), with
 /// `mandatory`, and waits for the broker's confirm.
 ///
@@ -378,6 +415,8 @@ pub async fn settle(
 
 #[cfg(test)]
 mod tests {
+    use lapin::types::{AMQPValue, FieldTable};
+
     use super::*;
 
     fn outcome() -> Outcome {
@@ -506,6 +545,43 @@ mod tests {
             header(&copy.properties, super::headers::ORIGINAL_EXCHANGE),
             Some(lapin::types::AMQPValue::LongString("shop".into()))
         );
+    }
+
+    /// Properties with `headers` (name, value).
+    fn with_headers(pairs: Vec<(&str, AMQPValue)>) -> BasicProperties {
+        let map: std::collections::BTreeMap<ShortString, AMQPValue> = pairs
+            .into_iter()
+            .map(|(k, v)| (ShortString::from(k), v))
+            .collect();
+        BasicProperties::default().with_headers(FieldTable::from(map))
+    }
+
+    #[test]
+    fn a_copy_larger_than_one_frame_is_refused_before_it_is_sent() {
+        let blob =
+            |n: usize| with_headers(vec![("blob", AMQPValue::LongString("b".repeat(n).into()))]);
+        // flags (2) + headers table (4 + key 1 + 4 + type 1 + length 4) + n, + 20.
+        assert_eq!(header_frame_bytes(&blob(100)), Some(136));
+        assert_eq!(header_frame_bytes(&BasicProperties::default()), Some(22));
+        let copy = |properties| Copy {
+            exchange: "orders.dlx".into(),
+            routing_key: "orders".into(),
+            properties,
+            outcome: outcome(),
+        };
+        assert!(check_frame(&copy(blob(131_072 - 36)), 131_072).is_ok());
+        let err = check_frame(&copy(blob(131_072 - 35)), 131_072).expect_err("too large");
+        assert!(matches!(
+            err,
+            ClientError::TooLarge {
+                bytes: 131_073,
+                frame_max: 131_072
+            }
+        ));
+        assert_eq!(err.metric_label(), "too_large");
+        assert!(err.to_string().contains("131073 bytes"), "{err}");
+        // frame_max 0: no limit was negotiated.
+        assert!(check_frame(&copy(blob(200_000)), 0).is_ok());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use super::metrics::RouterMetrics;
 use crate::backoff::ResolvedPolicy;
 use crate::broker::rabbitmq::amqp;
 use crate::broker::{BrokerConnection, BrokerError};
+use crate::client::republish::check_frame;
 use crate::client::{publish_confirmed, settle, ClientError, Republisher};
 use crate::crd::RouterSpec;
 use crate::reconcile::Prepared;
@@ -214,6 +215,7 @@ async fn consume(
     metrics.set_consuming(&target.namespace, &target.name, true);
     tracing::info!(dead_letter_queue = %target.key(), inbox = target.inbox(), prefetch = target.prefetch, "retry router consuming");
     let tag = consumer.tag();
+    let frame_max = connection.configuration().frame_max();
     let canceller = {
         let (channel, stop) = (channel.clone(), stop.clone());
         tokio::spawn(async move {
@@ -245,6 +247,7 @@ async fn consume(
                 target,
                 republisher,
                 metrics,
+                frame_max,
                 stop,
             };
             move_one(on, delivery)
@@ -265,12 +268,15 @@ struct On<'a> {
     target: &'a Target,
     republisher: &'a Republisher,
     metrics: &'a RouterMetrics,
+    /// The connection's negotiated frame_max (bytes; 0: none).
+    frame_max: u32,
     stop: &'a CancellationToken,
 }
 
-/// Moves one inbox delivery: reads its failure, builds the copy, publishes it with a
-/// confirm and settles the original ([`settle`]); counts the result. A copy that could
-/// not be published is given back after [`FAILURE_PAUSE_MS`].
+/// Moves one inbox delivery: reads its failure, builds the copy, checks that it fits in
+/// a frame ([`check_frame`]), publishes it with a confirm and settles the original
+/// ([`settle`]); counts the result. A copy that could not be published is given back
+/// after [`FAILURE_PAUSE_MS`].
 async fn move_one(on: On<'_>, delivery: lapin::message::Delivery) {
     let On {
         channel,
@@ -288,7 +294,9 @@ async fn move_one(on: On<'_>, delivery: lapin::message::Delivery) {
         target.inbox(),
         &target.routes.source_queue,
     );
-    let copy = republisher.copy(&delivery.properties, &incoming.failure(), incoming.origin());
+    let copy = republisher
+        .copy(&delivery.properties, &incoming.failure(), incoming.origin())
+        .and_then(|copy| check_frame(&copy, on.frame_max).map(|()| copy));
     let published = match copy {
         Ok(copy) => publish_confirmed(channel, copy, &delivery.data).await,
         Err(e) => Err(e),
