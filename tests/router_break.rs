@@ -3,6 +3,8 @@
 //!   again at most once a second, not once per idle worker slot;
 //! - a message whose copy would not fit in one AMQP frame: kept in the inbox, the
 //!   connection and every other message unharmed;
+//! - malformed `x-death` headers (RabbitMQ 3.x crashes a queue that dead-letters them)
+//!   and `CC`/`BCC` headers (a copy routed twice) are left out of copies;
 
 mod common;
 
@@ -12,10 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lapin::options::{BasicGetOptions, BasicPublishOptions};
-use lapin::types::{FieldTable, ShortString};
+use lapin::types::{AMQPValue, FieldArray, FieldTable, ShortString};
 use lapin::BasicProperties;
 
-use common::dlq::{confirm_channel, header, ready, text as amqp_text};
+use common::dlq::{confirm_channel, header, ready, ready_now, text as amqp_text};
 use common::{cleanup, cli, manifests, policy_yaml, secret_yaml, text, unique};
 
 /// `dlq-operator router --standalone -f DIR`, its stderr kept; SIGKILLed on drop.
@@ -210,6 +212,18 @@ async fn take_ids(ch: &lapin::Channel, queue: &str) -> Vec<String> {
     ids
 }
 
+/// Waits up to `timeout` until `queue` holds at least `n` ready messages; returns them.
+async fn wait_ready(ch: &lapin::Channel, queue: &str, n: u32, timeout: Duration) -> u32 {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now = ready_now(ch, queue).await;
+        if now >= n || Instant::now() >= deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_message_whose_copy_is_refused_is_tried_again_at_most_once_a_second() {
     let q = unique("rb-refused");
@@ -309,5 +323,116 @@ async fn a_message_whose_copy_would_not_fit_in_one_frame_stays_and_the_others_mo
         Some(&amqp_text(&blob)),
         "its headers unchanged"
     );
+    let _ = conn.close(200, "bye".into()).await;
+}
+
+/// `x-death` values RabbitMQ never writes. RabbitMQ 3.x crashes the queue that
+/// dead-letters such a message (`rabbit_dead_letter`: `function_clause` on an element
+/// that is not a table, `badarith` on a `count` that is not a number), and a persistent
+/// message crashes it again at each restart; 4.x ignores a client's `x-death`.
+fn malformed_x_deaths(tier: &str) -> Vec<(&'static str, AMQPValue)> {
+    let table = |pairs: &[(&str, AMQPValue)]| AMQPValue::FieldTable(header(pairs));
+    vec![
+        (
+            "not-tables",
+            AMQPValue::FieldArray(FieldArray::from(vec![
+                AMQPValue::LongLongInt(1),
+                AMQPValue::LongLongInt(2),
+            ])),
+        ),
+        (
+            "a-table-then-a-string",
+            AMQPValue::FieldArray(FieldArray::from(vec![
+                table(&[
+                    ("queue", amqp_text("elsewhere")),
+                    ("reason", amqp_text("rejected")),
+                    ("count", AMQPValue::LongLongInt(1)),
+                ]),
+                amqp_text("not a table"),
+            ])),
+        ),
+        (
+            "count-as-text",
+            AMQPValue::FieldArray(FieldArray::from(vec![table(&[
+                ("queue", amqp_text(tier)),
+                ("reason", amqp_text("expired")),
+                ("count", amqp_text("7")),
+            ])])),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_malformed_x_death_does_not_crash_the_tier_it_is_retried_through() {
+    let q = unique("rb-xdeath");
+    let _objects = Objects(q.clone());
+    let (_dir, path) = applied(&q, "  maxRetries: 2\n  tiers: [1s]\n", "", "");
+    let (conn, ch) = confirm_channel().await;
+    let tier = format!("{q}.retry.1s");
+    let hostile = malformed_x_deaths(&tier);
+    // Consumer reports (recipe b) of a retryable class, carrying the malformed header.
+    for (id, x_death) in &hostile {
+        let h = header(&[
+            ("dlq-error-class", amqp_text("Timeout")),
+            ("dlq-last-error", amqp_text("upstream timed out")),
+            ("x-death", x_death.clone()),
+        ]);
+        publish(&ch, &format!("{q}.router"), &q, b"hostile", props(id, h)).await;
+    }
+    let _router = Router::start(&path, free_port(), &[]);
+    // Each comes back to the source queue after the 1 s tier.
+    let n = u32::try_from(hostile.len()).expect("fits");
+    let back = wait_ready(&ch, &q, n, Duration::from_secs(20)).await;
+    let tier_info = common::mgmt_get(&format!("/api/queues/%2F/{tier}")).await;
+    assert_eq!(
+        back,
+        n,
+        "messages back in {q} through {tier}; the tier: {}",
+        tier_info
+            .map(|t| t["state"].to_string())
+            .unwrap_or_default()
+    );
+    let mut expected: Vec<String> = hostile.iter().map(|(id, _)| id.to_string()).collect();
+    expected.sort();
+    assert_eq!(take_ids(&ch, &q).await, expected);
+    // The tier still works for the next message.
+    let h = header(&[("dlq-error-class", amqp_text("Timeout"))]);
+    publish(&ch, &format!("{q}.router"), &q, b"after", props("after", h)).await;
+    assert_eq!(wait_ready(&ch, &q, 1, Duration::from_secs(20)).await, 1);
+    let _ = conn.close(200, "bye".into()).await;
+}
+
+#[tokio::test]
+async fn cc_and_bcc_headers_do_not_route_a_copy_into_a_second_tier() {
+    let q = unique("rb-cc");
+    let _objects = Objects(q.clone());
+    let policy = "  maxRetries: 2\n  backoff:\n    strategy: Exponential\n    initialDelay: 1s\n    multiplier: 2\n    maxDelay: 2s\n  tiers: [1s, 2s]\n";
+    let (_dir, path) = applied(&q, policy, "", "");
+    let (conn, ch) = confirm_channel().await;
+    let keys = |k: &[&str]| {
+        AMQPValue::FieldArray(FieldArray::from(
+            k.iter().map(|s| amqp_text(s)).collect::<Vec<_>>(),
+        ))
+    };
+    // Sender-selected distribution: a consumer's report that kept a CC header, and one
+    // with BCC. The copy goes to the retry exchange with routing key "1s"; with the
+    // header kept it would also be routed by "2s", into the second tier.
+    for (id, name) in [("with-cc", "CC"), ("with-bcc", "BCC")] {
+        let h = header(&[
+            ("dlq-error-class", amqp_text("Timeout")),
+            (name, keys(&["2s", "1s"])),
+        ]);
+        publish(&ch, &format!("{q}.router"), &q, b"cc", props(id, h)).await;
+    }
+    let _router = Router::start(&path, free_port(), &[]);
+    assert_eq!(wait_ready(&ch, &q, 2, Duration::from_secs(20)).await, 2);
+    // Longer than the second tier: a copy routed there too would be back by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        take_ids(&ch, &q).await,
+        vec!["with-bcc".to_string(), "with-cc".to_string()],
+        "each message back once"
+    );
+    assert_eq!(ready_now(&ch, &format!("{q}.retry.2s")).await, 0);
     let _ = conn.close(200, "bye".into()).await;
 }

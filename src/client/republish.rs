@@ -5,8 +5,12 @@
 //! publish the copy with `mandatory` and a publisher confirm; then settle the original —
 //! ack only after the confirm, otherwise nack with `requeue = true` (nothing is lost).
 //!
-//! A copy whose properties would not fit in one AMQP frame is never sent
-//! ([`check_frame`]): the broker would close the whole connection.
+//! A copy never carries what would route it where the decision did not send it, or crash
+//! the queue it goes to ([`without_hazards`]): `CC` and `BCC` (sender-selected
+//! distribution would route it by more keys than its tier's or dead-letter queue's) and an
+//! `x-death` RabbitMQ could not have written (RabbitMQ 3.x crashes a queue that
+//! dead-letters it). A copy whose properties would not fit in one AMQP frame is never
+//! sent ([`check_frame`]): the broker would close the whole connection.
 //!
 //! Times are milliseconds since the Unix epoch and delays milliseconds.
 
@@ -14,7 +18,7 @@ use std::sync::Mutex;
 
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicPublishOptions};
 use lapin::protocol::basic::gen_properties;
-use lapin::types::ShortString;
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -170,7 +174,8 @@ impl Republisher {
     /// `origin`: reads `dlq-retry-count`, `dlq-first-failed-at` and `dlq-last-delay-ms`
     /// ([`FailureState`]), decides ([`ResolvedPolicy::decide`], or dead-letter at once
     /// for [`Failure::NotProcessed`]) and stamps the headers
-    /// ([`headers::republish_properties`]).
+    /// ([`headers::republish_properties`]), without `CC`, `BCC` or a malformed `x-death`
+    /// ([`without_hazards`]).
     ///
     /// # Errors
     /// [`ClientError::UnknownTier`] when the decided tier has no route (cannot happen
@@ -190,7 +195,7 @@ impl Republisher {
         };
         let class = failure.class();
         let (exchange, routing_key, action, outcome) = self.route(decision, class)?;
-        let properties = headers::republish_properties(
+        let properties = without_hazards(headers::republish_properties(
             properties,
             &Stamp {
                 class,
@@ -201,7 +206,7 @@ impl Republisher {
                 queue: &self.routes.source_queue,
                 action,
             },
-        );
+        ));
         Ok(Copy {
             exchange: short(exchange)?,
             routing_key: short(routing_key)?,
@@ -262,6 +267,63 @@ impl Republisher {
             ),
         })
     }
+}
+
+/// Headers that make RabbitMQ route a message by more routing keys than the one it is
+/// published with (sender-selected distribution, RabbitMQ docs "Sender-selected
+/// Distribution"): a copy goes only where the decision sends it.
+pub const ROUTING_HEADERS: [&str; 2] = ["CC", "BCC"];
+
+/// `properties` without [`ROUTING_HEADERS`] and without an `x-death` header RabbitMQ could
+/// not have written: one that is not an array of tables whose `count`s are numbers.
+/// RabbitMQ 3.x crashes the queue that dead-letters such a message (`rabbit_dead_letter`:
+/// `function_clause` on an entry that is not a table, `badarith` on a `count` that is
+/// not a number; a persistent message crashes it again at each restart, measured on
+/// 3.10.8), and a copy goes to a tier that dead-letters it. 4.x ignores a client's
+/// `x-death`. The retry state is in the contract's own headers, never in `x-death`.
+pub fn without_hazards(properties: BasicProperties) -> BasicProperties {
+    let Some(headers) = properties.headers().as_ref() else {
+        return properties;
+    };
+    let map = headers.inner();
+    let hazard = ROUTING_HEADERS.iter().any(|h| map.contains_key(*h))
+        || map.get("x-death").is_some_and(|v| !x_death_well_formed(v));
+    if !hazard {
+        return properties;
+    }
+    let mut map = map.clone();
+    for name in ROUTING_HEADERS {
+        map.remove(name);
+    }
+    if map.get("x-death").is_some_and(|v| !x_death_well_formed(v)) {
+        map.remove("x-death");
+    }
+    properties.with_headers(FieldTable::from(map))
+}
+
+/// An `x-death` value as RabbitMQ writes it: an array of tables, each `count` a number.
+fn x_death_well_formed(value: &AMQPValue) -> bool {
+    let AMQPValue::FieldArray(entries) = value else {
+        return false;
+    };
+    entries.as_slice().iter().all(|entry| match entry {
+        AMQPValue::FieldTable(t) => t.inner().get("count").is_none_or(|c| {
+            matches!(
+                c,
+                AMQPValue::ShortShortInt(_)
+                    | AMQPValue::ShortShortUInt(_)
+                    | AMQPValue::ShortInt(_)
+                    | AMQPValue::ShortUInt(_)
+                    | AMQPValue::LongInt(_)
+                    | AMQPValue::LongUInt(_)
+                    | AMQPValue::LongLongInt(_)
+                    | AMQPValue::Float(_)
+                    | AMQPValue::Double(_)
+                    | AMQPValue::Timestamp(_)
+            )
+        }),
+        _ => false,
+    })
 }
 
 /// Bytes of the AMQP content header frame that carries `properties`: the frame header
@@ -554,6 +616,76 @@ mod tests {
             .map(|(k, v)| (ShortString::from(k), v))
             .collect();
         BasicProperties::default().with_headers(FieldTable::from(map))
+    }
+
+    fn array(values: Vec<AMQPValue>) -> AMQPValue {
+        AMQPValue::FieldArray(values.into())
+    }
+
+    fn entry(count: AMQPValue) -> AMQPValue {
+        AMQPValue::FieldTable(FieldTable::from(std::collections::BTreeMap::from([
+            (
+                ShortString::from("queue"),
+                AMQPValue::LongString("q".into()),
+            ),
+            (
+                ShortString::from("reason"),
+                AMQPValue::LongString("expired".into()),
+            ),
+            (ShortString::from("count"), count),
+        ])))
+    }
+
+    #[test]
+    fn a_copy_carries_neither_cc_nor_bcc_nor_a_malformed_x_death() {
+        let keys = array(vec![AMQPValue::LongString("2s".into())]);
+        let malformed = [
+            array(vec![AMQPValue::LongLongInt(1)]),
+            array(vec![
+                entry(AMQPValue::LongLongInt(1)),
+                AMQPValue::LongString("x".into()),
+            ]),
+            array(vec![entry(AMQPValue::LongString("7".into()))]),
+            AMQPValue::LongString("a string".into()),
+        ];
+        let failure = Failure::Failed {
+            class: Some(ErrorClass::Timeout),
+            error: "timed out",
+        };
+        for x_death in malformed {
+            let original = with_headers(vec![
+                ("CC", keys.clone()),
+                ("BCC", keys.clone()),
+                ("x-death", x_death.clone()),
+                ("tenant", AMQPValue::LongString("acme".into())),
+            ]);
+            let copy = republisher("Retry")
+                .copy(&original, &failure, ORIGIN)
+                .expect("copy");
+            for gone in ["CC", "BCC", "x-death"] {
+                assert_eq!(
+                    header(&copy.properties, gone),
+                    None,
+                    "{gone} of {x_death:?}"
+                );
+            }
+            assert!(header(&copy.properties, "tenant").is_some());
+            assert!(header(&copy.properties, super::headers::RETRY_COUNT).is_some());
+        }
+        // What RabbitMQ writes is kept as it is, with any integer or float count.
+        for count in [
+            AMQPValue::LongLongInt(3),
+            AMQPValue::LongInt(3),
+            AMQPValue::ShortShortUInt(3),
+            AMQPValue::Double(3.0),
+        ] {
+            let x_death = array(vec![entry(count), entry(AMQPValue::LongLongInt(1))]);
+            let original = with_headers(vec![("x-death", x_death.clone())]);
+            let copy = republisher("Retry")
+                .copy(&original, &failure, ORIGIN)
+                .expect("copy");
+            assert_eq!(header(&copy.properties, "x-death"), Some(x_death));
+        }
     }
 
     #[test]
