@@ -5,6 +5,8 @@
 //!   connection and every other message unharmed;
 //! - malformed `x-death` headers (RabbitMQ 3.x crashes a queue that dead-letters them)
 //!   and `CC`/`BCC` headers (a copy routed twice) are left out of copies;
+//! - a queue named like the inbox that belongs to another DeadLetterQueue is never
+//!   consumed, though its router runs;
 
 mod common;
 
@@ -435,4 +437,72 @@ async fn cc_and_bcc_headers_do_not_route_a_copy_into_a_second_tier() {
     );
     assert_eq!(ready_now(&ch, &format!("{q}.retry.2s")).await, 0);
     let _ = conn.close(200, "bye".into()).await;
+}
+
+#[tokio::test]
+async fn a_router_never_consumes_a_queue_of_another_dead_letter_queue_named_like_its_inbox() {
+    let q = unique("rb-owned");
+    let _objects = Objects(q.clone());
+    let policy = "  maxRetries: 2\n  tiers: [1s]\n";
+    // DeadLetterQueue `f` of queue Q, applied without router mode: Q's tiers exist.
+    let dir = manifests(&[
+        ("s.yaml", &secret_yaml("s", "guest", "guest", common::MGMT)),
+        ("p.yaml", &policy_yaml("p", policy)),
+        (
+            "f.yaml",
+            &router_dlq("f", &q, "", "").replace("  router:\n    enabled: true\n", ""),
+        ),
+    ]);
+    let path = dir.path().display().to_string();
+    let out = cli(&["apply", "-f", &path]);
+    assert!(out.status.success(), "{}", text(&out));
+    // DeadLetterQueue `e` whose source queue is named `Q.router`, with work in it.
+    let other = format!("{q}.router");
+    let e = manifests(&[
+        ("s.yaml", &secret_yaml("s", "guest", "guest", common::MGMT)),
+        ("p.yaml", &policy_yaml("p", policy)),
+        (
+            "e.yaml",
+            &router_dlq("e", &other, "", "").replace("  router:\n    enabled: true\n", ""),
+        ),
+    ]);
+    let out = cli(&["apply", "-f", &e.path().display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let (conn, ch) = confirm_channel().await;
+    publish(
+        &ch,
+        "",
+        &other,
+        b"e's work",
+        props("e-1", FieldTable::default()),
+    )
+    .await;
+    // `f` turns router mode on: its apply is refused (the name is e's) ...
+    std::fs::write(dir.path().join("f.yaml"), router_dlq("f", &q, "", "")).expect("write");
+    let out = cli(&["apply", "-f", &path]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("NameConflict"), "{}", text(&out));
+    // ... and its router must not take e's messages either.
+    let port = free_port();
+    let router = Router::start(&path, port, &[]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while router.count("default/e") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no error naming the owner:\n{}",
+            router.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        metric(port, "dlq_router_consuming", "name=\"f\"").await,
+        0.0
+    );
+    assert_eq!(ready(&ch, &other).await, 1, "{}", router.log());
+    assert_eq!(ready_now(&ch, &q).await, 0);
+    assert_eq!(ready_now(&ch, &format!("{q}.retry.1s")).await, 0);
+    drop(router);
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&other).await;
 }

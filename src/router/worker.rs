@@ -1,5 +1,10 @@
 //! One router for one DeadLetterQueue's inbox: consume, decide, republish with a
 //! publisher confirm, ack after the confirm; reconnect after a failure; drain on stop.
+//!
+//! The router consumes `<source>.router` only while the queue's ownership record names
+//! its DeadLetterQueue ([`check_owner`]): a queue of that name that is another
+//! DeadLetterQueue's (its source or dead-letter queue) is never taken, whatever process
+//! runs the router and whether or not its apply succeeded.
 
 use std::time::Duration;
 
@@ -15,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::incoming::{self, Delivered};
 use super::metrics::RouterMetrics;
 use crate::backoff::ResolvedPolicy;
-use crate::broker::rabbitmq::amqp;
+use crate::broker::rabbitmq::{amqp, ownership, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
 use crate::client::republish::check_frame;
 use crate::client::{publish_confirmed, settle, ClientError, Republisher};
@@ -127,6 +132,14 @@ pub enum RouterError {
     /// The routes do not serve the policy (a bug: they come from one plan).
     #[error(transparent)]
     Routes(#[from] ClientError),
+    /// The inbox's ownership record could not be read (management API): not consumed
+    /// until it can be.
+    #[error("reading the ownership record of the inbox: {0}")]
+    Ownership(#[source] BrokerError),
+    /// The queue named like the inbox is not this DeadLetterQueue's ([`check_owner`]):
+    /// what to do, in words.
+    #[error("{0}")]
+    NotOurInbox(String),
 }
 
 /// Runs the router of `target` until `stop` is cancelled: consumes the inbox, moves each
@@ -175,10 +188,42 @@ async fn session(
     metrics: &RouterMetrics,
     stop: &CancellationToken,
 ) -> Result<(), RouterError> {
+    check_owner(target).await?;
     let connection = amqp::connect_vhost(&target.connection, &target.vhost).await?;
     let result = consume(&connection, target, republisher, metrics, stop).await;
     let _ = connection.close(200, "retry router stopping".into()).await;
     result
+}
+
+/// Refuses an inbox that is not `target`'s: `<source>.router` is consumed only while its
+/// ownership record (docs/ARCHITECTURE.md, "Ownership on the broker"; written by the apply
+/// that made the inbox, before the inbox) names `target`'s DeadLetterQueue. A queue of
+/// that name that another DeadLetterQueue owns, or one no apply of `target` made, keeps
+/// its messages: the router would otherwise move them into `target`'s tiers and source.
+///
+/// # Errors
+/// [`RouterError::Ownership`] when the record cannot be read, [`RouterError::NotOurInbox`]
+/// when it is missing or names another DeadLetterQueue.
+async fn check_owner(target: &Target) -> Result<(), RouterError> {
+    let inbox = target.inbox();
+    let key = target.key();
+    let broker = RabbitMq::new(&target.connection).map_err(RouterError::Ownership)?;
+    let record = broker
+        .owner_record(&target.vhost, ownership::QUEUE, inbox)
+        .await
+        .map_err(RouterError::Ownership)?;
+    match record {
+        Some(r) if r.owner == key => Ok(()),
+        Some(r) => Err(RouterError::NotOurInbox(format!(
+            "queue {inbox:?} belongs to DeadLetterQueue {owner} (its {role}; ownership record: global parameter {parameter}), not to {key}: not consumed. Give one of the two another source queue, or, if {owner} no longer exists, release the name (`rabbitmqctl clear_global_parameter {parameter}`) and apply {key}",
+            owner = r.owner,
+            role = r.role,
+            parameter = r.parameter(),
+        ))),
+        None => Err(RouterError::NotOurInbox(format!(
+            "queue {inbox:?} has no ownership record of DeadLetterQueue {key}: not consumed until an apply of {key} made it its router inbox (`dlq-operator apply`, or the operator)"
+        ))),
+    }
 }
 
 /// Sets up the channel (confirm mode, prefetch) and the consumer, then moves deliveries,
