@@ -7,6 +7,7 @@
 //!   and `CC`/`BCC` headers (a copy routed twice) are left out of copies;
 //! - a queue named like the inbox that belongs to another DeadLetterQueue is never
 //!   consumed, though its router runs;
+//! - `-l` is refused and `--namespace` named with `--standalone`;
 
 mod common;
 
@@ -505,4 +506,25 @@ async fn a_router_never_consumes_a_queue_of_another_dead_letter_queue_named_like
     drop(router);
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&other).await;
+}
+
+#[tokio::test]
+async fn cluster_only_flags_are_refused_or_named_with_standalone() {
+    let dir = manifests(&[("p.yaml", &policy_yaml("p", "  maxRetries: 1\n"))]);
+    let path = dir.path().display().to_string();
+    let out = cli(&["router", "--standalone", "-f", &path, "-l", "app=orders"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("-l/--selector") && t.contains("--standalone"),
+        "{t}"
+    );
+    // --namespace may come from WATCH_NAMESPACE (set for the cluster mode): named, not
+    // refused.
+    let router = Router::start(&path, free_port(), &["--namespace", "team-a"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while router.count("is ignored with --standalone") == 0 {
+        assert!(Instant::now() < deadline, "{}", router.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -15,7 +15,9 @@ use super::signals::{self, Notice, Signals};
 /// Runs the routers as `args` say, serving `/metrics`, `/healthz` and `/readyz`.
 ///
 /// # Errors
-/// [`CliError::Usage`] / [`CliError::Duration`] for the flags, [`CliError::Manifest`] for
+/// [`CliError::Usage`] / [`CliError::Duration`] for the flags (`-l/--selector` is for
+/// the cluster, not `--standalone`; `--namespace` there is only warned about, since it
+/// may come from `WATCH_NAMESPACE`), [`CliError::Manifest`] for
 /// invalid manifests (standalone, at start), [`CliError::Kubernetes`] without a
 /// kubeconfig, [`CliError::Standalone`] when the metrics address cannot be bound.
 pub async fn router(args: RouterArgs) -> Result<ExitCode, CliError> {
@@ -26,6 +28,15 @@ pub async fn router(args: RouterArgs) -> Result<ExitCode, CliError> {
         } else {
             "-f PATH is for `router --standalone`; without it the router reads the cluster".into()
         }));
+    }
+    if args.standalone && args.selector.is_some() {
+        return Err(CliError::Usage(
+            "-l/--selector chooses DeadLetterQueues in the cluster; with --standalone the routers are those of the -f manifests (drop -l, or drop --standalone to read the cluster)".into(),
+        ));
+    }
+    if args.standalone && args.namespace.is_some() {
+        // Not an error: it may come from WATCH_NAMESPACE, set for the cluster mode.
+        tracing::warn!("--namespace (or WATCH_NAMESPACE) is ignored with --standalone: the routers are those of the -f manifests");
     }
     if let Some(ns) = args.namespace.as_deref().filter(|n| !n.is_empty()) {
         if !crd::is_rfc1123_label(ns) {
