@@ -8,6 +8,7 @@
 //! - a queue named like the inbox that belongs to another DeadLetterQueue is never
 //!   consumed, though its router runs;
 //! - `-l` is refused and `--namespace` named with `--standalone`;
+//! - manifests that become invalid while the router runs: routers kept, error logged once;
 
 mod common;
 
@@ -527,4 +528,37 @@ async fn cluster_only_flags_are_refused_or_named_with_standalone() {
         assert!(Instant::now() < deadline, "{}", router.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test]
+async fn manifests_that_become_invalid_keep_the_routers_and_are_reported_once() {
+    let q = unique("rb-invalid");
+    let _objects = Objects(q.clone());
+    let (dir, path) = applied(&q, "  maxRetries: 1\n  tiers: [1s]\n", "", "");
+    let port = free_port();
+    let router = Router::start(&path, port, &["--resync", "1s"]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(port, "dlq_router_consuming", "name=\"d\"").await < 1.0 {
+        assert!(Instant::now() < deadline, "{}", router.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(&policy, policy_yaml("p", "  maxRetries: many\n")).expect("write");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let log = router.log();
+    assert_eq!(router.count("spec.maxRetries"), 1, "one error:\n{log}");
+    assert!(log.contains("p.yaml"), "{log}");
+    assert_eq!(
+        metric(port, "dlq_router_consuming", "name=\"d\"").await,
+        1.0
+    );
+    // Fixed again: said once too.
+    std::fs::write(
+        &policy,
+        policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
+    )
+    .expect("write");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(router.count("valid again"), 1, "{}", router.log());
+    assert_eq!(router.count("spec.maxRetries"), 1, "{}", router.log());
 }
