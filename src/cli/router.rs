@@ -15,7 +15,9 @@ use super::signals::{self, Notice, Signals};
 /// Runs the routers as `args` say, serving `/metrics`, `/healthz` and `/readyz`.
 ///
 /// # Errors
-/// [`CliError::Usage`] / [`CliError::Duration`] for the flags, [`CliError::Manifest`] for
+/// [`CliError::Usage`] / [`CliError::Duration`] for the flags (`-l/--selector` is for
+/// the cluster, not `--standalone`; `--namespace` there is only warned about, since it
+/// may come from `WATCH_NAMESPACE`), [`CliError::Manifest`] for
 /// invalid manifests (standalone, at start), [`CliError::Kubernetes`] without a
 /// kubeconfig, [`CliError::Standalone`] when the metrics address cannot be bound.
 pub async fn router(args: RouterArgs) -> Result<ExitCode, CliError> {
@@ -27,23 +29,24 @@ pub async fn router(args: RouterArgs) -> Result<ExitCode, CliError> {
             "-f PATH is for `router --standalone`; without it the router reads the cluster".into()
         }));
     }
-    if args.standalone {
-        if args
+    if args.standalone
+        && args
             .files
             .iter()
             .any(|f| f.as_path() == std::path::Path::new(dlq_operator::manifest::STDIN))
-        {
-            return Err(CliError::Usage(
-                "router --standalone -f -: standard input can be read only once, and the router re-reads its manifests every --resync; save them to a file and give -f FILE".into(),
-            ));
-        }
-        if args.namespace.as_deref().is_some_and(|n| !n.is_empty())
-            || args.selector.as_deref().is_some_and(|s| !s.is_empty())
-        {
-            return Err(CliError::Usage(
-                "--namespace and --selector choose DeadLetterQueues in a cluster; with --standalone the manifest files given with -f are the DeadLetterQueues".into(),
-            ));
-        }
+    {
+        return Err(CliError::Usage(
+            "router --standalone -f -: standard input can be read only once, and the router re-reads its manifests every --resync; save them to a file and give -f FILE".into(),
+        ));
+    }
+    if args.standalone && args.selector.is_some() {
+        return Err(CliError::Usage(
+            "-l/--selector chooses DeadLetterQueues in the cluster; with --standalone the routers are those of the -f manifests (drop -l, or drop --standalone to read the cluster)".into(),
+        ));
+    }
+    if args.standalone && args.namespace.is_some() {
+        // Not an error: it may come from WATCH_NAMESPACE, set for the cluster mode.
+        tracing::warn!("--namespace (or WATCH_NAMESPACE) is ignored with --standalone: the routers are those of the -f manifests");
     }
     if let Some(ns) = args.namespace.as_deref().filter(|n| !n.is_empty()) {
         if !crd::is_rfc1123_label(ns) {

@@ -147,6 +147,16 @@ pub enum ClientError {
     /// closed meanwhile): it will be redelivered, so the message exists twice.
     #[error("the copy was published but the original could no longer be acked")]
     AckNotSent,
+    /// The copy's properties (its headers with the contract's) do not fit in one AMQP
+    /// frame: the broker would close the whole connection (`FRAME_ERROR`), so it was not
+    /// published ([`republish::check_frame`]).
+    #[error("the copy's content header frame would be {bytes} bytes, more than the connection's frame_max of {frame_max} bytes (AMQP puts all properties and headers in one frame); not published")]
+    TooLarge {
+        /// Size of the copy's content header frame, bytes.
+        bytes: usize,
+        /// The connection's negotiated `frame_max`, bytes.
+        frame_max: u32,
+    },
 }
 
 /// Why the broker did not confirm a copy ([`ClientError::NotConfirmed`]).
@@ -181,6 +191,7 @@ impl ClientError {
             ClientError::Unroutable { .. } => "unroutable",
             ClientError::Ack(_) => "ack",
             ClientError::AckNotSent => "ack_not_sent",
+            ClientError::TooLarge { .. } => "too_large",
         }
     }
 }

@@ -5,12 +5,20 @@
 //! publish the copy with `mandatory` and a publisher confirm; then settle the original —
 //! ack only after the confirm, otherwise nack with `requeue = true` (nothing is lost).
 //!
+//! A copy never carries what would route it where the decision did not send it, or crash
+//! the queue it goes to ([`without_hazards`]): `CC` and `BCC` (sender-selected
+//! distribution would route it by more keys than its tier's or dead-letter queue's) and an
+//! `x-death` RabbitMQ could not have written (RabbitMQ 3.x crashes a queue that
+//! dead-letters it). A copy whose properties would not fit in one AMQP frame is never
+//! sent ([`check_frame`]): the broker would close the whole connection.
+//!
 //! Times are milliseconds since the Unix epoch and delays milliseconds.
 
 use std::sync::Mutex;
 
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicPublishOptions};
-use lapin::types::ShortString;
+use lapin::protocol::basic::gen_properties;
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -166,7 +174,8 @@ impl Republisher {
     /// `origin`: reads `dlq-retry-count`, `dlq-first-failed-at` and `dlq-last-delay-ms`
     /// ([`FailureState`]), decides ([`ResolvedPolicy::decide`], or dead-letter at once
     /// for [`Failure::NotProcessed`]) and stamps the headers
-    /// ([`headers::republish_properties`]).
+    /// ([`headers::republish_properties`]), without `CC`, `BCC` or a malformed `x-death`
+    /// ([`without_hazards`]).
     ///
     /// # Errors
     /// [`ClientError::UnknownTier`] when the decided tier has no route (cannot happen
@@ -186,7 +195,7 @@ impl Republisher {
         };
         let class = failure.class();
         let (exchange, routing_key, action, outcome) = self.route(decision, class)?;
-        let properties = headers::republish_properties(
+        let properties = without_hazards(headers::republish_properties(
             properties,
             &Stamp {
                 class,
@@ -197,7 +206,7 @@ impl Republisher {
                 queue: &self.routes.source_queue,
                 action,
             },
-        );
+        ));
         Ok(Copy {
             exchange: short(exchange)?,
             routing_key: short(routing_key)?,
@@ -258,6 +267,96 @@ impl Republisher {
             ),
         })
     }
+}
+
+/// Headers that make RabbitMQ route a message by more routing keys than the one it is
+/// published with (sender-selected distribution, RabbitMQ docs "Sender-selected
+/// Distribution"): a copy goes only where the decision sends it.
+pub const ROUTING_HEADERS: [&str; 2] = ["CC", "BCC"];
+
+/// `properties` without [`ROUTING_HEADERS`] and without an `x-death` header RabbitMQ could
+/// not have written: one that is not an array of tables whose `count`s are numbers.
+/// RabbitMQ 3.x crashes the queue that dead-letters such a message (`rabbit_dead_letter`:
+/// `function_clause` on an entry that is not a table, `badarith` on a `count` that is
+/// not a number; a persistent message crashes it again at each restart, measured on
+/// 3.10.8), and a copy goes to a tier that dead-letters it. 4.x ignores a client's
+/// `x-death`. The retry state is in the contract's own headers, never in `x-death`.
+pub fn without_hazards(properties: BasicProperties) -> BasicProperties {
+    let Some(headers) = properties.headers().as_ref() else {
+        return properties;
+    };
+    let map = headers.inner();
+    let hazard = ROUTING_HEADERS.iter().any(|h| map.contains_key(*h))
+        || map.get("x-death").is_some_and(|v| !x_death_well_formed(v));
+    if !hazard {
+        return properties;
+    }
+    let mut map = map.clone();
+    for name in ROUTING_HEADERS {
+        map.remove(name);
+    }
+    if map.get("x-death").is_some_and(|v| !x_death_well_formed(v)) {
+        map.remove("x-death");
+    }
+    properties.with_headers(FieldTable::from(map))
+}
+
+/// An `x-death` value as RabbitMQ writes it: an array of tables, each `count` a number.
+fn x_death_well_formed(value: &AMQPValue) -> bool {
+    let AMQPValue::FieldArray(entries) = value else {
+        return false;
+    };
+    entries.as_slice().iter().all(|entry| match entry {
+        AMQPValue::FieldTable(t) => t.inner().get("count").is_none_or(|c| {
+            matches!(
+                c,
+                AMQPValue::ShortShortInt(_)
+                    | AMQPValue::ShortShortUInt(_)
+                    | AMQPValue::ShortInt(_)
+                    | AMQPValue::ShortUInt(_)
+                    | AMQPValue::LongInt(_)
+                    | AMQPValue::LongUInt(_)
+                    | AMQPValue::LongLongInt(_)
+                    | AMQPValue::Float(_)
+                    | AMQPValue::Double(_)
+                    | AMQPValue::Timestamp(_)
+            )
+        }),
+        _ => false,
+    })
+}
+
+/// Bytes of the AMQP content header frame that carries `properties`: the frame header
+/// (type, channel, size: 7), class id, weight and body size (12), the encoded properties
+/// and the frame end (1) (AMQP 0-9-1, sections 4.2.3 and 4.2.6.1). `None` when lapin
+/// cannot encode them.
+pub fn header_frame_bytes(properties: &BasicProperties) -> Option<usize> {
+    const FRAME_OVERHEAD: usize = 7 + 12 + 1;
+    let written = gen_properties(properties)(Vec::new().into()).ok()?;
+    usize::try_from(written.position)
+        .ok()
+        .map(|n| n + FRAME_OVERHEAD)
+}
+
+/// Whether `copy` can be sent on a connection whose negotiated `frame_max` is `frame_max`
+/// bytes (0: no limit). AMQP puts all properties in one content header frame, and a frame
+/// larger than `frame_max` makes RabbitMQ close the whole connection (`FRAME_ERROR`),
+/// with every other message in flight on it; so such a copy is not sent at all. Its
+/// original is given back like any copy that could not be published: a message whose
+/// headers come within a few hundred bytes of `frame_max` (128 KiB by default) cannot
+/// be republished with the contract's headers.
+///
+/// # Errors
+/// [`ClientError::TooLarge`] when the content header frame would exceed `frame_max`.
+pub fn check_frame(copy: &Copy, frame_max: u32) -> Result<(), ClientError> {
+    let Some(bytes) = header_frame_bytes(&copy.properties) else {
+        return Ok(());
+    };
+    let limit = usize::try_from(frame_max).unwrap_or(usize::MAX);
+    if frame_max != 0 && bytes > limit {
+        return Err(ClientError::TooLarge { bytes, frame_max });
+    }
+    Ok(())
 }
 
 /// Publishes `copy` with `body` on `channel` (which must be in confirm mode), with
@@ -378,6 +477,8 @@ pub async fn settle(
 
 #[cfg(test)]
 mod tests {
+    use lapin::types::{AMQPValue, FieldTable};
+
     use super::*;
 
     fn outcome() -> Outcome {
@@ -506,6 +607,113 @@ mod tests {
             header(&copy.properties, super::headers::ORIGINAL_EXCHANGE),
             Some(lapin::types::AMQPValue::LongString("shop".into()))
         );
+    }
+
+    /// Properties with `headers` (name, value).
+    fn with_headers(pairs: Vec<(&str, AMQPValue)>) -> BasicProperties {
+        let map: std::collections::BTreeMap<ShortString, AMQPValue> = pairs
+            .into_iter()
+            .map(|(k, v)| (ShortString::from(k), v))
+            .collect();
+        BasicProperties::default().with_headers(FieldTable::from(map))
+    }
+
+    fn array(values: Vec<AMQPValue>) -> AMQPValue {
+        AMQPValue::FieldArray(values.into())
+    }
+
+    fn entry(count: AMQPValue) -> AMQPValue {
+        AMQPValue::FieldTable(FieldTable::from(std::collections::BTreeMap::from([
+            (
+                ShortString::from("queue"),
+                AMQPValue::LongString("q".into()),
+            ),
+            (
+                ShortString::from("reason"),
+                AMQPValue::LongString("expired".into()),
+            ),
+            (ShortString::from("count"), count),
+        ])))
+    }
+
+    #[test]
+    fn a_copy_carries_neither_cc_nor_bcc_nor_a_malformed_x_death() {
+        let keys = array(vec![AMQPValue::LongString("2s".into())]);
+        let malformed = [
+            array(vec![AMQPValue::LongLongInt(1)]),
+            array(vec![
+                entry(AMQPValue::LongLongInt(1)),
+                AMQPValue::LongString("x".into()),
+            ]),
+            array(vec![entry(AMQPValue::LongString("7".into()))]),
+            AMQPValue::LongString("a string".into()),
+        ];
+        let failure = Failure::Failed {
+            class: Some(ErrorClass::Timeout),
+            error: "timed out",
+        };
+        for x_death in malformed {
+            let original = with_headers(vec![
+                ("CC", keys.clone()),
+                ("BCC", keys.clone()),
+                ("x-death", x_death.clone()),
+                ("tenant", AMQPValue::LongString("acme".into())),
+            ]);
+            let copy = republisher("Retry")
+                .copy(&original, &failure, ORIGIN)
+                .expect("copy");
+            for gone in ["CC", "BCC", "x-death"] {
+                assert_eq!(
+                    header(&copy.properties, gone),
+                    None,
+                    "{gone} of {x_death:?}"
+                );
+            }
+            assert!(header(&copy.properties, "tenant").is_some());
+            assert!(header(&copy.properties, super::headers::RETRY_COUNT).is_some());
+        }
+        // What RabbitMQ writes is kept as it is, with any integer or float count.
+        for count in [
+            AMQPValue::LongLongInt(3),
+            AMQPValue::LongInt(3),
+            AMQPValue::ShortShortUInt(3),
+            AMQPValue::Double(3.0),
+        ] {
+            let x_death = array(vec![entry(count), entry(AMQPValue::LongLongInt(1))]);
+            let original = with_headers(vec![("x-death", x_death.clone())]);
+            let copy = republisher("Retry")
+                .copy(&original, &failure, ORIGIN)
+                .expect("copy");
+            assert_eq!(header(&copy.properties, "x-death"), Some(x_death));
+        }
+    }
+
+    #[test]
+    fn a_copy_larger_than_one_frame_is_refused_before_it_is_sent() {
+        let blob =
+            |n: usize| with_headers(vec![("blob", AMQPValue::LongString("b".repeat(n).into()))]);
+        // flags (2) + headers table (4 + key 1 + 4 + type 1 + length 4) + n, + 20.
+        assert_eq!(header_frame_bytes(&blob(100)), Some(136));
+        assert_eq!(header_frame_bytes(&BasicProperties::default()), Some(22));
+        let copy = |properties| Copy {
+            exchange: "orders.dlx".into(),
+            routing_key: "orders".into(),
+            properties,
+            outcome: outcome(),
+        };
+        assert!(check_frame(&copy(blob(131_072 - 36)), 131_072).is_ok());
+        let err = check_frame(&copy(blob(131_072 - 35)), 131_072).expect_err("too large");
+        assert!(matches!(
+            err,
+            ClientError::TooLarge {
+                bytes: 131_073,
+                frame_max: 131_072
+            }
+        ));
+        assert_eq!(err.metric_label(), "too_large");
+        assert!(err.to_string().contains("131073 bytes"), "{err}");
+        // frame_max 0: no limit was negotiated.
+        assert!(check_frame(&copy(blob(200_000)), 0).is_ok());
     }
 
     #[test]

@@ -366,6 +366,53 @@ mod tests {
     }
 
     #[test]
+    fn hostile_death_headers_read_as_an_unclassified_failure() {
+        let huge: Vec<AMQPValue> = (0..20_000)
+            .map(|i| {
+                AMQPValue::FieldTable(table(&[
+                    ("reason", s("expired")),
+                    ("queue", s(&format!("q{i}"))),
+                ]))
+            })
+            .collect();
+        let shapes = [
+            table(&[("x-death", s("a string"))]),
+            table(&[("x-death", AMQPValue::FieldArray(FieldArray::default()))]),
+            table(&[(
+                "x-death",
+                AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::LongLongInt(1)])),
+            )]),
+            table(&[(
+                "x-death",
+                AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(table(&[
+                    ("reason", AMQPValue::FieldArray(FieldArray::default())),
+                    ("routing-keys", s("not an array")),
+                ]))])),
+            )]),
+            table(&[("x-last-death-reason", AMQPValue::LongLongInt(42))]),
+            table(&[(ERROR_CLASS, s("\u{1b}[31mValidation\u{1b}[0m"))]),
+        ];
+        for headers in shapes {
+            let incoming = read_dead(&headers);
+            assert_eq!(
+                (incoming.class, incoming.not_processed),
+                (None, None),
+                "{headers:?}"
+            );
+        }
+        // The newest death is the first entry, however many there are.
+        let many = table(&[("x-death", AMQPValue::FieldArray(FieldArray::from(huge)))]);
+        assert_eq!(
+            read_dead(&many).not_processed,
+            Some(DeadLetterReason::Expired)
+        );
+        // A reason of any length ends up in dlq-last-error, where the republisher cuts it.
+        let long = "r".repeat(1 << 20);
+        let incoming = read_dead(&table(&[("x-last-death-reason", s(&long))]));
+        assert!(incoming.error.len() > long.len());
+    }
+
+    #[test]
     fn no_death_and_no_headers_is_an_unclassified_failure() {
         let incoming = read(
             &Delivered {

@@ -83,8 +83,9 @@ pub async fn in_cluster(
 
 /// Keeps `fleet` in step with `source` every `resync` until `stop`: each round runs the
 /// routers `source` finds, keeps those it could not resolve, and stops the others; a
-/// failed round (an API or manifest error) is logged and changes nothing. Then drains the
-/// fleet ([`Fleet::drain`]).
+/// failed round (an API or manifest error) changes nothing and is logged once, not at
+/// every resync while it lasts (again when the error changes), and the first good round
+/// after it says so. Then drains the fleet ([`Fleet::drain`]).
 pub async fn follow<F, Fut, E>(
     fleet: &Fleet,
     mut source: F,
@@ -96,6 +97,7 @@ pub async fn follow<F, Fut, E>(
     E: std::fmt::Display,
 {
     let mut idle_said = false;
+    let mut failing: Option<String> = None;
     loop {
         let round = tokio::select! {
             () = stop.cancelled() => break,
@@ -108,6 +110,9 @@ pub async fn follow<F, Fut, E>(
                     tracing::info!("no DeadLetterQueue in router mode (spec.router.enabled: true): nothing to route yet; looking again every resync");
                 }
                 idle_said = idle;
+                if failing.take().is_some() {
+                    tracing::info!("the DeadLetterQueues in router mode are read and valid again; the routers follow them");
+                }
                 let mut keep: std::collections::BTreeSet<String> =
                     found.unresolved.into_iter().collect();
                 for target in found.targets {
@@ -119,7 +124,11 @@ pub async fn follow<F, Fut, E>(
                 fleet.retain(|k| keep.contains(k));
             }
             Err(e) => {
-                tracing::error!(error = %e, "cannot list the DeadLetterQueues in router mode; the running routers go on")
+                let error = e.to_string();
+                if failing.as_ref() != Some(&error) {
+                    tracing::error!(%error, "cannot read the DeadLetterQueues in router mode; the running routers go on as they are (logged once until the error changes or is fixed)");
+                    failing = Some(error);
+                }
             }
         }
         tokio::select! {

@@ -1,5 +1,10 @@
 //! One router for one DeadLetterQueue's inbox: consume, decide, republish with a
 //! publisher confirm, ack after the confirm; reconnect after a failure; drain on stop.
+//!
+//! The router consumes `<source>.router` only while the queue's ownership record names
+//! its DeadLetterQueue ([`check_owner`]): a queue of that name that is another
+//! DeadLetterQueue's (its source or dead-letter queue) is never taken, whatever process
+//! runs the router and whether or not its apply succeeded.
 
 use std::time::Duration;
 
@@ -15,8 +20,9 @@ use tokio_util::sync::CancellationToken;
 use super::incoming::{self, Delivered};
 use super::metrics::RouterMetrics;
 use crate::backoff::ResolvedPolicy;
-use crate::broker::rabbitmq::amqp;
+use crate::broker::rabbitmq::{amqp, ownership, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
+use crate::client::republish::check_frame;
 use crate::client::{publish_confirmed, settle, ClientError, Republisher};
 use crate::crd::RouterSpec;
 use crate::reconcile::Prepared;
@@ -26,9 +32,11 @@ use crate::topology::Routes;
 /// failed attempt up to this.
 pub const MAX_RECONNECT_DELAY_S: u64 = 30;
 
-/// Pause (ms) of a worker slot after a message it could not move was given back: the
-/// broker redelivers it at once, and retrying a refused publish in a tight loop would
-/// only load the broker.
+/// Pause (ms) before a message that could not be moved is given back to the inbox: the
+/// worker slot holds it meanwhile. Given back at once, the broker would redeliver it at
+/// once to another idle slot, so a refused route would be tried up to `prefetch` times a
+/// second; held, each such message is tried at most once per pause, whatever the
+/// prefetch. A stop cuts the pause short.
 pub const FAILURE_PAUSE_MS: u64 = 1_000;
 
 /// Everything a router needs for one DeadLetterQueue in router mode.
@@ -124,6 +132,14 @@ pub enum RouterError {
     /// The routes do not serve the policy (a bug: they come from one plan).
     #[error(transparent)]
     Routes(#[from] ClientError),
+    /// The inbox's ownership record could not be read (management API): not consumed
+    /// until it can be.
+    #[error("reading the ownership record of the inbox: {0}")]
+    Ownership(#[source] BrokerError),
+    /// The queue named like the inbox is not this DeadLetterQueue's ([`check_owner`]):
+    /// what to do, in words.
+    #[error("{0}")]
+    NotOurInbox(String),
 }
 
 /// Runs the router of `target` until `stop` is cancelled: consumes the inbox, moves each
@@ -172,10 +188,42 @@ async fn session(
     metrics: &RouterMetrics,
     stop: &CancellationToken,
 ) -> Result<(), RouterError> {
+    check_owner(target).await?;
     let connection = amqp::connect_vhost(&target.connection, &target.vhost).await?;
     let result = consume(&connection, target, republisher, metrics, stop).await;
     let _ = connection.close(200, "retry router stopping".into()).await;
     result
+}
+
+/// Refuses an inbox that is not `target`'s: `<source>.router` is consumed only while its
+/// ownership record (docs/ARCHITECTURE.md, "Ownership on the broker"; written by the apply
+/// that made the inbox, before the inbox) names `target`'s DeadLetterQueue. A queue of
+/// that name that another DeadLetterQueue owns, or one no apply of `target` made, keeps
+/// its messages: the router would otherwise move them into `target`'s tiers and source.
+///
+/// # Errors
+/// [`RouterError::Ownership`] when the record cannot be read, [`RouterError::NotOurInbox`]
+/// when it is missing or names another DeadLetterQueue.
+async fn check_owner(target: &Target) -> Result<(), RouterError> {
+    let inbox = target.inbox();
+    let key = target.key();
+    let broker = RabbitMq::new(&target.connection).map_err(RouterError::Ownership)?;
+    let record = broker
+        .owner_record(&target.vhost, ownership::QUEUE, inbox)
+        .await
+        .map_err(RouterError::Ownership)?;
+    match record {
+        Some(r) if r.owner == key => Ok(()),
+        Some(r) => Err(RouterError::NotOurInbox(format!(
+            "queue {inbox:?} belongs to DeadLetterQueue {owner} (its {role}; ownership record: global parameter {parameter}), not to {key}: not consumed. Give one of the two another source queue, or, if {owner} no longer exists, release the name (`rabbitmqctl clear_global_parameter {parameter}`) and apply {key}",
+            owner = r.owner,
+            role = r.role,
+            parameter = r.parameter(),
+        ))),
+        None => Err(RouterError::NotOurInbox(format!(
+            "queue {inbox:?} has no ownership record of DeadLetterQueue {key}: not consumed until an apply of {key} made it its router inbox (`dlq-operator apply`, or the operator)"
+        ))),
+    }
 }
 
 /// Sets up the channel (confirm mode, prefetch) and the consumer, then moves deliveries,
@@ -212,6 +260,7 @@ async fn consume(
     metrics.set_consuming(&target.namespace, &target.name, true);
     tracing::info!(dead_letter_queue = %target.key(), inbox = target.inbox(), prefetch = target.prefetch, "retry router consuming");
     let tag = consumer.tag();
+    let frame_max = connection.configuration().frame_max();
     let canceller = {
         let (channel, stop) = (channel.clone(), stop.clone());
         tokio::spawn(async move {
@@ -238,7 +287,15 @@ async fn consume(
         })
         .filter_map(|item| futures::future::ready(item.ok()))
         .for_each_concurrent(usize::from(target.prefetch), |delivery| {
-            move_one(&channel, target, republisher, metrics, delivery)
+            let on = On {
+                channel: &channel,
+                target,
+                republisher,
+                metrics,
+                frame_max,
+                stop,
+            };
+            move_one(on, delivery)
         })
         .await;
     canceller.abort();
@@ -249,15 +306,30 @@ async fn consume(
     }
 }
 
-/// Moves one inbox delivery: reads its failure, builds the copy, publishes it with a
-/// confirm and settles the original ([`settle`]); counts the result.
-async fn move_one(
-    channel: &Channel,
-    target: &Target,
-    republisher: &Republisher,
-    metrics: &RouterMetrics,
-    delivery: lapin::message::Delivery,
-) {
+/// What [`move_one`] works with.
+#[derive(Clone, Copy)]
+struct On<'a> {
+    channel: &'a Channel,
+    target: &'a Target,
+    republisher: &'a Republisher,
+    metrics: &'a RouterMetrics,
+    /// The connection's negotiated frame_max (bytes; 0: none).
+    frame_max: u32,
+    stop: &'a CancellationToken,
+}
+
+/// Moves one inbox delivery: reads its failure, builds the copy, checks that it fits in
+/// a frame ([`check_frame`]), publishes it with a confirm and settles the original
+/// ([`settle`]); counts the result. A copy that could not be published is given back
+/// after [`FAILURE_PAUSE_MS`].
+async fn move_one(on: On<'_>, delivery: lapin::message::Delivery) {
+    let On {
+        channel,
+        target,
+        republisher,
+        metrics,
+        ..
+    } = on;
     let incoming = incoming::read(
         &Delivered {
             exchange: delivery.exchange.as_str(),
@@ -267,19 +339,24 @@ async fn move_one(
         target.inbox(),
         &target.routes.source_queue,
     );
-    let published =
-        match republisher.copy(&delivery.properties, &incoming.failure(), incoming.origin()) {
-            Ok(copy) => publish_confirmed(channel, copy, &delivery.data).await,
-            Err(e) => Err(e),
-        };
+    let copy = republisher
+        .copy(&delivery.properties, &incoming.failure(), incoming.origin())
+        .and_then(|copy| check_frame(&copy, on.frame_max).map(|()| copy));
+    let published = match copy {
+        Ok(copy) => publish_confirmed(channel, copy, &delivery.data).await,
+        Err(e) => Err(e),
+    };
+    if published.is_err() {
+        tokio::select! {
+            () = on.stop.cancelled() => {}
+            () = tokio::time::sleep(Duration::from_millis(FAILURE_PAUSE_MS)) => {}
+        }
+    }
     match settle(&delivery, published).await {
         Ok(outcome) => metrics.record_routed(&target.namespace, &target.name, &outcome),
         Err(e) => {
             metrics.record_failure(&target.namespace, &target.name, &e);
             tracing::warn!(dead_letter_queue = %target.key(), error = %e, "retry router could not move a message; it was given back to the inbox");
-            if !matches!(e, ClientError::Ack(_) | ClientError::AckNotSent) {
-                tokio::time::sleep(Duration::from_millis(FAILURE_PAUSE_MS)).await;
-            }
         }
     }
 }
