@@ -349,3 +349,73 @@ async fn leaving_router_mode_keeps_the_inbox_while_it_holds_a_message_then_remov
     );
     cleanup(&q).await;
 }
+
+#[tokio::test]
+async fn a_queue_someone_else_made_under_the_inbox_name_is_never_taken_over() {
+    let q = unique("router-foreign");
+    let inbox = format!("{q}.router");
+    let (_conn, ch) = dlq::confirm_channel().await;
+    ch.queue_declare(
+        inbox.as_str().into(),
+        lapin::options::QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .expect("someone else's queue");
+    ch.basic_publish(
+        "".into(),
+        inbox.as_str().into(),
+        BasicPublishOptions::default(),
+        b"theirs",
+        BasicProperties::default(),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("confirm");
+    let dir = manifests(&[
+        ("s.yaml", &secret_yaml("s", "guest", "guest", MGMT)),
+        (
+            "p.yaml",
+            &policy_yaml("p", "  maxRetries: 1\n  tiers: [1s]\n"),
+        ),
+        ("d.yaml", &router_dlq_yaml(&q, "Classic", "")),
+    ]);
+    let out = cli(&["apply", "-f", &dir.path().display().to_string()]);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains(&format!("{inbox}: conflict")) && t.contains("without an ownership record"),
+        "{t}"
+    );
+    // Untouched: no policy of ours on it, its message still there, and the source does
+    // not dead-letter into it.
+    let policies = mgmt_get("/api/policies/%2F").await.expect("policies");
+    assert!(
+        !policies
+            .to_string()
+            .contains(&format!("dlq-operator.{inbox}\"")),
+        "{policies}"
+    );
+    let theirs = take_one(&ch, &inbox, Duration::from_secs(5))
+        .await
+        .expect("their message");
+    assert_eq!(theirs.delivery.data, b"theirs");
+    let source_policy = policies
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == serde_json::json!(format!("dlq-operator.{q}")))
+        .cloned();
+    if let Some(p) = source_policy {
+        assert_ne!(
+            p["definition"]["dead-letter-routing-key"],
+            serde_json::json!(inbox),
+            "{p}"
+        );
+    }
+    cleanup(&q).await;
+}

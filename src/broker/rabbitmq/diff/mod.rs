@@ -147,7 +147,7 @@ impl Diff {
 /// ([`needs_broker_version`], [`ready_counts_needed`]). See the module documentation for
 /// the rules.
 pub fn diff(plan: &DesiredTopology, snap: &Snapshot, owners: &Found, facts: &Facts) -> Diff {
-    let adoption = Adoption::of(plan, snap);
+    let adoption = Adoption::of(plan, snap, owners);
     let mut walk = Walk {
         plan,
         snap,
@@ -203,14 +203,17 @@ struct Adoption {
 }
 
 impl Adoption {
-    fn of(plan: &DesiredTopology, snap: &Snapshot) -> Self {
+    fn of(plan: &DesiredTopology, snap: &Snapshot, owners: &Found) -> Self {
         let conflicts = plan
             .queues
             .iter()
             .filter_map(|q| {
                 let existing = snap.queue(&q.name)?;
                 let policy = plan.policies.iter().find(|p| p.queue == q.name);
-                let reasons = queue_conflicts(existing, q, policy);
+                let mut reasons = queue_conflicts(existing, q, policy);
+                if q.role == QueueRole::Inbox && !recorded(owners, &q.name) {
+                    reasons.push(foreign_inbox(&q.name));
+                }
                 (!reasons.is_empty()).then(|| (q.name.clone(), reasons))
             })
             .collect();
@@ -527,6 +530,23 @@ impl<'s> PolicyTarget<'s> {
             top.name, top.priority, p.name, p.priority, p.queue
         ))
     }
+}
+
+/// Whether `owners` holds an ownership record for queue `name` (the apply's check has
+/// made sure any such record is this resource's).
+fn recorded(owners: &Found, name: &str) -> bool {
+    owners
+        .iter()
+        .any(|(c, r)| c.kind == ownership::QUEUE && c.name == name && r.is_some())
+}
+
+/// Why an existing queue named like the router inbox is not taken over: every inbox the
+/// operator creates has an ownership record (router mode is younger than the records),
+/// so one without is someone else's queue, possibly holding their messages.
+fn foreign_inbox(name: &str) -> String {
+    format!(
+        "queue {name:?} exists without an ownership record, so the operator did not create it: it is not taken over as the router inbox (its messages would be routed as failures); rename or remove it, or turn router mode off"
+    )
 }
 
 /// The report line of policy `name`: `outcome`, or shadowed when `shadowed` says so.
