@@ -2,7 +2,7 @@
 //! publisher confirm, ack after the confirm; reconnect after a failure; drain on stop.
 //!
 //! The router consumes `<source>.router` only while the queue's ownership record names
-//! its DeadLetterQueue ([`check_owner`]): a queue of that name that is another
+//! its DeadLetterQueue (`check_owner`): a queue of that name that is another
 //! DeadLetterQueue's (its source or dead-letter queue) is never taken, whatever process
 //! runs the router and whether or not its apply succeeded.
 
@@ -136,7 +136,7 @@ pub enum RouterError {
     /// until it can be.
     #[error("reading the ownership record of the inbox: {0}")]
     Ownership(#[source] BrokerError),
-    /// The queue named like the inbox is not this DeadLetterQueue's ([`check_owner`]):
+    /// The queue named like the inbox is not this DeadLetterQueue's (module documentation):
     /// what to do, in words.
     #[error("{0}")]
     NotOurInbox(String),
