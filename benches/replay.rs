@@ -36,11 +36,9 @@ use amqprs::channel::{
 use amqprs::connection::{Connection as AmqprsConnection, OpenConnectionArguments};
 use futures::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    QueueDeclareOptions, QueuePurgeOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueuePurgeOptions,
 };
 use lapin::types::FieldTable;
-use lapin::BasicProperties;
 use serde_json::json;
 
 use tokio_util::sync::CancellationToken;
@@ -53,92 +51,8 @@ use dlq_operator::dlq::filter::Filter;
 use dlq_operator::dlq::replay::{replay, ReplayOptions, ReplayReport, Target};
 use dlq_operator::topology::plan;
 
-const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-const API: &str = "http://127.0.0.1:15672/api";
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-async fn count(ch: &lapin::Channel, queue: &str) -> u32 {
-    ch.queue_declare(
-        queue.into(),
-        QueueDeclareOptions {
-            passive: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .expect("queue exists")
-    .message_count()
-}
-
-/// Publishes `n` persistent 1 KiB messages to `queue`, all confirms awaited.
-async fn fill(ch: &lapin::Channel, queue: &str, n: usize) {
-    let body = vec![b'x'; 1024];
-    let mut confirms = Vec::with_capacity(n);
-    for i in 0..n {
-        let props = BasicProperties::default()
-            .with_delivery_mode(2)
-            .with_message_id(format!("b{i}").into());
-        confirms.push(
-            ch.basic_publish("".into(), queue.into(), Default::default(), &body, props)
-                .await
-                .expect("publish"),
-        );
-    }
-    for c in confirms {
-        assert!(c.await.expect("confirm").is_ack(), "publish refused");
-    }
-}
-
-/// CPU time of process `pid` (`"self"` for this one) in clock ticks (user + system,
-/// fields 14 and 15 of `/proc/PID/stat`); 0 when it cannot be read.
-fn cpu_ticks(pid: &str) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at field 3.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
-        .sum()
-}
-
-/// The broker's Erlang VM (`beam.smp`) process id, if one runs here.
-fn broker_pid() -> Option<String> {
-    // The broker this bench talks to at 127.0.0.1 runs in its network namespace: with a
-    // RabbitMQ 4 in a namespace of its own (scripts/rabbitmq4.sh) beside the host's, the
-    // host's is not the one measured.
-    let net = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok();
-    let ours = net("self");
-    let out = std::process::Command::new("pgrep")
-        .arg("beam.smp")
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|pid| net(pid) == ours)
-        .map(str::to_string)
-}
-
-/// CPU used by the broker and by this process since `start` (ticks at `start` given), in %
-/// of one core (clock ticks at 100 Hz, `getconf CLK_TCK` on Linux).
-fn cpu_since(broker: Option<&str>, start: (u64, u64, Instant)) -> (f64, f64) {
-    let wall_ticks = start.2.elapsed().as_secs_f64() * 100.0;
-    let share = |now: u64, then: u64| now.saturating_sub(then) as f64 / wall_ticks * 100.0;
-    (
-        broker.map_or(0.0, |b| share(cpu_ticks(b), start.0)),
-        share(cpu_ticks("self"), start.1),
-    )
-}
+mod common;
+use common::{broker_pid, count, cpu_since, cpu_ticks, fill, median, now_ms, AMQP, API};
 
 /// Reference floor with lapin (module doc): moves the `n` messages of `dlq` to `queue`.
 /// Returns messages per second.
@@ -342,11 +256,6 @@ async fn amqprs_floor(dlq: &str, queue: &str, n: usize) -> f64 {
     let _ = conn.close().await;
     let _ = publishing.close().await;
     rate
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 #[tokio::main]

@@ -1,7 +1,8 @@
 //! The retry router against the real RabbitMQ: a plain consumer that only rejects, the
 //! `dlq-operator router --standalone` process moving its failures through the tiers and
 //! into the dead-letter queue with the header contract, a consumer's own report with its
-//! class, and a message the source queue let expire.
+//! class, a message the source queue let expire, leaving router mode, a foreign queue
+//! under the inbox's name, and a router stopped half-way through a quorum inbox.
 
 mod common;
 
@@ -417,5 +418,101 @@ async fn a_queue_someone_else_made_under_the_inbox_name_is_never_taken_over() {
             "{p}"
         );
     }
+    cleanup(&q).await;
+}
+
+/// Dead-letters `n` messages `drain-00000`… into `queue`'s router inbox for real: publishes
+/// them (pipelined, all confirmed) and rejects each with a plain consumer (`basic.nack`,
+/// `requeue=false`, `multiple` every 100).
+async fn dead_letter_through(ch: &lapin::Channel, queue: &str, n: usize) {
+    let mut confirms = Vec::with_capacity(n);
+    for i in 0..n {
+        let props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id(format!("drain-{i:05}").into());
+        confirms.push(
+            ch.basic_publish("".into(), queue.into(), Default::default(), b"x", props)
+                .await
+                .expect("publish"),
+        );
+    }
+    for c in confirms {
+        assert!(c.await.expect("confirm").is_ack(), "publish refused");
+    }
+    let conn = lapin::Connection::connect(AMQP, Default::default())
+        .await
+        .expect("amqp");
+    let rch = conn.create_channel().await.expect("channel");
+    rch.basic_qos(500, BasicQosOptions::default())
+        .await
+        .expect("qos");
+    let mut consumer = rch
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    for i in 1..=n {
+        let d = consumer.next().await.expect("delivery").expect("delivery");
+        if i % 100 == 0 || i == n {
+            let options = lapin::options::BasicNackOptions {
+                multiple: true,
+                requeue: false,
+            };
+            rch.basic_nack(d.delivery_tag, options).await.expect("nack");
+        }
+    }
+    let _ = conn.close(200, "bye".into()).await;
+}
+
+#[tokio::test]
+async fn a_router_stopped_half_way_through_a_quorum_inbox_moves_each_message_once() {
+    use dlq_operator::router::{sources::in_files, worker::run, RouterMetrics};
+    const N: usize = 3_000;
+    let q = unique("router-drain");
+    let dir = manifests(&[
+        ("s.yaml", &secret_yaml("s", "guest", "guest", MGMT)),
+        (
+            "p.yaml",
+            &policy_yaml("p", "  maxRetries: 3\n  tiers: [5m]\n"),
+        ),
+        (
+            "d.yaml",
+            &router_dlq_yaml(&q, "Quorum", "    prefetch: 1000\n"),
+        ),
+    ]);
+    let out = cli(&["apply", "-f", &dir.path().display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let target = in_files(&[dir.path().to_path_buf()])
+        .expect("manifests")
+        .pop()
+        .expect("a router target");
+    let (inbox, tier) = (format!("{q}.router"), format!("{q}.retry.5m"));
+    let (_conn, ch) = dlq::confirm_channel().await;
+    dead_letter_through(&ch, &q, N).await;
+    assert_eq!(dlq::ready(&ch, &inbox).await as usize, N, "inbox filled");
+    // Stopped with up to 1,000 messages in hand (the prefetch): they are finished, and
+    // each original's ack must reach the quorum inbox before the channel closes.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let router = tokio::spawn(run(target, RouterMetrics::new(), stop.clone()));
+    while (dlq::ready_now(&ch, &tier).await as usize) < N / 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.cancel();
+    router.await.expect("router task");
+    let left = dlq::ready(&ch, &inbox).await as usize;
+    let moved = dlq::drain_ids(&ch, &tier).await;
+    let mut distinct = moved.clone();
+    distinct.dedup();
+    eprintln!(
+        "drain on a quorum inbox: {} moved ({} distinct), {left} left in the inbox, of {N}",
+        moved.len(),
+        distinct.len()
+    );
+    assert_eq!(moved.len(), distinct.len(), "a message was moved twice");
+    assert_eq!(moved.len() + left, N, "a message was lost or duplicated");
     cleanup(&q).await;
 }
