@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod alerts;
 pub mod backoff;
 pub mod broker;
