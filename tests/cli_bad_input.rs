@@ -141,6 +141,27 @@ fn wrong_type_is_named() {
 }
 
 #[test]
+fn a_scalar_where_a_mapping_belongs_names_no_rust_type() {
+    let dlq = dlq_yaml("d", "q-router-scalar", "p", "s", "  router: true\n");
+    let dir = manifests(&[("d.yaml", &dlq)]);
+    let (ok, t) = apply_dir(&dir);
+    assert!(!ok);
+    assert_names(
+        &t,
+        &[
+            "DeadLetterQueue default/d",
+            "spec.router",
+            "expected a mapping of fields",
+            "docs/REFERENCE.md",
+        ],
+    );
+    assert!(
+        !t.contains("RouterSpec"),
+        "a Rust type name in the error: {t}"
+    );
+}
+
+#[test]
 fn missing_retry_policy_and_secret_are_named() {
     let secret = secret_yaml("s", "guest", "guest", MGMT);
     let dlq = dlq_yaml("d", "q-missing-policy", "nope", "s", "");

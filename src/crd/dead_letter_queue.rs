@@ -29,6 +29,7 @@ mod validate;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct DeadLetterQueueSpec {
     /// Where the broker is and how to log in.
     pub broker: BrokerSpec,
@@ -62,6 +63,7 @@ pub struct DeadLetterQueueSpec {
 /// and republishes each message to its retry tier or to the dead-letter exchange.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct RouterSpec {
     /// Route failed messages through the retry router (default `false`: the source
     /// dead-letters straight into the dead-letter exchange and only consumers using the
@@ -107,6 +109,7 @@ impl RouterSpec {
 
 /// Reference to an object in the resource's namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct LocalObjectRef {
     /// Name of the referenced object.
     #[schemars(length(min = 1, max = 253))]
@@ -116,6 +119,7 @@ pub struct LocalObjectRef {
 /// Broker connection (`spec.broker`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct BrokerSpec {
     /// Secret with `uri` (`amqp[s]://…`), `managementUri` (`http[s]://…:15672`), optionally
     /// `username`/`password`, `prometheusUri` (`http[s]://…:15692`: depths from the
@@ -163,6 +167,7 @@ impl QueueType {
 /// The work queue (`spec.source`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct SourceSpec {
     /// Name of the work queue.
     #[schemars(length(min = 1, max = 200))]
@@ -227,6 +232,7 @@ pub enum PartitionBy {
 /// Dead-letter exchange and queue (`spec.deadLetter`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct DeadLetterSpec {
     /// Dead-letter queue name (default `<source>.dlq`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -282,6 +288,7 @@ pub enum BaselineMode {
 /// Baseline of the backlog ratio (`spec.monitoring.baseline`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct BaselineSpec {
     /// `Static` or `Rolling`.
     #[serde(default)]
@@ -308,6 +315,7 @@ impl Default for BaselineSpec {
 /// Backlog monitoring (`spec.monitoring`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct MonitoringSpec {
     /// Poll interval (default `15s`, at least `100ms`).
     #[serde(default = "default_interval")]
@@ -368,6 +376,7 @@ impl Default for MonitoringSpec {
 /// Generated alert rules (`spec.alerting`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct AlertingSpec {
     /// The generated `PrometheusRule`.
     #[serde(default)]
@@ -377,6 +386,7 @@ pub struct AlertingSpec {
 /// Settings of the generated `PrometheusRule`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct PrometheusRuleSpec {
     /// Generate the rule (default true).
     #[serde(default = "default_true")]

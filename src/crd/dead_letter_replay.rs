@@ -34,6 +34,7 @@ use super::{Errors, InvalidSpec, LocalObjectRef};
         "message": "spec is immutable: create a new DeadLetterReplay"
     }
 ]))]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct DeadLetterReplaySpec {
     /// The DeadLetterQueue (same namespace) whose dead-letter queues are replayed.
     pub dead_letter_queue_ref: LocalObjectRef,

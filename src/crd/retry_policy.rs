@@ -26,6 +26,7 @@ use crate::error_class::ErrorClass;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct RetryPolicySpec {
     /// Retries after the first attempt (0..=100). 0 dead-letters on the first failure.
     #[serde(default = "default_max_retries")]
@@ -144,6 +145,7 @@ impl std::str::FromStr for BackoffStrategy {
         "message": "ExponentialJitter needs jitter or jitterRatio; other strategies take neither"
     }
 ]))]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct BackoffSpec {
     /// Backoff strategy.
     #[serde(default)]
@@ -204,6 +206,7 @@ pub enum ClassificationDefault {
 /// Failure classification (`spec.classification`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct Classification {
     /// Classes that are retried (default: the transient ones).
     #[serde(default = "default_retryable")]
