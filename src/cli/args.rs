@@ -299,7 +299,8 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub which: Which,
     /// Which messages (repeatable, terms joined by `,`): class=C, reason=R, queue=Q
-    /// (also !=), age>D or age<D (e.g. 1h, 7d), header.NAME=V (also !=).
+    /// (also !=), age>D or age<D (e.g. 1h, 7d), header.NAME=V (also !=), id=M (the
+    /// message_id property, exactly; also !=).
     #[arg(long)]
     pub filter: Vec<String>,
     /// Replay at most N messages (at least 1).
