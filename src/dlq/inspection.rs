@@ -365,7 +365,16 @@ mod tests {
         i.add(letter("parse", "r1", "q", None), now, 0);
         i.add(letter("timeout", "r1", "other", Some(99_000)), now, 0);
         let groups = i.groups();
-        let rows: Vec<(&str, &str, &str, u64, Option<u64>, Option<u64>, u64)> = groups
+        type Row<'a> = (
+            &'a str,
+            &'a str,
+            &'a str,
+            u64,
+            Option<u64>,
+            Option<u64>,
+            u64,
+        );
+        let rows: Vec<Row> = groups
             .iter()
             .map(|g| {
                 (
@@ -409,7 +418,11 @@ mod tests {
         let section = table.split("BY GROUP").nth(1).expect("section");
         assert!(!section.contains('\u{1b}'), "{table:?}");
         assert!(!section.contains('\u{202e}'), "{table:?}");
-        assert_eq!(section.lines().count(), 2, "one row, no raw newline: {table:?}");
+        assert_eq!(
+            section.lines().count(),
+            2,
+            "one row, no raw newline: {table:?}"
+        );
         // The JSON keeps the text (the CLI escapes JSON output as a whole).
         let json = serde_json::to_value(&i).expect("json");
         assert_eq!(json["groups"][0]["reason"], hostile);
