@@ -104,11 +104,13 @@ pub fn protected(name: &str) -> Option<&'static str> {
 /// Checks that `text` is one JSON value.
 ///
 /// # Errors
-/// [`RewriteError::InvalidJson`] with serde_json's line and column (from 1) and reason.
+/// [`RewriteError::InvalidJson`] with serde_json's line and column (both from 1) and
+/// reason.
 pub fn check_json(text: &str) -> Result<Value, RewriteError> {
     serde_json::from_str::<Value>(text).map_err(|e| RewriteError::InvalidJson {
         line: e.line(),
-        column: e.column(),
+        // serde_json says column 0 at the very start of a line (an end of input there).
+        column: e.column().max(1),
         reason: strip_position(&e.to_string()),
     })
 }
