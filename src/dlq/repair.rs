@@ -167,20 +167,39 @@ impl Rewrite {
     /// [`RewriteError::InvalidJson`], [`RewriteError::NotAnObject`], and those of
     /// [`Rewrite::set_header`].
     pub fn set_headers_json(&mut self, text: &str) -> Result<(), RewriteError> {
-        let kind = match check_json(text)? {
-            Value::Object(map) => {
-                for (name, value) in &map {
-                    self.set_header(name, value)?;
-                }
-                return Ok(());
+        for (name, value) in &object(check_json(text)?)? {
+            self.set_header(name, value)?;
+        }
+        Ok(())
+    }
+
+    /// The header edits that turn `original` (a dead letter's headers as JSON,
+    /// [`DeadLetter::headers`](super::DeadLetter::headers)) into the JSON object `edited`:
+    /// a header whose value changed or that is new is set ([`Rewrite::set_header`]), one
+    /// missing from `edited` is removed; an unchanged one is left alone, so it keeps its
+    /// exact AMQP type. For an edit form showing the headers as JSON.
+    ///
+    /// # Errors
+    /// [`RewriteError::InvalidJson`], [`RewriteError::NotAnObject`];
+    /// [`RewriteError::Protected`] when a protected header was changed, added or removed
+    /// (left as it was, it is fine); those of [`Rewrite::set_header`].
+    pub fn edit_headers_json(
+        &mut self,
+        original: &BTreeMap<String, Value>,
+        edited: &str,
+    ) -> Result<(), RewriteError> {
+        let edited = object(check_json(edited)?)?;
+        for (name, value) in &edited {
+            if original.get(name) != Some(value) {
+                self.set_header(name, value)?;
             }
-            Value::Null => "null",
-            Value::Bool(_) => "a boolean",
-            Value::Number(_) => "a number",
-            Value::String(_) => "a string",
-            Value::Array(_) => "an array",
-        };
-        Err(RewriteError::NotAnObject(kind))
+        }
+        for name in original.keys() {
+            if !edited.contains_key(name) {
+                self.remove_header(name)?;
+            }
+        }
+        Ok(())
     }
 
     /// Removes header `name` from the copy (nothing happens when the message has none).
@@ -226,6 +245,21 @@ impl Rewrite {
             headers.insert(name.clone(), value.clone());
         }
     }
+}
+
+/// The JSON object `value`.
+///
+/// # Errors
+/// [`RewriteError::NotAnObject`] naming what it is instead.
+fn object(value: Value) -> Result<serde_json::Map<String, Value>, RewriteError> {
+    Err(RewriteError::NotAnObject(match value {
+        Value::Object(map) => return Ok(map),
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+    }))
 }
 
 /// Refuses a protected, empty or over-long header name.

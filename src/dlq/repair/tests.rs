@@ -222,3 +222,56 @@ fn the_report_follows_the_replay_and_is_escaped() {
         (Some("skipped"), Some("why"))
     );
 }
+
+#[test]
+fn edited_headers_json_becomes_sets_and_removals() {
+    let original: BTreeMap<String, Value> = [
+        ("tenant".to_string(), json!("a")),
+        ("n".to_string(), json!(7)),
+        ("gone".to_string(), json!(true)),
+        ("x-death".to_string(), json!([{"count": 1}])),
+        ("dlq-reason".to_string(), json!("MaxRetriesExceeded")),
+    ]
+    .into();
+    let mut r = Rewrite::new();
+    r.edit_headers_json(
+        &original,
+        r#"{"tenant": "b", "n": 7, "new": 1.5, "x-death": [{"count": 1}],
+            "dlq-reason": "MaxRetriesExceeded"}"#,
+    )
+    .expect("valid edit");
+    assert_eq!(
+        r.set().keys().collect::<Vec<_>>(),
+        ["new", "tenant"],
+        "n unchanged"
+    );
+    assert_eq!(r.removed().iter().collect::<Vec<_>>(), ["gone"]);
+    for (edited, name) in [
+        (
+            r#"{"x-death": [], "dlq-reason": "MaxRetriesExceeded"}"#,
+            "x-death",
+        ),
+        (r#"{"x-death": [{"count": 1}]}"#, "dlq-reason"),
+        (
+            r#"{"x-death": [{"count": 1}], "dlq-reason": "MaxRetriesExceeded", "CC": ["k"]}"#,
+            "CC",
+        ),
+    ] {
+        let e = Rewrite::new()
+            .edit_headers_json(&original, edited)
+            .expect_err(edited);
+        assert!(matches!(e, RewriteError::Protected(..)), "{edited}: {e}");
+        assert!(e.to_string().contains(&format!("{name:?}")), "{e}");
+    }
+    let e = Rewrite::new()
+        .edit_headers_json(&original, "[1]")
+        .expect_err("array");
+    assert_eq!(e, RewriteError::NotAnObject("an array"));
+    let e = Rewrite::new()
+        .edit_headers_json(&original, "{\n\"a\": }")
+        .expect_err("invalid");
+    assert!(
+        matches!(e, RewriteError::InvalidJson { line: 2, .. }),
+        "{e}"
+    );
+}
