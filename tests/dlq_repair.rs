@@ -99,6 +99,13 @@ async fn repairs_one_message(queue_type: &str) {
         ]);
         publish(&ch, &dlq, id, headers).await;
     }
+    let elsewhere = header(&[
+        ("dlq-original-queue", text("elsewhere")),
+        ("tenant", text("old")),
+        ("debug", AMQPValue::Boolean(true)),
+        ("dlq-retry-count", AMQPValue::LongLongInt(4)),
+    ]);
+    publish(&ch, &dlq, "m4", elsewhere).await;
     let dead_letters = |all: &[Taken]| all.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
 
     // Bad input: one clear error naming the problem, exit 1, nothing touched.
@@ -129,7 +136,7 @@ async fn repairs_one_message(queue_type: &str) {
         assert!(said.contains(needle), "{args:?}: {said}");
         assert_eq!(said.matches("error:").count(), 1, "one error: {said}");
     }
-    assert_eq!(ready(&ch, &dlq).await, 3, "nothing taken");
+    assert_eq!(ready(&ch, &dlq).await, 4, "nothing taken");
     assert_eq!(ready(&ch, &q).await, 0, "nothing sent");
 
     // An unknown id: not found, nothing changed.
@@ -137,7 +144,18 @@ async fn repairs_one_message(queue_type: &str) {
     let said = common::text(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("not found"), "{said}");
-    assert_eq!(ready(&ch, &dlq).await, 3, "nothing taken");
+    assert_eq!(ready(&ch, &dlq).await, 4, "nothing taken");
+    assert_eq!(ready(&ch, &q).await, 0, "nothing sent");
+
+    // The replay's own rule: a message of another original queue is skipped, and stays.
+    let out = repair(&path, &["--id", "m4", "--body-json", "{}"]);
+    let said = common::text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("skipped") && said.contains("is not this DeadLetterQueue's source queue"),
+        "{said}"
+    );
+    assert_eq!(ready(&ch, &dlq).await, 4, "nothing taken");
     assert_eq!(ready(&ch, &q).await, 0, "nothing sent");
 
     // The repair.
@@ -193,7 +211,7 @@ async fn repairs_one_message(queue_type: &str) {
     let rest = take_all(&ch, &dlq).await;
     assert_eq!(
         dead_letters(&rest),
-        ["m1", "m3"],
+        ["m1", "m3", "m4"],
         "the original gone, the others kept"
     );
     for t in &rest {
