@@ -335,6 +335,7 @@ async fn main() {
                             "replay -w 1" => 1,
                             _ => dlq_operator::dlq::replay::MAX_IN_FLIGHT,
                         },
+                        rewrite: None,
                     };
                     let start = Instant::now();
                     let report = replay(

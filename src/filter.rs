@@ -13,6 +13,11 @@
 //! | `queue=Q` / `queue!=Q` | the original queue is / is not `Q` |
 //! | `age>D` / `age<D` | dead-lettered more / less than duration `D` ago (`30s`, `7d`; the CRDs' grammar); a message with no dead-lettering time matches neither |
 //! | `header.NAME=V` / `header.NAME!=V` | header `NAME`, as text, is / is not `V` |
+//! | `id=M` / `id!=M` | the `message_id` property is / is not exactly `M` (case and spaces inside count; a message without one is never `id=`, always `id!=`) |
+//!
+//! Values are trimmed, and cannot contain `,` (it separates terms): a message id or
+//! queue name with a comma can only be selected by building the [`Term`] in code, as
+//! `dlq repair` does ([`crate::dlq::repair`]).
 
 use crate::duration::parse_ms;
 use crate::error_class::canonical_class;
@@ -32,6 +37,8 @@ pub enum Term {
     YoungerThan(u64),
     /// `header.NAME=` / `header.NAME!=`: (name, value, equal).
     Header(String, String, bool),
+    /// `id=` / `id!=`: the AMQP `message_id` property, compared exactly: (value, equal).
+    MessageId(String, bool),
 }
 
 /// All terms must match; no term matches everything.
@@ -115,6 +122,7 @@ fn parse_term(raw: &str) -> Result<Term, FilterError> {
         "class" => text(|v, eq| Term::Class(canonical_class(&v), eq)),
         "reason" => text(Term::Reason),
         "queue" => text(Term::Queue),
+        "id" => text(Term::MessageId),
         "age" => {
             let ms = parse_ms(value).map_err(|e| err(&format!("age: {e}")))?;
             match op {
@@ -128,7 +136,7 @@ fn parse_term(raw: &str) -> Result<Term, FilterError> {
                 .map(|eq| Term::Header(name.to_string(), value.to_string(), eq))
                 .ok_or_else(|| err("header.NAME takes = or !=")),
             _ => Err(err(&format!(
-                "unknown key {key:?} (class, reason, queue, age, header.NAME)"
+                "unknown key {key:?} (class, reason, queue, age, header.NAME, id)"
             ))),
         },
     }
@@ -161,6 +169,14 @@ mod tests {
             ]
         );
         assert_eq!(Filter::default().older_than(5).terms, [Term::OlderThan(5)]);
+        let f = Filter::parse(&["id=order-1 ", "id!=Order-1"]).expect("parse");
+        assert_eq!(
+            f.terms,
+            [
+                Term::MessageId("order-1".into(), true),
+                Term::MessageId("Order-1".into(), false),
+            ]
+        );
     }
 
     #[test]
@@ -177,6 +193,8 @@ mod tests {
             ("class=a,,reason=b", "empty term"),
             ("class==x", "not ==, >=, <="),
             ("age>=1h", "not ==, >=, <="),
+            ("id>x", "id takes = or !="),
+            ("id=", "no value"),
         ] {
             let e = Filter::parse(&[expr]).expect_err(expr);
             assert!(e.to_string().contains(reason), "{expr}: {e}");

@@ -66,6 +66,7 @@ fn options(filter: &[&str]) -> ReplayOptions {
         max_replays: 3,
         replay_id: "test-run".into(),
         max_in_flight: dlq_operator::dlq::replay::MAX_IN_FLIGHT,
+        rewrite: None,
     }
 }
 

@@ -272,6 +272,13 @@ pub enum DlqCommand {
     /// Remove the dead-lettered messages older than --older-than (and matching every
     /// --filter); every other message stays. Needs --yes unless --dry-run.
     Purge(PurgeArgs),
+    /// Repair one dead-lettered message and send it back: a replay of the message whose
+    /// message_id is --id, with a new JSON body and/or headers set or removed. The copy is
+    /// published to the source queue with a publisher confirm, then the original is
+    /// removed; message_id is kept and dlq-repaired-at added. x-*, dlq-*, CC and BCC
+    /// headers cannot be edited. Exit 1 unless it was repaired (not found, skipped,
+    /// refused: nothing changed).
+    Repair(RepairArgs),
 }
 
 /// The flags of `dlq inspect`.
@@ -299,7 +306,8 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub which: Which,
     /// Which messages (repeatable, terms joined by `,`): class=C, reason=R, queue=Q
-    /// (also !=), age>D or age<D (e.g. 1h, 7d), header.NAME=V (also !=).
+    /// (also !=), age>D or age<D (e.g. 1h, 7d), header.NAME=V (also !=), id=M (the
+    /// message_id property, exactly; also !=).
     #[arg(long)]
     pub filter: Vec<String>,
     /// Replay at most N messages (at least 1).
@@ -350,6 +358,33 @@ pub struct PurgeArgs {
     /// Confirm the removal (required without --dry-run).
     #[arg(long)]
     pub yes: bool,
+    /// Report format.
+    #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
+    pub output: ReportFormat,
+}
+
+/// The flags of `dlq repair`.
+#[derive(clap::Args)]
+pub struct RepairArgs {
+    #[command(flatten)]
+    pub which: Which,
+    /// The message_id property of the dead-lettered message (exact; if several messages
+    /// share it, the first one read is repaired).
+    #[arg(long, value_name = "MESSAGE_ID")]
+    pub id: String,
+    /// The new body: this file's content, which must be JSON (kept byte for byte).
+    #[arg(long, value_name = "FILE", conflicts_with = "body_json")]
+    pub body_file: Option<PathBuf>,
+    /// The new body as JSON text (kept byte for byte).
+    #[arg(long, value_name = "JSON")]
+    pub body_json: Option<String>,
+    /// Set header K to V (repeatable): V is a JSON number, true/false or "quoted string"
+    /// when it parses as one, else the text itself.
+    #[arg(long, value_name = "K=V")]
+    pub set_header: Vec<String>,
+    /// Remove header K (repeatable).
+    #[arg(long, value_name = "K")]
+    pub remove_header: Vec<String>,
     /// Report format.
     #[arg(long, short = 'o', value_enum, default_value_t = ReportFormat::Table)]
     pub output: ReportFormat,

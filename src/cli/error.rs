@@ -157,6 +157,8 @@ pub enum Progress {
         /// At most this many copies were in flight.
         unsettled: u64,
     },
+    /// `dlq repair`: its one copy may have been confirmed before the error.
+    Repair,
     /// `dlq purge`: messages read and removed (for good).
     Purge {
         /// Messages read.
@@ -169,6 +171,12 @@ pub enum Progress {
 impl std::fmt::Display for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
+            Progress::Repair => write!(
+                f,
+                "\nthe repaired copy may have reached the source queue while the original \
+                 went back to the dead-letter queue (at-least-once: check the source queue \
+                 before repairing again; deduplicate on message_id). Nothing is lost."
+            ),
             Progress::Nothing
             | Progress::Replay { read: 0, .. }
             | Progress::Purge { read: 0, .. } => Ok(()),

@@ -40,7 +40,8 @@ pub struct DeadLetterReplaySpec {
     pub dead_letter_queue_ref: LocalObjectRef,
     /// Filter terms, all of which a message must match (the `dlq replay --filter`
     /// syntax): `class=NAME`, `reason=R`, `queue=Q` (each also `!=`), `age>DURATION`,
-    /// `age<DURATION`, `header.NAME=VALUE` / `!=`. Empty: every message.
+    /// `age<DURATION`, `header.NAME=VALUE` / `!=`, `id=MESSAGE_ID` / `!=`. Empty: every
+    /// message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub filter: Vec<String>,

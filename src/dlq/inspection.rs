@@ -32,6 +32,10 @@ pub struct Inspection {
     pub by_retry_count: BTreeMap<u64, u64>,
     /// Messages per original queue.
     pub by_original_queue: BTreeMap<String, u64>,
+    /// Messages per joint (error class, reason, original queue), with their ages.
+    /// Serialized as the list of [`Inspection::groups`] (count descending, then key).
+    #[serde(serialize_with = "groups_sorted")]
+    pub groups: BTreeMap<GroupKey, GroupStats>,
     /// Age of the oldest message, ms (from its dead-lettering time).
     pub oldest_age_ms: Option<u64>,
     /// Age of the newest message, ms.
@@ -57,15 +61,112 @@ impl Inspection {
             .by_original_queue
             .entry(message.original_queue.clone())
             .or_default() += 1;
-        if let Some(at) = message.dead_lettered_at_ms {
-            let age = now_ms.saturating_sub(at);
+        let age = message
+            .dead_lettered_at_ms
+            .map(|at| now_ms.saturating_sub(at));
+        if let Some(age) = age {
             self.oldest_age_ms = Some(self.oldest_age_ms.map_or(age, |a| a.max(age)));
             self.newest_age_ms = Some(self.newest_age_ms.map_or(age, |a| a.min(age)));
         }
+        self.groups
+            .entry(GroupKey {
+                error_class: message.error_class.clone(),
+                reason: message.reason.clone(),
+                original_queue: message.original_queue.clone(),
+            })
+            .or_default()
+            .add(age);
         if self.sample.len() < sample_size {
             self.sample.push(message);
         }
     }
+}
+
+impl Inspection {
+    /// The joint groups, the largest first (count descending, then the key in
+    /// [`GroupKey`]'s order: error class, reason, original queue).
+    pub fn groups(&self) -> Vec<Group> {
+        sorted(&self.groups)
+    }
+}
+
+/// `groups` as rows, count descending, then key.
+fn sorted(groups: &BTreeMap<GroupKey, GroupStats>) -> Vec<Group> {
+    let mut rows: Vec<Group> = groups
+        .iter()
+        .map(|(key, stats)| Group {
+            key: key.clone(),
+            stats: *stats,
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.stats
+            .count
+            .cmp(&a.stats.count)
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    rows
+}
+
+/// What a joint group of dead letters shares: the same error class, reason and original
+/// queue (as [`DeadLetter`] reads them: `unclassified`, `unknown` when missing).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupKey {
+    /// [`DeadLetter::error_class`].
+    pub error_class: String,
+    /// [`DeadLetter::reason`].
+    pub reason: String,
+    /// [`DeadLetter::original_queue`].
+    pub original_queue: String,
+}
+
+/// The counts and ages of one joint group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupStats {
+    /// Messages in the group (read by this inspection).
+    pub count: u64,
+    /// Age of its oldest message, ms since its dead-lettering time
+    /// ([`DeadLetter::dead_lettered_at_ms`]); `None` when no message of the group has one.
+    pub oldest_age_ms: Option<u64>,
+    /// Age of its newest message, ms; `None` as for `oldest_age_ms`.
+    pub newest_age_ms: Option<u64>,
+    /// Messages of the group with no dead-lettering time (not in the ages).
+    pub unknown_age: u64,
+}
+
+impl GroupStats {
+    /// Counts one more message of age `age_ms` (`None`: no dead-lettering time known).
+    pub fn add(&mut self, age_ms: Option<u64>) {
+        self.count += 1;
+        match age_ms {
+            Some(age) => {
+                self.oldest_age_ms = Some(self.oldest_age_ms.map_or(age, |a| a.max(age)));
+                self.newest_age_ms = Some(self.newest_age_ms.map_or(age, |a| a.min(age)));
+            }
+            None => self.unknown_age += 1,
+        }
+    }
+}
+
+/// One row of [`Inspection::groups`]: the key and its stats, flat in JSON and YAML.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Group {
+    /// What the group's messages share.
+    #[serde(flatten)]
+    pub key: GroupKey,
+    /// How many there are and how old.
+    #[serde(flatten)]
+    pub stats: GroupStats,
+}
+
+/// Serializes the groups map as [`Inspection::groups`]'s sorted list.
+fn groups_sorted<S: serde::Serializer>(
+    groups: &BTreeMap<GroupKey, GroupStats>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(sorted(groups))
 }
 
 impl Inspection {
@@ -129,6 +230,7 @@ impl Inspection {
                 .collect(),
         );
         section(&mut out, "BY ORIGINAL QUEUE", rows(&self.by_original_queue));
+        groups_table(&mut out, &self.groups());
         for (i, m) in self.sample.iter().enumerate() {
             let _ = writeln!(
                 out,
@@ -152,6 +254,32 @@ impl Inspection {
             );
         }
         out
+    }
+}
+
+/// The "BY GROUP" section: count, oldest and newest age (`-` when unknown; the messages
+/// without a time counted after them), then the error class, reason and original queue,
+/// each escaped and cut ([`crate::printable::shown`]).
+fn groups_table(out: &mut String, groups: &[Group]) {
+    use crate::printable::shown;
+    use std::fmt::Write as _;
+    let age = |ms: Option<u64>| ms.map_or("-".to_string(), crate::duration::format_ms);
+    let _ = writeln!(
+        out,
+        "\nBY GROUP (count, oldest, newest, no age: class / reason / original queue)"
+    );
+    for g in groups {
+        let _ = writeln!(
+            out,
+            "  {:>8}  {:>8}  {:>8}  {:>6}  {} / {} / {}",
+            g.stats.count,
+            age(g.stats.oldest_age_ms),
+            age(g.stats.newest_age_ms),
+            g.stats.unknown_age,
+            shown(&g.key.error_class, PREVIEW_BYTES),
+            shown(&g.key.reason, PREVIEW_BYTES),
+            shown(&g.key.original_queue, PREVIEW_BYTES),
+        );
     }
 }
 
@@ -208,5 +336,95 @@ mod tests {
         assert_eq!(i.by_reason["unknown"], 3);
         let table = i.table();
         assert!(table.contains("BY ERROR CLASS"), "{table}");
+    }
+
+    /// A dead letter with these fields (`at`: dead-lettering time, ms; `None`: unknown).
+    fn letter(class: &str, reason: &str, queue: &str, at: Option<u64>) -> DeadLetter {
+        use crate::client::headers::{ORIGINAL_QUEUE, REASON};
+        let mut headers: crate::broker::message::Headers = [
+            (ERROR_CLASS.to_string(), HeaderValue::text(class)),
+            (REASON.to_string(), HeaderValue::text(reason)),
+            (ORIGINAL_QUEUE.to_string(), HeaderValue::text(queue)),
+        ]
+        .into();
+        if let Some(ms) = at {
+            headers.insert(LAST_FAILED_AT.to_string(), HeaderValue::I64(ms as i64));
+        }
+        let m = Message::new(headers, b"");
+        DeadLetter::read("q.dlq", &m.properties, &m.body, 10)
+    }
+
+    #[test]
+    fn groups_join_class_reason_and_queue_with_their_ages() {
+        let mut i = Inspection::default();
+        let now = 100_000;
+        i.add(letter("timeout", "r1", "q", Some(10_000)), now, 0);
+        i.add(letter("timeout", "r1", "q", Some(70_000)), now, 0);
+        i.add(letter("timeout", "r1", "q", None), now, 0);
+        i.add(letter("timeout", "r2", "q", Some(50_000)), now, 0);
+        i.add(letter("parse", "r1", "q", None), now, 0);
+        i.add(letter("timeout", "r1", "other", Some(99_000)), now, 0);
+        let groups = i.groups();
+        type Row<'a> = (
+            &'a str,
+            &'a str,
+            &'a str,
+            u64,
+            Option<u64>,
+            Option<u64>,
+            u64,
+        );
+        let rows: Vec<Row> = groups
+            .iter()
+            .map(|g| {
+                (
+                    g.key.error_class.as_str(),
+                    g.key.reason.as_str(),
+                    g.key.original_queue.as_str(),
+                    g.stats.count,
+                    g.stats.oldest_age_ms,
+                    g.stats.newest_age_ms,
+                    g.stats.unknown_age,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("Timeout", "r1", "q", 3, Some(90_000), Some(30_000), 1),
+                // Equal counts: by key (class, reason, queue).
+                ("Parse", "r1", "q", 1, None, None, 1),
+                ("Timeout", "r1", "other", 1, Some(1_000), Some(1_000), 0),
+                ("Timeout", "r2", "q", 1, Some(50_000), Some(50_000), 0),
+            ]
+        );
+        let json = serde_json::to_value(&i).expect("json");
+        assert_eq!(json["groups"][0]["errorClass"], "Timeout");
+        assert_eq!(json["groups"][0]["count"], 3);
+        assert_eq!(json["groups"][0]["oldestAgeMs"], 90_000);
+        assert_eq!(json["groups"][0]["unknownAge"], 1);
+        assert_eq!(json["groups"][1]["oldestAgeMs"], serde_json::Value::Null);
+        let table = i.table();
+        assert!(table.contains("BY GROUP"), "{table}");
+        assert!(table.contains("Timeout / r1 / q"), "{table}");
+    }
+
+    #[test]
+    fn hostile_group_text_is_escaped_in_the_table() {
+        let mut i = Inspection::default();
+        let hostile = "\u{1b}[31mred\u{202e}<script>\n";
+        i.add(letter("x", hostile, hostile, Some(1)), 2, 0);
+        let table = i.table();
+        let section = table.split("BY GROUP").nth(1).expect("section");
+        assert!(!section.contains('\u{1b}'), "{table:?}");
+        assert!(!section.contains('\u{202e}'), "{table:?}");
+        assert_eq!(
+            section.lines().count(),
+            2,
+            "one row, no raw newline: {table:?}"
+        );
+        // The JSON keeps the text (the CLI escapes JSON output as a whole).
+        let json = serde_json::to_value(&i).expect("json");
+        assert_eq!(json["groups"][0]["reason"], hostile);
     }
 }

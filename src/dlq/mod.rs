@@ -29,6 +29,7 @@ pub mod filter;
 pub mod inspection;
 pub mod letter;
 pub mod purge;
+pub mod repair;
 pub mod replay;
 pub mod route;
 pub mod target;
@@ -47,6 +48,9 @@ pub const REPLAYED_AT: &str = "dlq-replayed-at";
 pub const REPLAY_ID: &str = "dlq-replay-id";
 /// `dlq-replay-count` (long): how many times it has been replayed.
 pub const REPLAY_COUNT: &str = "dlq-replay-count";
+/// `dlq-repaired-at` (long, ms since epoch): when the message was last repaired — its
+/// copy replayed with a new body or edited headers ([`repair`]).
+pub const REPAIRED_AT: &str = "dlq-repaired-at";
 
 /// Headers a replay removes: the retry state of the failure it recovers from (so the
 /// consumer starts the message's retries over: retry count, retry window, last delay,

@@ -139,6 +139,15 @@ pub struct ReplayOptions {
     /// crash duplicates at most this many ([`crash_bound`]). Smaller is slower: at 1, each
     /// original's removal is confirmed by a round trip before the next copy goes out.
     pub max_in_flight: usize,
+    /// A repair's edits of the copy (new body, headers set or removed; `None`: an exact
+    /// replay). Applied by every engine through [`super::repair::copy_content`].
+    pub rewrite: Option<super::repair::Rewrite>,
+}
+
+/// A fresh replay id for a replay started at `now_ms` (ms since epoch):
+/// `<now_ms>-<8 random hex digits>`.
+pub fn new_replay_id(now_ms: u64) -> String {
+    format!("{now_ms}-{:08x}", rand::random::<u32>())
 }
 
 /// Copies per checkpoint for `rate` (messages per second; `None`: as fast as confirms

@@ -13,19 +13,20 @@ use std::collections::VecDeque;
 use tokio_util::sync::CancellationToken;
 
 use super::{FakeBroker, Published, State};
-use crate::broker::message::{HeaderValue, Message};
+use crate::broker::message::{HeaderValue, Message, Properties};
 use crate::broker::rabbitmq::dead_letters::written_by_commands;
 use crate::broker::rabbitmq::ownership::{claims, conflict_message, record_name};
 use crate::broker::{BrokerError, DeadLetterOps, QueueCounts, QueueLimits};
 use crate::dlq::browse::{budget, guard, Access, InspectOptions};
 use crate::dlq::filter::Filter;
 use crate::dlq::purge::PurgeReport;
+use crate::dlq::repair::copy_content;
 use crate::dlq::replay::{
     checkpoint_batch, decide, limit_reached, next_batch, Observer, ReplayOptions, ReplayReport,
     NACKED, UNROUTABLE,
 };
 use crate::dlq::route::{ExchangeRoute, Routes};
-use crate::dlq::{release_for, replay_properties, DeadLetter, Inspection, Release};
+use crate::dlq::{release_for, DeadLetter, Inspection, Release};
 use crate::topology::DesiredTopology;
 
 /// The messages of one dead-letter queue while an operation holds them.
@@ -292,9 +293,14 @@ impl FakeBroker {
                 batch_left = this_batch;
             }
             batch_left -= 1;
+            let (headers, body) =
+                copy_content(m.properties.headers.as_ref(), &m.body, opts, now_ms);
             let copy = Message {
-                properties: replay_properties(&m.properties, &opts.replay_id, now_ms),
-                body: m.body.clone(),
+                properties: Properties {
+                    headers: Some(headers),
+                    ..m.properties.clone()
+                },
+                body,
             };
             let published = {
                 let mut s = self.lock();

@@ -1,10 +1,11 @@
-//! `dlq-operator dlq inspect|replay|purge`: dead-letter operations on one
+//! `dlq-operator dlq inspect|replay|purge|repair`: dead-letter operations on one
 //! DeadLetterQueue's dead-letter queues, found in the cluster (`NAMESPACE/NAME`) or in
 //! manifest files (`--standalone -f PATH --name NAME`). Each checks its flags before it
 //! reads or touches anything, and stops cleanly on SIGINT, SIGTERM or SIGHUP.
 
 mod inspect;
 mod purge;
+mod repair;
 mod replay;
 
 use std::process::ExitCode;
@@ -21,12 +22,13 @@ use super::error::CliError;
 /// Runs a `dlq` command.
 ///
 /// # Errors
-/// As [`inspect::inspect`], [`replay::replay`] and [`purge::purge`].
+/// As [`inspect::inspect`], [`replay::replay`], [`purge::purge`] and [`repair::repair`].
 pub async fn dlq_command(command: DlqCommand) -> Result<ExitCode, CliError> {
     match command {
         DlqCommand::Inspect(args) => inspect::inspect(args).await,
         DlqCommand::Replay(args) => replay::replay(args).await,
         DlqCommand::Purge(args) => purge::purge(args).await,
+        DlqCommand::Repair(args) => repair::repair(args).await,
     }
 }
 

@@ -41,9 +41,10 @@ pub async fn replay(args: ReplayArgs) -> Result<ExitCode, CliError> {
             ReplayTarget::OriginalExchange => engine::Target::OriginalExchange,
         },
         max_replays: args.max_replays,
-        replay_id: format!("{started}-{:08x}", rand::random::<u32>()),
+        replay_id: engine::new_replay_id(started),
         // In 1..=MAX_IN_FLIGHT (the parser's range).
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(engine::MAX_IN_FLIGHT),
+        rewrite: None,
     };
     let window = engine::crash_bound(opts.max_in_flight, opts.rate, opts.limit);
     let mut shown = Shown::new()?;

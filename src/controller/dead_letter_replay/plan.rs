@@ -158,6 +158,7 @@ pub fn options_for(
         max_in_flight: spec.max_in_flight.map_or(MAX_IN_FLIGHT, |n| {
             usize::try_from(n).unwrap_or(MAX_IN_FLIGHT)
         }),
+        rewrite: None,
     })
 }
 

@@ -13,7 +13,7 @@ use super::super::convert::{headers_of, to_field_table};
 use super::{Next, Pending, Run, Scan, Sent, IDLE};
 use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
 use crate::broker::BrokerError;
-use crate::dlq::replay_headers;
+use crate::dlq::repair::copy_content;
 
 impl Run<'_> {
     /// Publishes the copy of a message (`properties`, `body`) along `route` on the
@@ -21,7 +21,8 @@ impl Run<'_> {
     /// confirm are awaited later, in order, by `settle_oldest` (one wait per message would
     /// cap the rate at one round trip each).
     ///
-    /// The copy is the original's properties with the headers of [`replay_headers`].
+    /// The copy is the original's properties with the headers and body of
+    /// [`copy_content`] (the replay's headers; a repair's edits and body).
     ///
     /// # Errors
     /// The publishing channel cannot be opened; a header that does not fit AMQP 0-9-1
@@ -34,7 +35,7 @@ impl Run<'_> {
         body: &[u8],
     ) -> Result<Sent<Confirmation>, BrokerError> {
         let original = properties.headers().as_ref().map(headers_of);
-        let headers = replay_headers(original.as_ref(), &self.opts.replay_id, self.now_ms);
+        let (headers, body) = copy_content(original.as_ref(), body, self.opts, self.now_ms);
         let table = to_field_table(&headers).map_err(|why| BrokerError::Amqp {
             reason: format!(
                 "queue {:?}: the copy's headers do not fit AMQP: {why}",
@@ -43,7 +44,6 @@ impl Run<'_> {
         })?;
         let copy = properties.clone().with_headers(table);
         let channel = self.publisher(state).await?;
-        let body = body.to_vec();
         let (exchange, routing_key) = route.clone();
         let mut confirm: Pending<Confirmation> = Box::pin(async move {
             channel
