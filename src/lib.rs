@@ -13,6 +13,7 @@ pub mod broker;
 pub mod client;
 pub mod clock;
 pub mod collector;
+pub mod console;
 pub mod compensation;
 pub mod controller;
 pub mod crd;
