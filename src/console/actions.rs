@@ -7,7 +7,6 @@
 //! scan), in a task of its own (a closed browser tab does not cut it short), and is
 //! audited ([`super::audit`]).
 
-
 use axum::extract::{Form, Path, State as Extract};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Redirect, Response};
@@ -47,7 +46,11 @@ pub struct ActionForm {
 /// The session of a POST that comes from the console's own page: same origin (403),
 /// logged in (401), with the session's CSRF token (403).
 #[allow(clippy::result_large_err)]
-pub fn checked_post(state: &State, headers: &HeaderMap, form: &ActionForm) -> Result<Session, Response> {
+pub fn checked_post(
+    state: &State,
+    headers: &HeaderMap,
+    form: &ActionForm,
+) -> Result<Session, Response> {
     if !auth::same_origin(headers, state.port) {
         return Err(page(
             StatusCode::FORBIDDEN,
@@ -92,7 +95,12 @@ fn chosen(state: &State, key: &str, form: &ActionForm) -> Result<(Filter, String
             .map(|g| (g.filter(), group_text(&g)))
             .ok_or_else(|| page(StatusCode::NOT_FOUND, "No such group", String::new()));
     }
-    match form.filter.as_deref().map(str::trim).filter(|f| !f.is_empty()) {
+    match form
+        .filter
+        .as_deref()
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+    {
         None => Ok((Filter::default(), "all".into())),
         Some(text) => Filter::parse(&[text])
             .map(|f| (f, format!("filter {}", shown(text, PREVIEW_BYTES))))
@@ -145,7 +153,10 @@ async fn run_replay(
 ) -> Result<ReplayReport, Response> {
     let (planned, i) = find(state, collector_ns(key), collector_name(key))?;
     let prep = planned[i].prepared.clone();
-    let client = state.brokers.client(&prep.connection).map_err(|e| broker_error(&e))?;
+    let client = state
+        .brokers
+        .client(&prep.connection)
+        .map_err(|e| broker_error(&e))?;
     let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
     let task = tokio::spawn(async move {
         let _held = lock.lock().await;
@@ -161,7 +172,15 @@ async fn run_replay(
             max_in_flight: MAX_IN_FLIGHT,
         };
         let mut quiet = |_: &ReplayReport| {};
-        replay_with(client.as_ref(), &prep.topology, &opts, now, &cancel, &mut quiet).await
+        replay_with(
+            client.as_ref(),
+            &prep.topology,
+            &opts,
+            now,
+            &cancel,
+            &mut quiet,
+        )
+        .await
     });
     match task.await {
         Ok(Ok(report)) => Ok(report),
@@ -184,7 +203,10 @@ async fn run_purge(
 ) -> Result<(PurgeReport, Option<String>), Response> {
     let (planned, i) = find(state, collector_ns(key), collector_name(key))?;
     let prep = planned[i].prepared.clone();
-    let client = state.brokers.client(&prep.connection).map_err(|e| broker_error(&e))?;
+    let client = state
+        .brokers
+        .client(&prep.connection)
+        .map_err(|e| broker_error(&e))?;
     let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
     let task = tokio::spawn(async move {
         let _held = lock.lock().await;
@@ -200,7 +222,12 @@ async fn run_purge(
             &mut report,
         )
         .await;
-        (report, result.err().map(|e| crate::printable::escape_lines(&e.to_string())))
+        (
+            report,
+            result
+                .err()
+                .map(|e| crate::printable::escape_lines(&e.to_string())),
+        )
     });
     task.await.map_err(|e| {
         page(
@@ -263,7 +290,11 @@ fn pending_of(
             "This confirmation was already used or is unknown: start again from the DeadLetterQueue's page.".into(),
         ));
     }
-    let p = if take { all.remove(id) } else { all.get(id).cloned() };
+    let p = if take {
+        all.remove(id)
+    } else {
+        all.get(id).cloned()
+    };
     p.ok_or_else(|| page(StatusCode::CONFLICT, "Nothing to confirm", String::new()))
 }
 
@@ -502,7 +533,9 @@ pub async fn purge(
             outcome: "confirmation not typed",
         });
         let action = form.action.clone().unwrap_or_default();
-        let error = Some(format!("Type {key} exactly to confirm; nothing was removed."));
+        let error = Some(format!(
+            "Type {key} exactly to confirm; nothing was removed."
+        ));
         return purge_confirm(ns, name, s.csrf, p, action, error, StatusCode::BAD_REQUEST);
     }
     let result = run_purge(&state, &key, p.filter, false).await;
@@ -538,4 +571,3 @@ pub async fn purge(
         },
     )
 }
-

@@ -169,9 +169,11 @@ impl Console {
     pub async fn bind(opts: Options, auth: auth::Auth) -> std::io::Result<Console> {
         check_bind(opts.bind)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let listener = tokio::net::TcpListener::bind(opts.bind).await.map_err(|e| {
-            std::io::Error::new(e.kind(), format!("--bind-address {}: {e}", opts.bind))
-        })?;
+        let listener = tokio::net::TcpListener::bind(opts.bind)
+            .await
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("--bind-address {}: {e}", opts.bind))
+            })?;
         let port = listener.local_addr()?.port();
         let state = Arc::new(State {
             auth,

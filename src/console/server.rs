@@ -169,7 +169,11 @@ async fn login(Extract(state): Extract<Shared>, Query(q): Query<LoginQuery>) -> 
 /// `POST /logout`: ends the session.
 async fn logout(Extract(state): Extract<Shared>, headers: HeaderMap) -> Response {
     if !auth::same_origin(&headers, state.port) {
-        return page(StatusCode::FORBIDDEN, "Refused", "Cross-origin request.".into());
+        return page(
+            StatusCode::FORBIDDEN,
+            "Refused",
+            "Cross-origin request.".into(),
+        );
     }
     state.sessions.close(&headers);
     Redirect::to("/login").into_response()
@@ -247,10 +251,7 @@ async fn dlq_page(
     };
     let mut queues = Vec::new();
     for q in prep.topology.dead_letter_queues() {
-        let count = match client
-            .passive_queue_counts(&prep.topology.vhost, q)
-            .await
-        {
+        let count = match client.passive_queue_counts(&prep.topology.vhost, q).await {
             Ok(Some(c)) => c.ready.to_string(),
             Ok(None) => "missing".into(),
             Err(e) => crate::printable::escape_lines(&e.to_string()),
@@ -300,7 +301,11 @@ fn scan_summary(ins: &crate::dlq::Inspection, age: std::time::Duration) -> Strin
         "Last scan: read {} of {} messages{}{}, {} ago.",
         ins.scanned,
         ins.total,
-        if ins.interrupted { " (interrupted)" } else { "" },
+        if ins.interrupted {
+            " (interrupted)"
+        } else {
+            ""
+        },
         if ins.rotated > 0 {
             format!(
                 "; {} moved to the tail to stay under the delivery limit",
@@ -375,7 +380,10 @@ async fn messages(
     let Ok(ins) = &scan.result else {
         return page(StatusCode::CONFLICT, "No scan", String::new());
     };
-    let (filter, what) = match (q.group, q.filter.as_deref().filter(|f| !f.trim().is_empty())) {
+    let (filter, what) = match (
+        q.group,
+        q.filter.as_deref().filter(|f| !f.trim().is_empty()),
+    ) {
         (Some(i), _) => match views::groups(ins, scan.now_ms).get(i) {
             Some(g) => (g.filter(), super::actions::group_text(g)),
             None => return page(StatusCode::NOT_FOUND, "No such group", String::new()),

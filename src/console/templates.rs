@@ -184,7 +184,10 @@ mod tests {
         assert!(!html.contains("<script>"), "{html}");
         assert!(!html.contains('\u{1b}'), "raw ESC in {html}");
         assert!(!html.contains('\u{202e}'), "raw bidi override in {html}");
-        assert!(html.contains("&#60;script&#62;") || html.contains("&lt;script&gt;"), "{html}");
+        assert!(
+            html.contains("&#60;script&#62;") || html.contains("&lt;script&gt;"),
+            "{html}"
+        );
     }
 
     #[test]

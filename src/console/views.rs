@@ -65,7 +65,7 @@ pub fn groups(inspection: &Inspection, now_ms: u64) -> Vec<Group> {
         }
     }
     let mut out: Vec<Group> = by.into_values().collect();
-    out.sort_by(|a, b| b.count.cmp(&a.count));
+    out.sort_by_key(|g| std::cmp::Reverse(g.count));
     out
 }
 
@@ -258,7 +258,10 @@ pub(crate) mod tests {
             (g[0].error_class.as_str(), g[0].reason.as_str(), g[0].count),
             ("timeout", "MaxRetriesExceeded", 3)
         );
-        assert_eq!((g[0].oldest_age_ms, g[0].newest_age_ms), (Some(9_000), Some(5_000)));
+        assert_eq!(
+            (g[0].oldest_age_ms, g[0].newest_age_ms),
+            (Some(9_000), Some(5_000))
+        );
         let rejected = g.iter().find(|x| x.reason == "rejected").expect("group");
         assert_eq!((rejected.count, rejected.oldest_age_ms), (1, None));
         // The group's filter takes exactly its messages.
