@@ -259,7 +259,12 @@ async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() 
     assert!(done.contains("<strong id=\"count\">3</strong>"), "{done}");
     assert_eq!(ready(&ch, &q).await, 3);
     assert_eq!(ready(&ch, &dlq).await, 2);
-    c.line_with(&["console audit", "replay", "count=3", "user"]);
+    c.line_with(&[
+        "console audit",
+        "user=local",
+        "action=\"replay\"",
+        "count=3",
+    ]);
 
     // Purge the validation ones: refused without the typed name, done with it.
     let (status, confirm) = post(
@@ -289,7 +294,8 @@ async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() 
     assert!(done.contains("<strong id=\"count\">2</strong>"), "{done}");
     assert_eq!(ready(&ch, &dlq).await, 0);
     assert_eq!(ready(&ch, &q).await, 3, "the replayed ones stay");
-    c.line_with(&["console audit", "purge", "count=2"]);
+    c.line_with(&["console audit", "action=\"purge-refused\""]);
+    c.line_with(&["console audit", "action=\"purge\"", "count=2", "outcome=ok"]);
 
     drop(c);
     let _ = conn.close(200, "bye".into()).await;
