@@ -302,22 +302,51 @@ async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() 
     cleanup(&q).await;
 }
 
+/// Bad flags: one clear error each, before anything is bound or read.
 #[test]
-fn a_non_loopback_address_is_refused() {
+fn bad_flags_are_refused_with_one_clear_error() {
     let dir = common::manifests(&[]);
     let path = dir.path().display().to_string();
-    let out = common::cli(&[
-        "console",
-        "--standalone",
-        "-f",
-        &path,
-        "--bind-address",
-        "0.0.0.0:0",
-    ]);
-    assert!(!out.status.success());
-    assert!(
-        common::text(&out).contains("loopback address only"),
-        "{}",
-        common::text(&out)
-    );
+    for (args, needle) in [
+        (
+            vec![
+                "console",
+                "--standalone",
+                "-f",
+                &path,
+                "--bind-address",
+                "0.0.0.0:0",
+            ],
+            "loopback address only",
+        ),
+        (vec!["console", "-f", &path], "console needs --standalone"),
+        (vec!["console", "--standalone"], "needs -f PATH"),
+        (
+            vec!["console", "--standalone", "-f", "-"],
+            "standard input can be read only once",
+        ),
+        (
+            vec!["console", "--standalone", "-f", &path, "--scan-ttl", "0s"],
+            "--scan-ttl",
+        ),
+        (
+            vec![
+                "console",
+                "--standalone",
+                "-f",
+                &path,
+                "--bind-address",
+                "localhost:1",
+            ],
+            "takes IP:port",
+        ),
+    ] {
+        let out = common::cli(&args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            common::text(&out).contains(needle),
+            "{args:?}: {}",
+            common::text(&out)
+        );
+    }
 }

@@ -187,6 +187,8 @@ async fn pages_need_the_token_and_show_groups_and_escaped_messages() {
         assert_eq!(status, 200);
         assert!(html.contains("default/order-events"), "{html}");
         if html.contains("<td class=\"num\">5</td>") {
+            assert!(html.contains(">Inactive</td>"), "the alert state: {html}");
+            assert!(html.contains("<polyline"), "the sparkline: {html}");
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -295,3 +295,19 @@ async fn poll_once(state: &State, collector: &mut Collector, interval: Duration)
 
 #[cfg(test)]
 mod fast_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::check_bind;
+
+    #[test]
+    fn only_loopback_addresses_are_bound() {
+        for ok in ["127.0.0.1:0", "127.0.0.1:8081", "[::1]:8081"] {
+            assert_eq!(check_bind(ok.parse().expect("addr")), Ok(()), "{ok}");
+        }
+        for refused in ["0.0.0.0:8081", "[::]:8081", "192.168.1.5:8081"] {
+            let e = check_bind(refused.parse().expect("addr")).expect_err(refused);
+            assert!(e.contains(refused) && e.contains("loopback"), "{e}");
+        }
+    }
+}

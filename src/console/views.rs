@@ -69,9 +69,12 @@ pub fn groups(inspection: &Inspection, now_ms: u64) -> Vec<Group> {
     out
 }
 
-/// An age for a page: `3m20s`, or `-` when unknown.
+/// An age for a page, to the second: `3m20s`, or `-` when unknown.
 pub fn age(ms: Option<u64>) -> String {
-    ms.map_or_else(|| "-".to_string(), crate::duration::format_ms)
+    ms.map_or_else(
+        || "-".to_string(),
+        |ms| crate::duration::format_ms(ms / 1000 * 1000),
+    )
 }
 
 /// A row of the groups table.
@@ -272,6 +275,14 @@ pub(crate) mod tests {
             .filter_map(|m| m.message_id.clone())
             .collect();
         assert_eq!(taken, ["1", "2", "5"]);
+    }
+
+    #[test]
+    fn ages_are_shown_to_the_second() {
+        assert_eq!(age(None), "-");
+        assert_eq!(age(Some(60_112)), "1m");
+        assert_eq!(age(Some(999)), "0s");
+        assert_eq!(age(Some(3_723_000)), "1h2m3s");
     }
 
     #[test]
