@@ -367,3 +367,79 @@ async fn replay_and_purge_count_first_then_act_and_posts_are_checked() {
     );
     stop.cancel();
 }
+
+/// Scans run one at a time per DeadLetterQueue, are kept for their TTL, and a forced
+/// rescan or an invalidation replaces them; every message read is given back.
+#[tokio::test]
+async fn scans_are_single_flight_cached_and_give_every_message_back() {
+    let paths = vec![
+        repo("examples/order-events.yaml"),
+        repo("examples/rabbitmq-secret.yaml"),
+    ];
+    let (_, planned) = crate::standalone::load_and_plan(&paths).expect("plans");
+    let fake = FakeBroker::new();
+    let mut out = Vec::new();
+    crate::standalone::apply_all(&fake, &planned, &mut out)
+        .await
+        .expect("applies");
+    let prep = &planned[0].prepared;
+    let dlq = prep
+        .topology
+        .dead_letter_queues()
+        .next()
+        .expect("dlq")
+        .to_string();
+    for i in 0..4 {
+        fake.publish("/", "", &dlq, letter("timeout", &format!("m{i}"), &[]));
+    }
+    // Ids and bodies (a quorum queue counts each return in `x-delivery-count`).
+    let ids = || {
+        fake.messages("/", &dlq)
+            .into_iter()
+            .map(|m| (m.properties.message_id, m.body))
+            .collect::<Vec<_>>()
+    };
+    let before = ids();
+    let scans = Arc::new(scan::Scans::new(3, 64, Duration::from_secs(3600)));
+    let cancel = CancellationToken::new();
+    let client = || crate::broker::BrokerFactory::client(&fake, &prep.connection).expect("client");
+    // The lock held: the first scan waits, and a second request starts none.
+    let lock = scans.lock(&prep.key);
+    let held = lock.lock().await;
+    let first = scans.refresh(&prep.key, client(), prep.topology.clone(), false, &cancel);
+    assert!(first.running && first.last.is_none());
+    let second = scans.refresh(&prep.key, client(), prep.topology.clone(), true, &cancel);
+    assert!(second.running, "no second scan while one runs");
+    drop(held);
+    let done = loop {
+        let c = scans.cached(&prep.key);
+        if let (false, Some(s)) = (c.running, c.last) {
+            break s;
+        }
+        tokio::task::yield_now().await;
+    };
+    let ins = done.result.as_ref().expect("scanned");
+    assert_eq!(
+        (ins.total, ins.scanned, ins.sample.len()),
+        (4, 3, 3),
+        "bounded"
+    );
+    assert_eq!(ids(), before, "every message given back, in order");
+    // Within the TTL: the same scan, none started.
+    let again = scans.refresh(&prep.key, client(), prep.topology.clone(), false, &cancel);
+    assert!(!again.running);
+    assert_eq!(again.last.map(|s| s.generation), Some(done.generation));
+    // Forced: a new one.
+    let forced = scans.refresh(&prep.key, client(), prep.topology.clone(), true, &cancel);
+    assert!(forced.running);
+    scans.invalidate(&prep.key);
+    loop {
+        let c = scans.cached(&prep.key);
+        if !c.running {
+            let s = c.last.expect("the forced scan");
+            assert!(s.generation > done.generation);
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+}

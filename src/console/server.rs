@@ -21,7 +21,8 @@ use crate::standalone::Planned;
 /// Shared state as the handlers take it.
 pub type Shared = Arc<State>;
 
-/// The console's routes, with [`guard`] in front of every one.
+/// The console's routes, behind a guard on every one: the Host check (421) and the
+/// security headers (CSP, no framing, no referrer, no caching).
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
