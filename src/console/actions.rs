@@ -260,10 +260,13 @@ fn replay_notes(r: &ReplayReport) -> String {
         .join("; ")
 }
 
-/// Keeps `pending` under a new one-time action id: the id.
+/// Keeps `pending` under a new one-time action id (forgetting those older than
+/// [`super::PENDING_TTL`]): the id.
 fn remember(state: &State, pending: Pending) -> String {
     let id = auth::random_token();
-    locked(&state.pending).insert(id.clone(), pending);
+    let mut all = locked(&state.pending);
+    all.retain(|_, p| p.created.elapsed() < super::PENDING_TTL);
+    all.insert(id.clone(), pending);
     id
 }
 
@@ -280,14 +283,14 @@ fn pending_of(
 ) -> Result<Pending, Response> {
     let mut all = locked(&state.pending);
     let id = form.action.as_deref().unwrap_or_default();
-    let ok = all
-        .get(id)
-        .is_some_and(|p| p.user == user && p.key == key && p.kind == kind);
+    let ok = all.get(id).is_some_and(|p| {
+        p.user == user && p.key == key && p.kind == kind && p.created.elapsed() < super::PENDING_TTL
+    });
     if !ok {
         return Err(page(
             StatusCode::CONFLICT,
             "Nothing to confirm",
-            "This confirmation was already used or is unknown: start again from the DeadLetterQueue's page.".into(),
+            "This confirmation was already used, has expired (15 minutes) or is unknown: start again from the DeadLetterQueue's page.".into(),
         ));
     }
     let p = if take {
@@ -339,6 +342,7 @@ pub async fn replay_preview(
             count: report.replayed,
             scanned: report.scanned,
             notes: notes.clone(),
+            created: std::time::Instant::now(),
         },
     );
     html(
@@ -462,6 +466,7 @@ pub async fn purge_preview(
         count: report.matched,
         scanned: report.scanned,
         notes,
+        created: std::time::Instant::now(),
     };
     let action = remember(&state, pending.clone());
     purge_confirm(ns, name, s.csrf, pending, action, None, StatusCode::OK)

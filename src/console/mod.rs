@@ -98,7 +98,12 @@ pub struct Pending {
     pub scanned: u64,
     /// The dry run's notes (skipped, unknown ages), shown.
     pub notes: String,
+    /// When the dry run was shown: a confirmation older than [`PENDING_TTL`] is refused.
+    pub created: std::time::Instant,
 }
+
+/// How long a dry run's confirmation stays valid (after that, count again).
+pub const PENDING_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// Everything the handlers share.
 pub struct State {
