@@ -221,9 +221,14 @@ impl Console {
         let state = self.state;
         let poller = tokio::spawn(poll_loop(Arc::clone(&state), self.paths));
         let app = server::router(Arc::clone(&state));
-        let stop = shutdown.clone();
+        let (stop, cancel) = (shutdown.clone(), state.cancel.clone());
+        // On shutdown the scans and actions in flight are cancelled first, so the
+        // graceful end waits only for them to settle, not to finish.
         let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .with_graceful_shutdown(async move {
+                stop.cancelled().await;
+                cancel.cancel();
+            })
             .await;
         state.cancel.cancel();
         poller.abort();
