@@ -248,14 +248,18 @@ async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() 
     );
     assert_eq!(ready(&ch, &q).await, 0, "a dry run moves nothing");
     let action = hidden(&confirm, "action");
-    let (status, done) = post(
-        &c,
-        &cookie,
-        &format!("{dlq_page}/replay"),
-        &[("csrf", &csrf), ("action", &action)],
-    )
-    .await;
-    assert_eq!(status, 200, "{done}");
+    let r = client()
+        .post(format!("{}{dlq_page}/replay", c.base))
+        .header("cookie", &cookie)
+        .header("origin", &c.base)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encoded(&[("csrf", &csrf), ("action", &action)]))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 303, "the replay runs as a job");
+    let job = r.headers()["location"].to_str().expect("ascii").to_string();
+    let done = page_with(&c, &cookie, &job, "Done:").await;
     assert!(done.contains("<strong id=\"count\">3</strong>"), "{done}");
     assert_eq!(ready(&ch, &q).await, 3);
     assert_eq!(ready(&ch, &dlq).await, 2);

@@ -7,6 +7,8 @@
 //! scan), in a task of its own (a closed browser tab does not cut it short), and is
 //! audited ([`super::audit`]).
 
+use std::sync::Arc;
+
 use axum::extract::{Form, Path, State as Extract};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Redirect, Response};
@@ -18,6 +20,7 @@ use super::server::{broker_error, find, html, page, scan_of, Shared};
 use super::templates::{Confirm, Done};
 use super::views::{self, Group};
 use super::{locked, Pending, State};
+use crate::broker::BrokerError;
 use crate::dlq::filter::Filter;
 use crate::dlq::purge::{purge_with, PurgeReport};
 use crate::dlq::replay::{replay_with, ReplayOptions, ReplayReport, Target, MAX_IN_FLIGHT};
@@ -144,13 +147,17 @@ pub async fn rescan(
     }
 }
 
-/// Runs a replay of `key` with `filter` (`dry_run` or not) under its lock, in a task.
-async fn run_replay(
+/// Starts a replay of `key` with `filter` (`dry_run` or not) under its lock, in a task
+/// of its own (a closed browser tab does not cut it short), `observer` seeing its
+/// progress.
+#[allow(clippy::result_large_err)]
+fn spawn_replay(
     state: &Shared,
     key: &str,
     filter: Filter,
     dry_run: bool,
-) -> Result<ReplayReport, Response> {
+    mut observer: impl crate::dlq::replay::Observer + 'static,
+) -> Result<tokio::task::JoinHandle<Result<ReplayReport, BrokerError>>, Response> {
     let (planned, i) = find(state, collector_ns(key), collector_name(key))?;
     let prep = planned[i].prepared.clone();
     let client = state
@@ -158,7 +165,7 @@ async fn run_replay(
         .client(&prep.connection)
         .map_err(|e| broker_error(&e))?;
     let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
-    let task = tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
         let _held = lock.lock().await;
         let now = crate::clock::now_ms();
         let opts = ReplayOptions {
@@ -171,17 +178,21 @@ async fn run_replay(
             replay_id: format!("{now}-{:08x}", rand::random::<u32>()),
             max_in_flight: MAX_IN_FLIGHT,
         };
-        let mut quiet = |_: &ReplayReport| {};
         replay_with(
             client.as_ref(),
             &prep.topology,
             &opts,
             now,
             &cancel,
-            &mut quiet,
+            &mut observer,
         )
         .await
-    });
+    }))
+}
+
+/// A dry-run replay of `key` with `filter` ([`spawn_replay`]), awaited.
+async fn dry_replay(state: &Shared, key: &str, filter: Filter) -> Result<ReplayReport, Response> {
+    let task = spawn_replay(state, key, filter, true, |_: &ReplayReport| {})?;
     match task.await {
         Ok(Ok(report)) => Ok(report),
         Ok(Err(e)) => Err(broker_error(&e)),
@@ -247,7 +258,7 @@ fn collector_name(key: &str) -> &str {
 }
 
 /// Skipped and failed counts of a replay, shown.
-fn replay_notes(r: &ReplayReport) -> String {
+pub(crate) fn replay_notes(r: &ReplayReport) -> String {
     r.skipped
         .iter()
         .map(|(why, n)| format!("{n} skipped: {}", shown(why, PREVIEW_BYTES)))
@@ -318,7 +329,7 @@ pub async fn replay_preview(
         Ok(c) => c,
         Err(r) => return r,
     };
-    let report = match run_replay(&state, &key, filter.clone(), true).await {
+    let report = match dry_replay(&state, &key, filter.clone()).await {
         Ok(r) => r,
         Err(r) => return r,
     };
@@ -366,8 +377,9 @@ pub async fn replay_preview(
     )
 }
 
-/// `POST /dlq/{ns}/{name}/replay`: replays what a confirmed dry run counted, to the
-/// source queue (copy confirmed before the original is removed: the core's rule).
+/// `POST /dlq/{ns}/{name}/replay`: starts replaying what a confirmed dry run counted, to
+/// the source queue (copy confirmed before the original is removed: the core's rule), as
+/// a job whose page (`/jobs/{id}`, 303) shows its progress and its result.
 pub async fn replay(
     Extract(state): Extract<Shared>,
     headers: HeaderMap,
@@ -383,45 +395,44 @@ pub async fn replay(
         Ok(p) => p,
         Err(r) => return r,
     };
-    let result = run_replay(&state, &key, p.filter, false).await;
-    state.scans.invalidate(&key);
-    let report = match result {
-        Ok(r) => r,
-        Err(r) => {
-            audit::record(&Entry {
-                user: &s.user,
-                action: "replay",
-                resource: &key,
-                what: &p.what,
-                count: 0,
-                outcome: "failed",
-            });
-            return r;
-        }
+    let (id, job) = state.jobs.open(&s.user, &key, &p.what);
+    let progress = Arc::clone(&job);
+    let observer = move |r: &ReplayReport| locked(&progress).report = Some(r.clone());
+    let task = match spawn_replay(&state, &key, p.filter, false, observer) {
+        Ok(t) => t,
+        Err(r) => return r,
     };
-    let failed = report.failed_total() > 0;
-    audit::record(&Entry {
-        user: &s.user,
-        action: "replay",
-        resource: &key,
-        what: &p.what,
-        count: report.replayed,
-        outcome: if failed { "some copies failed" } else { "ok" },
+    let shared = Arc::clone(&state);
+    tokio::spawn(async move {
+        let result = task.await;
+        shared.scans.invalidate(&key);
+        let (report, error) = match result {
+            Ok(Ok(r)) => (Some(r), None),
+            Ok(Err(e)) => (None, Some(crate::printable::escape_lines(&e.to_string()))),
+            Err(e) => (None, Some(format!("the replay task failed: {e}"))),
+        };
+        let mut j = locked(&job);
+        if report.is_some() {
+            j.report = report;
+        }
+        let count = j.report.as_ref().map_or(0, |r| r.replayed);
+        let failed = j.report.as_ref().is_some_and(|r| r.failed_total() > 0);
+        audit::record(&Entry {
+            user: &j.user,
+            action: "replay",
+            resource: &key,
+            what: &j.what,
+            count,
+            outcome: match (&error, failed) {
+                (Some(e), _) => e,
+                (None, true) => "some copies failed",
+                (None, false) => "ok",
+            },
+        });
+        j.error = error;
+        j.finished = true;
     });
-    html(
-        StatusCode::OK,
-        &Done {
-            key,
-            namespace: ns,
-            name,
-            verb: "Replay",
-            done: "replayed",
-            what: p.what,
-            count: report.replayed,
-            notes: replay_notes(&report),
-            error: None,
-        },
-    )
+    axum::response::IntoResponse::into_response(Redirect::to(&format!("/jobs/{id}")))
 }
 
 /// `POST /dlq/{ns}/{name}/purge/preview`: the dry-run count of purging a filter's

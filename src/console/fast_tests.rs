@@ -159,6 +159,19 @@ fn hidden(html: &str, name: &str) -> String {
     html[at..].split('"').next().expect("value").to_string()
 }
 
+/// The page of job `path` once it is done.
+async fn job_done(base: &str, cookie: &str, path: &str) -> String {
+    for _ in 0..1500 {
+        let (status, html) = get(base, cookie, path).await;
+        assert_eq!(status, 200, "{html}");
+        if html.contains("Done:") {
+            return html;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the job never finished");
+}
+
 /// The DLQ page once its scan is done.
 async fn scanned_page(base: &str, cookie: &str) -> String {
     for _ in 0..1500 {
@@ -298,15 +311,21 @@ async fn replay_and_purge_count_first_then_act_and_posts_are_checked() {
     );
     let action = hidden(&confirm, "action");
     let done_path = "/dlq/default/order-events/replay";
-    let (status, done) = post(
-        &base,
-        &cookie,
-        done_path,
-        &[("csrf", &csrf), ("action", &action)],
-    )
-    .await;
-    assert_eq!(status, 200, "{done}");
+    let r = client()
+        .post(format!("{base}{done_path}"))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encoded(&[("csrf", &csrf), ("action", &action)]))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 303, "the replay runs as a job");
+    let job = r.headers()["location"].to_str().expect("ascii").to_string();
+    assert!(job.starts_with("/jobs/"), "{job}");
+    let done = job_done(&base, &cookie, &job).await;
     assert!(done.contains("<strong id=\"count\">3</strong>"), "{done}");
+    // Another session (same user here, but no cookie) does not see it.
+    assert_eq!(get(&base, "", &job).await.0, 401);
     assert_eq!(fake.messages("/", SOURCE).len(), 3);
     assert_eq!(fake.messages("/", &dlq).len(), 2);
     // The same confirmation cannot be used twice.

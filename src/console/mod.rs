@@ -15,6 +15,7 @@ pub mod actions;
 pub mod audit;
 pub mod auth;
 pub mod history;
+pub mod jobs;
 pub mod scan;
 pub mod server;
 pub mod templates;
@@ -123,6 +124,8 @@ pub struct State {
     pub history: Mutex<history::DepthHistory>,
     /// Cached scans.
     pub scans: Arc<scan::Scans>,
+    /// Replays started by the console.
+    pub jobs: jobs::Jobs,
     /// Dry runs awaiting confirmation, by one-time action id.
     pub pending: Mutex<HashMap<String, Pending>>,
     /// The explicit poll interval, if any.
@@ -193,6 +196,7 @@ impl Console {
                 PREVIEW_BYTES,
                 opts.scan_ttl,
             )),
+            jobs: jobs::Jobs::default(),
             pending: Mutex::new(HashMap::new()),
             interval: opts.interval,
             cancel: CancellationToken::new(),

@@ -44,6 +44,7 @@ pub fn router(state: Shared) -> Router {
             post(super::actions::purge_preview),
         )
         .route("/dlq/{ns}/{name}/purge", post(super::actions::purge))
+        .route("/jobs/{id}", get(super::jobs::job_page))
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)

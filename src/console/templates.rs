@@ -148,7 +148,33 @@ pub struct Confirm {
     pub error: Option<String>,
 }
 
-/// The result of a replay or purge.
+/// `GET /jobs/{id}`: a replay's progress, then its result.
+#[derive(Template)]
+#[template(path = "console/job.html")]
+pub struct JobPage {
+    /// `namespace/name`.
+    pub key: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Which messages, shown.
+    pub what: String,
+    /// Ended (else the page refreshes itself).
+    pub finished: bool,
+    /// Replayed so far.
+    pub replayed: u64,
+    /// Read so far.
+    pub scanned: u64,
+    /// In the dead-letter queues at the start.
+    pub total: u64,
+    /// Skipped and failed, shown.
+    pub notes: String,
+    /// The broker's error, if it stopped with one.
+    pub error: Option<String>,
+}
+
+/// The result of a purge.
 #[derive(Template)]
 #[template(path = "console/done.html")]
 pub struct Done {
@@ -242,6 +268,31 @@ mod tests {
             back: None,
         };
         let html = err.render().expect("render");
+        assert!(!html.contains("<script>"), "{html}");
+    }
+
+    #[test]
+    fn the_job_page_refreshes_until_done_and_escapes() {
+        let mut page = JobPage {
+            key: "ns/d".into(),
+            namespace: "ns".into(),
+            name: "d".into(),
+            what: crate::printable::shown(HOSTILE, 256),
+            finished: false,
+            replayed: 1,
+            scanned: 2,
+            total: 5,
+            notes: crate::printable::shown(HOSTILE, 256),
+            error: None,
+        };
+        let html = page.render().expect("render");
+        assert!(html.contains("http-equiv=\"refresh\""), "{html}");
+        assert_inert(&html);
+        page.finished = true;
+        page.error = Some(HOSTILE.into());
+        let html = page.render().expect("render");
+        assert!(!html.contains("http-equiv=\"refresh\""), "{html}");
+        assert!(html.contains("<strong id=\"count\">1</strong>"), "{html}");
         assert!(!html.contains("<script>"), "{html}");
     }
 
