@@ -15,6 +15,7 @@ pub mod client;
 pub mod clock;
 pub mod collector;
 pub mod compensation;
+pub mod console;
 pub mod controller;
 pub mod crd;
 pub mod dlq;

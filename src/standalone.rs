@@ -531,7 +531,7 @@ async fn next_read(
 /// The broker of a group of the manifests: a client made for each listing from the
 /// connection settings of the group's first resource (a client that cannot be made fails
 /// the listing).
-struct Endpoint<'a>(&'a dyn BrokerFactory, &'a BrokerConnection);
+pub struct Endpoint<'a>(&'a dyn BrokerFactory, &'a BrokerConnection);
 
 impl DepthSource for Endpoint<'_> {
     async fn depths_covering(&self, vhost: &str, required: &Required) -> Listing {
@@ -543,8 +543,9 @@ impl DepthSource for Endpoint<'_> {
 }
 
 /// The resources of `planned` grouped by broker (management endpoint, credentials not
-/// shown) and vhost: one listing each.
-fn groups<'a>(
+/// shown) and vhost: one listing each (also the console's poll: [`crate::console`]).
+/// `spacing_ms`: the poll interval, ms.
+pub fn groups<'a>(
     brokers: &'a dyn BrokerFactory,
     planned: &'a [Planned],
     spacing_ms: u64,

@@ -140,6 +140,11 @@ pub enum Command {
     /// until SIGINT or SIGTERM, which drains it: from the cluster, or with --standalone
     /// from manifest files. Several router processes may run at once.
     Router(RouterArgs),
+    /// Serve the dead-letter console (docs/CONSOLE.md): every DeadLetterQueue's depth,
+    /// its dead letters by group, the messages, and replay and purge with a dry run first.
+    /// With --standalone from manifest files, on a loopback address, behind a random token
+    /// printed on stderr at start.
+    Console(ConsoleArgs),
     /// Dead-letter operations on a DeadLetterQueue's dead-letter queues.
     Dlq {
         #[command(subcommand)]
@@ -226,6 +231,32 @@ pub struct RouterArgs {
     /// Address of /metrics, /healthz and /readyz: IP:port.
     #[arg(long, default_value = "0.0.0.0:8080", value_parser = socket_address)]
     pub metrics_bind_address: std::net::SocketAddr,
+}
+
+/// The flags of `console`.
+#[derive(clap::Args)]
+pub struct ConsoleArgs {
+    /// Read the DeadLetterQueues from manifest files (the only mode so far).
+    #[arg(long)]
+    pub standalone: bool,
+    /// Manifest file or directory (repeatable; with --standalone).
+    #[arg(short = 'f', long = "filename")]
+    pub files: Vec<PathBuf>,
+    /// Address to listen on: a loopback IP:port (127.0.0.1:PORT or [::1]:PORT; port 0
+    /// picks a free one, printed at start).
+    // The doc comment is the --help text: `[::1]` stays as written, not a rustdoc link.
+    #[allow(rustdoc::broken_intra_doc_links)]
+    #[arg(long, default_value = "127.0.0.1:8081", value_parser = socket_address)]
+    pub bind_address: std::net::SocketAddr,
+    /// Depth poll interval (e.g. 15s); default: the smallest spec.monitoring.interval.
+    #[arg(long)]
+    pub interval: Option<String>,
+    /// Messages a scan of a DeadLetterQueue reads at most (every one read is given back).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub scan_max_messages: u64,
+    /// How long a scan's groups are shown before viewing the page scans again.
+    #[arg(long, default_value = "60s")]
+    pub scan_ttl: String,
 }
 
 /// Which DeadLetterQueue a `dlq` command works on.

@@ -9,6 +9,7 @@ pub mod output;
 pub mod signals;
 
 mod apply;
+mod console;
 mod crdgen;
 mod dlq;
 mod rbac;
@@ -36,6 +37,7 @@ pub async fn execute(command: Command) -> Result<ExitCode, CliError> {
         Command::Crdgen { out_dir } => crdgen::crdgen(out_dir.as_deref()),
         Command::Simulate { what } => simulate::simulate_command(what),
         Command::Router(args) => router::router(args).await,
+        Command::Console(args) => console::console(args).await,
         Command::Dlq { what } => dlq::dlq_command(what).await,
     }
 }

@@ -1,0 +1,589 @@
+//! The console's actions, through the same core as the CLI: a rescan
+//! ([`super::scan`]), a replay ([`crate::dlq::replay::replay_with`]) and a purge
+//! ([`crate::dlq::purge::purge_with`]). Each runs first as a dry run whose count is shown
+//! with a confirmation form carrying a one-time action id; the purge's confirmation also
+//! needs the DeadLetterQueue's `namespace/name` typed. Every POST is checked (same origin,
+//! session, CSRF token), runs under the DeadLetterQueue's lock (never beside a console
+//! scan), in a task of its own (a closed browser tab does not cut it short), and is
+//! audited ([`super::audit`]).
+
+use std::sync::Arc;
+
+use axum::extract::{Form, Path, State as Extract};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Redirect, Response};
+use serde::Deserialize;
+
+use super::audit::{self, Entry};
+use super::auth::{self, Session};
+use super::server::{broker_error, find, html, page, scan_of, Shared};
+use super::templates::{Confirm, Done};
+use super::views::{self, Group};
+use super::{locked, Pending, State};
+use crate::broker::BrokerError;
+use crate::dlq::filter::Filter;
+use crate::dlq::purge::{purge_with, PurgeReport};
+use crate::dlq::replay::{replay_with, ReplayOptions, ReplayReport, Target, MAX_IN_FLIGHT};
+use crate::printable::{shown, PREVIEW_BYTES};
+
+/// Skip a message already replayed this many times (the CLI's `--max-replays` default).
+pub const MAX_REPLAYS: u64 = 3;
+
+/// The fields of the console's forms.
+#[derive(Debug, Default, Deserialize)]
+pub struct ActionForm {
+    /// The session's CSRF token.
+    pub csrf: Option<String>,
+    /// The scan a group index points into.
+    pub g: Option<u64>,
+    /// A group of that scan ([`views::groups`]).
+    pub group: Option<usize>,
+    /// A filter expression ([`crate::filter`]).
+    pub filter: Option<String>,
+    /// The one-time action id of a confirmation.
+    pub action: Option<String>,
+    /// The typed `namespace/name` of a purge confirmation.
+    pub confirm: Option<String>,
+}
+
+/// The session of a POST that comes from the console's own page: same origin (403),
+/// logged in (401), with the session's CSRF token (403).
+#[allow(clippy::result_large_err)]
+pub fn checked_post(
+    state: &State,
+    headers: &HeaderMap,
+    form: &ActionForm,
+) -> Result<Session, Response> {
+    if !auth::same_origin(headers, state.port) {
+        return Err(page(
+            StatusCode::FORBIDDEN,
+            "Refused",
+            "Cross-origin request refused.".into(),
+        ));
+    }
+    let session = super::server::session(state, headers)?;
+    if !auth::csrf_ok(&session, form.csrf.as_deref()) {
+        return Err(page(
+            StatusCode::FORBIDDEN,
+            "Refused",
+            "Missing or wrong form token: reload the page and try again.".into(),
+        ));
+    }
+    Ok(session)
+}
+
+/// A group, for people: its class, reason and original queue, shown.
+pub fn group_text(g: &Group) -> String {
+    format!(
+        "error class {}, reason {}, original queue {}",
+        shown(&g.error_class, PREVIEW_BYTES),
+        shown(&g.reason, PREVIEW_BYTES),
+        shown(&g.original_queue, PREVIEW_BYTES)
+    )
+}
+
+/// The messages a form names: a group of a cached scan, a filter expression, or (neither)
+/// all; with their description.
+#[allow(clippy::result_large_err)]
+fn chosen(state: &State, key: &str, form: &ActionForm) -> Result<(Filter, String), Response> {
+    let back = format!("/dlq/{key}");
+    if let Some(i) = form.group {
+        let scan = scan_of(state, key, form.g, &back)?;
+        let group = scan
+            .result
+            .as_ref()
+            .ok()
+            .and_then(|ins| views::groups(ins, scan.now_ms).get(i).cloned());
+        return group
+            .map(|g| (g.filter(), group_text(&g)))
+            .ok_or_else(|| page(StatusCode::NOT_FOUND, "No such group", String::new()));
+    }
+    match form
+        .filter
+        .as_deref()
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+    {
+        None => Ok((Filter::default(), "all".into())),
+        Some(text) => Filter::parse(&[text])
+            .map(|f| (f, format!("filter {}", shown(text, PREVIEW_BYTES))))
+            .map_err(|e| {
+                page(
+                    StatusCode::BAD_REQUEST,
+                    "Bad filter",
+                    shown(&e.to_string(), PREVIEW_BYTES),
+                )
+            }),
+    }
+}
+
+/// `POST /dlq/{ns}/{name}/scan`: starts a new scan now (unless one runs).
+pub async fn rescan(
+    Extract(state): Extract<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if let Err(r) = checked_post(&state, &headers, &form) {
+        return r;
+    }
+    let (planned, i) = match find(&state, &ns, &name) {
+        Ok(f) => f,
+        Err(r) => return r,
+    };
+    let prep = &planned[i].prepared;
+    match state.brokers.client(&prep.connection) {
+        Ok(client) => {
+            state.scans.refresh(
+                &prep.key,
+                client,
+                prep.topology.clone(),
+                true,
+                &state.cancel,
+            );
+            axum::response::IntoResponse::into_response(Redirect::to(&format!("/dlq/{ns}/{name}")))
+        }
+        Err(e) => broker_error(&e),
+    }
+}
+
+/// Starts a replay of `key` with `filter` (`dry_run` or not) under its lock, in a task
+/// of its own (a closed browser tab does not cut it short), `observer` seeing its
+/// progress.
+#[allow(clippy::result_large_err)]
+fn spawn_replay(
+    state: &Shared,
+    key: &str,
+    filter: Filter,
+    dry_run: bool,
+    mut observer: impl crate::dlq::replay::Observer + 'static,
+) -> Result<tokio::task::JoinHandle<Result<ReplayReport, BrokerError>>, Response> {
+    let (planned, i) = find(state, collector_ns(key), collector_name(key))?;
+    let prep = planned[i].prepared.clone();
+    let client = state
+        .brokers
+        .client(&prep.connection)
+        .map_err(|e| broker_error(&e))?;
+    let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
+    Ok(tokio::spawn(async move {
+        let _held = lock.lock().await;
+        let now = crate::clock::now_ms();
+        let opts = ReplayOptions {
+            filter,
+            limit: None,
+            rate: None,
+            dry_run,
+            target: Target::OriginalQueue,
+            max_replays: MAX_REPLAYS,
+            replay_id: format!("{now}-{:08x}", rand::random::<u32>()),
+            max_in_flight: MAX_IN_FLIGHT,
+        };
+        replay_with(
+            client.as_ref(),
+            &prep.topology,
+            &opts,
+            now,
+            &cancel,
+            &mut observer,
+        )
+        .await
+    }))
+}
+
+/// A dry-run replay of `key` with `filter` ([`spawn_replay`]), awaited.
+async fn dry_replay(state: &Shared, key: &str, filter: Filter) -> Result<ReplayReport, Response> {
+    let task = spawn_replay(state, key, filter, true, |_: &ReplayReport| {})?;
+    match task.await {
+        Ok(Ok(report)) => Ok(report),
+        Ok(Err(e)) => Err(broker_error(&e)),
+        Err(e) => Err(page(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Failed",
+            format!("the replay task failed: {e}"),
+        )),
+    }
+}
+
+/// Runs a purge of `key` with `filter` under its lock, in a task: the report (counts
+/// up to the error, if any) and the error.
+async fn run_purge(
+    state: &Shared,
+    key: &str,
+    filter: Filter,
+    dry_run: bool,
+) -> Result<(PurgeReport, Option<String>), Response> {
+    let (planned, i) = find(state, collector_ns(key), collector_name(key))?;
+    let prep = planned[i].prepared.clone();
+    let client = state
+        .brokers
+        .client(&prep.connection)
+        .map_err(|e| broker_error(&e))?;
+    let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
+    let task = tokio::spawn(async move {
+        let _held = lock.lock().await;
+        let now = crate::clock::now_ms();
+        let mut report = PurgeReport::start(&prep.topology, dry_run);
+        let result = purge_with(
+            client.as_ref(),
+            &prep.topology,
+            &filter,
+            dry_run,
+            now,
+            &cancel,
+            &mut report,
+        )
+        .await;
+        (
+            report,
+            result
+                .err()
+                .map(|e| crate::printable::escape_lines(&e.to_string())),
+        )
+    });
+    task.await.map_err(|e| {
+        page(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Failed",
+            format!("the purge task failed: {e}"),
+        )
+    })
+}
+
+fn collector_ns(key: &str) -> &str {
+    crate::collector::split_key(key).0
+}
+
+fn collector_name(key: &str) -> &str {
+    crate::collector::split_key(key).1
+}
+
+/// Skipped and failed counts of a replay, shown.
+pub(crate) fn replay_notes(r: &ReplayReport) -> String {
+    r.skipped
+        .iter()
+        .map(|(why, n)| format!("{n} skipped: {}", shown(why, PREVIEW_BYTES)))
+        .chain(
+            r.failed
+                .iter()
+                .map(|(why, n)| format!("{n} failed: {}", shown(why, PREVIEW_BYTES))),
+        )
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Keeps `pending` under a new one-time action id (forgetting those older than
+/// [`super::PENDING_TTL`]): the id.
+fn remember(state: &State, pending: Pending) -> String {
+    let id = auth::random_token();
+    let mut all = locked(&state.pending);
+    all.retain(|_, p| p.created.elapsed() < super::PENDING_TTL);
+    all.insert(id.clone(), pending);
+    id
+}
+
+/// The pending action `form.action` of `user` on `key` of `kind`, taken (one time) when
+/// `take`, or the 409 page.
+#[allow(clippy::result_large_err)]
+fn pending_of(
+    state: &State,
+    form: &ActionForm,
+    user: &str,
+    key: &str,
+    kind: &str,
+    take: bool,
+) -> Result<Pending, Response> {
+    let mut all = locked(&state.pending);
+    let id = form.action.as_deref().unwrap_or_default();
+    let ok = all.get(id).is_some_and(|p| {
+        p.user == user && p.key == key && p.kind == kind && p.created.elapsed() < super::PENDING_TTL
+    });
+    if !ok {
+        return Err(page(
+            StatusCode::CONFLICT,
+            "Nothing to confirm",
+            "This confirmation was already used, has expired (15 minutes) or is unknown: start again from the DeadLetterQueue's page.".into(),
+        ));
+    }
+    let p = if take {
+        all.remove(id)
+    } else {
+        all.get(id).cloned()
+    };
+    p.ok_or_else(|| page(StatusCode::CONFLICT, "Nothing to confirm", String::new()))
+}
+
+/// `POST /dlq/{ns}/{name}/replay/preview`: the dry-run count of replaying a group, a
+/// filter or all, and the confirmation form.
+pub async fn replay_preview(
+    Extract(state): Extract<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let s = match checked_post(&state, &headers, &form) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let key = format!("{ns}/{name}");
+    let (filter, what) = match chosen(&state, &key, &form) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let report = match dry_replay(&state, &key, filter.clone()).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    audit::record(&Entry {
+        user: &s.user,
+        action: "replay-dry-run",
+        resource: &key,
+        what: &what,
+        count: report.replayed,
+        outcome: "ok",
+    });
+    let notes = replay_notes(&report);
+    let action = remember(
+        &state,
+        Pending {
+            user: s.user.clone(),
+            key: key.clone(),
+            kind: "replay",
+            filter,
+            what: what.clone(),
+            count: report.replayed,
+            scanned: report.scanned,
+            notes: notes.clone(),
+            created: std::time::Instant::now(),
+        },
+    );
+    html(
+        StatusCode::OK,
+        &Confirm {
+            key,
+            namespace: ns,
+            name,
+            csrf: s.csrf,
+            kind: "replay",
+            verb: "Replay",
+            done: "replayed",
+            what,
+            count: report.replayed,
+            scanned: report.scanned,
+            notes,
+            action,
+            typed: false,
+            error: None,
+        },
+    )
+}
+
+/// `POST /dlq/{ns}/{name}/replay`: starts replaying what a confirmed dry run counted, to
+/// the source queue (copy confirmed before the original is removed: the core's rule), as
+/// a job whose page (`/jobs/{id}`, 303) shows its progress and its result.
+pub async fn replay(
+    Extract(state): Extract<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let s = match checked_post(&state, &headers, &form) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let key = format!("{ns}/{name}");
+    let p = match pending_of(&state, &form, &s.user, &key, "replay", true) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let (id, job) = state.jobs.open(&s.user, &key, &p.what);
+    let progress = Arc::clone(&job);
+    let observer = move |r: &ReplayReport| locked(&progress).report = Some(r.clone());
+    let task = match spawn_replay(&state, &key, p.filter, false, observer) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let shared = Arc::clone(&state);
+    tokio::spawn(async move {
+        let result = task.await;
+        shared.scans.invalidate(&key);
+        let (report, error) = match result {
+            Ok(Ok(r)) => (Some(r), None),
+            Ok(Err(e)) => (None, Some(crate::printable::escape_lines(&e.to_string()))),
+            Err(e) => (None, Some(format!("the replay task failed: {e}"))),
+        };
+        let mut j = locked(&job);
+        if report.is_some() {
+            j.report = report;
+        }
+        let count = j.report.as_ref().map_or(0, |r| r.replayed);
+        let failed = j.report.as_ref().is_some_and(|r| r.failed_total() > 0);
+        audit::record(&Entry {
+            user: &j.user,
+            action: "replay",
+            resource: &key,
+            what: &j.what,
+            count,
+            outcome: match (&error, failed) {
+                (Some(e), _) => e,
+                (None, true) => "some copies failed",
+                (None, false) => "ok",
+            },
+        });
+        j.error = error;
+        j.finished = true;
+    });
+    axum::response::IntoResponse::into_response(Redirect::to(&format!("/jobs/{id}")))
+}
+
+/// `POST /dlq/{ns}/{name}/purge/preview`: the dry-run count of purging a filter's
+/// messages (or all), and the confirmation form that needs `namespace/name` typed.
+pub async fn purge_preview(
+    Extract(state): Extract<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let s = match checked_post(&state, &headers, &form) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let key = format!("{ns}/{name}");
+    let (filter, what) = match chosen(&state, &key, &form) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let (report, error) = match run_purge(&state, &key, filter.clone(), true).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    if let Some(e) = error {
+        return page(StatusCode::BAD_GATEWAY, "Broker error", e);
+    }
+    audit::record(&Entry {
+        user: &s.user,
+        action: "purge-dry-run",
+        resource: &key,
+        what: &what,
+        count: report.matched,
+        outcome: "ok",
+    });
+    let notes = purge_notes(&report);
+    let pending = Pending {
+        user: s.user.clone(),
+        key: key.clone(),
+        kind: "purge",
+        filter,
+        what,
+        count: report.matched,
+        scanned: report.scanned,
+        notes,
+        created: std::time::Instant::now(),
+    };
+    let action = remember(&state, pending.clone());
+    purge_confirm(ns, name, s.csrf, pending, action, None, StatusCode::OK)
+}
+
+fn purge_notes(r: &PurgeReport) -> String {
+    if r.unknown_age > 0 {
+        format!("{} without a dead-lettering time", r.unknown_age)
+    } else {
+        String::new()
+    }
+}
+
+fn purge_confirm(
+    namespace: String,
+    name: String,
+    csrf: String,
+    p: Pending,
+    action: String,
+    error: Option<String>,
+    status: StatusCode,
+) -> Response {
+    html(
+        status,
+        &Confirm {
+            key: p.key,
+            namespace,
+            name,
+            csrf,
+            kind: "purge",
+            verb: "Purge",
+            done: "removed",
+            what: p.what,
+            count: p.count,
+            scanned: p.scanned,
+            notes: p.notes,
+            action,
+            typed: true,
+            error,
+        },
+    )
+}
+
+/// `POST /dlq/{ns}/{name}/purge`: removes what a confirmed dry run counted, once the
+/// DeadLetterQueue's `namespace/name` is typed (else 400 and the form again).
+pub async fn purge(
+    Extract(state): Extract<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let s = match checked_post(&state, &headers, &form) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let key = format!("{ns}/{name}");
+    let typed = form.confirm.as_deref().map(str::trim) == Some(key.as_str());
+    let p = match pending_of(&state, &form, &s.user, &key, "purge", typed) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if !typed {
+        audit::record(&Entry {
+            user: &s.user,
+            action: "purge-refused",
+            resource: &key,
+            what: &p.what,
+            count: 0,
+            outcome: "confirmation not typed",
+        });
+        let action = form.action.clone().unwrap_or_default();
+        let error = Some(format!(
+            "Type {key} exactly to confirm; nothing was removed."
+        ));
+        return purge_confirm(ns, name, s.csrf, p, action, error, StatusCode::BAD_REQUEST);
+    }
+    let result = run_purge(&state, &key, p.filter, false).await;
+    state.scans.invalidate(&key);
+    let (report, error) = match result {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    audit::record(&Entry {
+        user: &s.user,
+        action: "purge",
+        resource: &key,
+        what: &p.what,
+        count: report.removed,
+        outcome: error.as_deref().unwrap_or("ok"),
+    });
+    html(
+        if error.is_some() {
+            StatusCode::BAD_GATEWAY
+        } else {
+            StatusCode::OK
+        },
+        &Done {
+            key,
+            namespace: ns,
+            name,
+            verb: "Purge",
+            done: "removed",
+            what: p.what,
+            count: report.removed,
+            notes: purge_notes(&report),
+            error,
+        },
+    )
+}

@@ -1,0 +1,327 @@
+//! The dead-letter console (docs/CONSOLE.md): a small web UI served by the operator
+//! binary (`dlq-operator console --standalone -f …`) to look at dead letters and act on
+//! them through the same core as the CLI: [`crate::dlq::browse::inspect_with`] (cached,
+//! bounded scans: [`scan`]), [`crate::dlq::replay::replay_with`] and
+//! [`crate::dlq::purge::purge_with`] ([`actions`]). Depths, backlog ratio and alert state
+//! come from the collector `run --standalone` uses ([`crate::standalone::groups`],
+//! [`crate::collector::poll`]), polled by the console itself, with a depth ring per
+//! DeadLetterQueue ([`history`]).
+//!
+//! Standalone only for now: it binds a loopback address and lets in whoever presents the
+//! random token printed at start ([`auth`]); the cluster mode (TokenReview and
+//! SubjectAccessReview) is to be another [`auth::Auth`].
+
+pub mod actions;
+pub mod audit;
+pub mod auth;
+pub mod history;
+pub mod jobs;
+pub mod scan;
+pub mod server;
+pub mod templates;
+pub mod views;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::BrokerFactory;
+use crate::collector::{Collector, Reading};
+use crate::standalone::Planned;
+
+/// Body bytes kept per message by a scan (the message view's preview).
+pub const PREVIEW_BYTES: usize = 4096;
+
+/// What the console serves and how.
+pub struct Options {
+    /// The manifest files or directories (re-read every poll; the last valid kept).
+    pub paths: Vec<PathBuf>,
+    /// The manifests as read at start.
+    pub planned: Vec<Planned>,
+    /// Where to listen: a loopback address ([`check_bind`]); port 0 picks one.
+    pub bind: SocketAddr,
+    /// Poll interval; default: the smallest `spec.monitoring.interval` (15 s without).
+    pub interval: Option<Duration>,
+    /// Messages a scan reads at most per DeadLetterQueue.
+    pub scan_max_messages: u64,
+    /// How long a scan is shown before a page view starts a new one.
+    pub scan_ttl: Duration,
+    /// The brokers ([`crate::broker::default_factory`], or a fake in tests).
+    pub brokers: Arc<dyn BrokerFactory>,
+}
+
+/// Refuses an address a standalone console must not listen on: anything but loopback
+/// (its only protection is the token; it must not be reachable from the network).
+///
+/// # Errors
+/// The message saying so, naming the address.
+pub fn check_bind(addr: SocketAddr) -> Result<(), String> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(format!(
+            "--bind-address {addr}: the standalone console listens on a loopback address only (127.0.0.1 or [::1]); reach it from elsewhere through an SSH tunnel or kubectl port-forward"
+        ))
+    }
+}
+
+/// What the last poll said of one DeadLetterQueue.
+#[derive(Debug, Clone, Default)]
+pub struct Polled {
+    /// Dead-letter depth (`None`: the listing failed).
+    pub depth: Option<u64>,
+    /// Backlog ratio.
+    pub ratio: Option<f64>,
+    /// Alert state name, `Unknown` when the listing failed.
+    pub alert: &'static str,
+}
+
+/// A replay or purge whose dry run was shown: what its confirmation does.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// Who asked (only they can confirm).
+    pub user: String,
+    /// The DeadLetterQueue.
+    pub key: String,
+    /// `replay` or `purge`.
+    pub kind: &'static str,
+    /// Which messages.
+    pub filter: crate::dlq::filter::Filter,
+    /// The same, for people (shown).
+    pub what: String,
+    /// The dry run's count (would be replayed / removed).
+    pub count: u64,
+    /// Messages the dry run read.
+    pub scanned: u64,
+    /// The dry run's notes (skipped, unknown ages), shown.
+    pub notes: String,
+    /// When the dry run was shown: a confirmation older than [`PENDING_TTL`] is refused.
+    pub created: std::time::Instant,
+}
+
+/// How long a dry run's confirmation stays valid (after that, count again).
+pub const PENDING_TTL: Duration = Duration::from_secs(15 * 60);
+
+/// Everything the handlers share.
+pub struct State {
+    /// Who may log in.
+    pub auth: auth::Auth,
+    /// Open sessions.
+    pub sessions: auth::Sessions,
+    /// The port listened on (Host and Origin checks).
+    pub port: u16,
+    /// The brokers.
+    pub brokers: Arc<dyn BrokerFactory>,
+    /// The manifests in force.
+    pub planned: RwLock<Arc<Vec<Planned>>>,
+    /// The last poll per DeadLetterQueue.
+    pub polled: Mutex<BTreeMap<String, Polled>>,
+    /// Depth rings.
+    pub history: Mutex<history::DepthHistory>,
+    /// Cached scans.
+    pub scans: Arc<scan::Scans>,
+    /// Replays started by the console.
+    pub jobs: jobs::Jobs,
+    /// Dry runs awaiting confirmation, by one-time action id.
+    pub pending: Mutex<HashMap<String, Pending>>,
+    /// The explicit poll interval, if any.
+    pub interval: Option<Duration>,
+    /// Cancelled on shutdown: scans and actions stop (held messages given back).
+    pub cancel: CancellationToken,
+}
+
+/// A mutex's guard, also after a panic elsewhere (the data is plain counts and maps).
+pub(crate) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl State {
+    /// The manifests in force.
+    pub fn planned(&self) -> Arc<Vec<Planned>> {
+        self.planned
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The poll interval: the explicit one, else the smallest
+    /// `spec.monitoring.interval` (15 s without any), as `run --standalone` does.
+    pub fn interval(&self) -> Duration {
+        self.interval.unwrap_or_else(|| {
+            self.planned()
+                .iter()
+                .filter_map(|p| p.prepared.monitoring_interval_ms)
+                .min()
+                .map_or(Duration::from_secs(15), Duration::from_millis)
+        })
+    }
+}
+
+/// A console bound to its address, not yet serving.
+pub struct Console {
+    listener: tokio::net::TcpListener,
+    state: Arc<State>,
+    paths: Vec<PathBuf>,
+}
+
+impl Console {
+    /// Binds `opts.bind` with `auth`.
+    ///
+    /// # Errors
+    /// [`std::io::ErrorKind::InvalidInput`] for a non-loopback address ([`check_bind`]);
+    /// the bind error, naming the address.
+    pub async fn bind(opts: Options, auth: auth::Auth) -> std::io::Result<Console> {
+        check_bind(opts.bind)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let listener = tokio::net::TcpListener::bind(opts.bind)
+            .await
+            .map_err(|e| {
+                std::io::Error::new(e.kind(), format!("--bind-address {}: {e}", opts.bind))
+            })?;
+        let port = listener.local_addr()?.port();
+        let state = Arc::new(State {
+            auth,
+            sessions: auth::Sessions::default(),
+            port,
+            brokers: opts.brokers,
+            planned: RwLock::new(Arc::new(opts.planned)),
+            polled: Mutex::new(BTreeMap::new()),
+            history: Mutex::new(history::DepthHistory::default()),
+            scans: Arc::new(scan::Scans::new(
+                opts.scan_max_messages,
+                PREVIEW_BYTES,
+                opts.scan_ttl,
+            )),
+            jobs: jobs::Jobs::default(),
+            pending: Mutex::new(HashMap::new()),
+            interval: opts.interval,
+            cancel: CancellationToken::new(),
+        });
+        Ok(Console {
+            listener,
+            state,
+            paths: opts.paths,
+        })
+    }
+
+    /// The address listened on (the real port when 0 was asked).
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Polls and serves until `shutdown`; then scans and actions in flight are
+    /// cancelled (their held messages given back, copies in flight settled).
+    ///
+    /// # Errors
+    /// The server's I/O error.
+    pub async fn serve(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        let state = self.state;
+        let poller = tokio::spawn(poll_loop(Arc::clone(&state), self.paths));
+        let app = server::router(Arc::clone(&state));
+        let (stop, cancel) = (shutdown.clone(), state.cancel.clone());
+        // On shutdown the scans and actions in flight are cancelled first, so the
+        // graceful end waits only for them to settle, not to finish.
+        let served = axum::serve(self.listener, app)
+            .with_graceful_shutdown(async move {
+                stop.cancelled().await;
+                cancel.cancel();
+            })
+            .await;
+        state.cancel.cancel();
+        poller.abort();
+        served
+    }
+}
+
+/// Every interval: re-reads the manifests (on a blocking thread; the last valid ones are
+/// kept and the error logged), polls the depths with the collector `run --standalone`
+/// uses, and records each DeadLetterQueue's depth, ratio and alert and its depth ring.
+async fn poll_loop(state: Arc<State>, paths: Vec<PathBuf>) {
+    let mut collector = Collector::new(crate::metrics::Metrics::new());
+    loop {
+        let read = paths.clone();
+        match tokio::task::spawn_blocking(move || crate::standalone::load_and_plan(&read)).await {
+            Ok(Ok((_, planned))) => {
+                *state
+                    .planned
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(planned);
+            }
+            Ok(Err(e)) => tracing::warn!(
+                "console: the manifests are invalid, the last valid ones stay in force: {}",
+                crate::printable::escape_lines(&e.to_string())
+            ),
+            Err(e) => tracing::warn!("console: reading the manifests failed: {e}"),
+        }
+        let interval = state.interval();
+        poll_once(&state, &mut collector, interval).await;
+        tokio::select! {
+            () = state.cancel.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// One poll of every DeadLetterQueue in force ([`crate::collector::poll`]).
+async fn poll_once(state: &State, collector: &mut Collector, interval: Duration) {
+    let planned = state.planned();
+    let keys: Vec<&str> = planned.iter().map(|p| p.prepared.key.as_str()).collect();
+    collector.retain(|k| keys.contains(&k));
+    let spacing_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+    let groups: Vec<_> = crate::standalone::groups(state.brokers.as_ref(), &planned, spacing_ms)
+        .into_iter()
+        .map(|(_, g)| g)
+        .collect();
+    let polls =
+        crate::collector::poll(collector, &groups, crate::clock::now_ms(), 1, |_, _| None).await;
+    let mut polled = BTreeMap::new();
+    let mut history = locked(&state.history);
+    for (group, poll) in groups.iter().zip(&polls) {
+        for (m, reading) in group.members.iter().zip(&poll.readings) {
+            let row = match reading {
+                Reading::Observed(r) => {
+                    history.push(m.key, r.observed.depth.dead_letter);
+                    Polled {
+                        depth: Some(r.observed.depth.dead_letter),
+                        ratio: r.eval.ratio,
+                        alert: r.eval.state.name(),
+                    }
+                }
+                Reading::Unknown => Polled {
+                    depth: None,
+                    ratio: None,
+                    alert: "Unknown",
+                },
+            };
+            polled.insert(m.key.to_string(), row);
+        }
+    }
+    history.retain(|k| keys.contains(&k));
+    *locked(&state.polled) = polled;
+}
+
+#[cfg(test)]
+mod fast_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::check_bind;
+
+    #[test]
+    fn only_loopback_addresses_are_bound() {
+        for ok in ["127.0.0.1:0", "127.0.0.1:8081", "[::1]:8081"] {
+            assert_eq!(check_bind(ok.parse().expect("addr")), Ok(()), "{ok}");
+        }
+        for refused in ["0.0.0.0:8081", "[::]:8081", "192.168.1.5:8081"] {
+            let e = check_bind(refused.parse().expect("addr")).expect_err(refused);
+            assert!(e.contains(refused) && e.contains("loopback"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! The console's HTTP routes (axum): the checks every request passes (Host, session,
+//! security headers), login, and the read-only pages. The actions are [`super::actions`].
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{Path, Query, Request, State as Extract};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+
+use super::auth::{self, Session};
+use super::templates::{self, MessagePage};
+use super::{locked, views, State};
+use crate::printable::{shown, PREVIEW_BYTES};
+use crate::standalone::Planned;
+
+/// Shared state as the handlers take it.
+pub type Shared = Arc<State>;
+
+/// The console's routes, behind a guard on every one: the Host check (421) and the
+/// security headers (CSP, no framing, no referrer, no caching).
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/login", get(login))
+        .route("/logout", post(logout))
+        .route("/static/console.css", get(css))
+        .route("/", get(index))
+        .route("/dlq/{ns}/{name}", get(dlq_page))
+        .route("/dlq/{ns}/{name}/scan", post(super::actions::rescan))
+        .route("/dlq/{ns}/{name}/messages", get(messages))
+        .route("/dlq/{ns}/{name}/messages/{index}", get(message))
+        .route(
+            "/dlq/{ns}/{name}/replay/preview",
+            post(super::actions::replay_preview),
+        )
+        .route("/dlq/{ns}/{name}/replay", post(super::actions::replay))
+        .route(
+            "/dlq/{ns}/{name}/purge/preview",
+            post(super::actions::purge_preview),
+        )
+        .route("/dlq/{ns}/{name}/purge", post(super::actions::purge))
+        .route("/jobs/{id}", get(super::jobs::job_page))
+        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// Refuses a request whose Host is not the console's own loopback address (DNS
+/// rebinding: 421), and sets the security headers on every response (a strict CSP
+/// without scripts, no framing, no referrer, no caching).
+async fn guard(Extract(state): Extract<Shared>, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    let mut response = if auth::host_ok(host, state.port) {
+        next.run(request).await
+    } else {
+        page(
+            StatusCode::MISDIRECTED_REQUEST,
+            "Wrong host",
+            "This console answers only to 127.0.0.1, localhost or [::1] with its port.".into(),
+        )
+    };
+    let h = response.headers_mut();
+    for (name, value) in [
+        (
+            "content-security-policy",
+            "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+        ("cache-control", "no-store"),
+        ("x-frame-options", "DENY"),
+    ] {
+        h.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// A rendered template as an HTML response with `status`; a render error is a 500.
+pub fn html(status: StatusCode, t: &impl Template) -> Response {
+    match t.render() {
+        Ok(body) => (
+            status,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            body,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!("console: rendering a page failed: {e}");
+            (StatusCode::INTERNAL_SERVER_ERROR, "page rendering failed").into_response()
+        }
+    }
+}
+
+/// A one-paragraph page (`text` must be made visible already where it quotes outside
+/// text).
+pub fn page(status: StatusCode, title: &str, text: String) -> Response {
+    let class = if status.is_success() { "note" } else { "error" };
+    html(
+        status,
+        &MessagePage {
+            title: title.into(),
+            text,
+            class,
+            back: Some("/".into()),
+        },
+    )
+}
+
+/// The request's session, or the 401 page saying how to log in.
+#[allow(clippy::result_large_err)]
+pub fn session(state: &State, headers: &HeaderMap) -> Result<Session, Response> {
+    state.sessions.of(headers).ok_or_else(|| {
+        page(
+            StatusCode::UNAUTHORIZED,
+            "Log in",
+            "Open the login link printed on the console's standard error when it started (console: http://127.0.0.1:PORT/login?token=…).".into(),
+        )
+    })
+}
+
+/// The DeadLetterQueue `ns/name` in the manifests in force, or the 404 page.
+#[allow(clippy::result_large_err)]
+pub fn find(state: &State, ns: &str, name: &str) -> Result<(Arc<Vec<Planned>>, usize), Response> {
+    let planned = state.planned();
+    let key = format!("{ns}/{name}");
+    match planned.iter().position(|p| p.prepared.key == key) {
+        Some(i) => Ok((planned, i)),
+        None => Err(page(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            format!(
+                "No DeadLetterQueue {} in the manifests.",
+                shown(&key, PREVIEW_BYTES)
+            ),
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    token: Option<String>,
+}
+
+/// `GET /login?token=T`: a session cookie and a redirect to `/`, or 401.
+async fn login(Extract(state): Extract<Shared>, Query(q): Query<LoginQuery>) -> Response {
+    match q.token.as_deref().and_then(|t| state.auth.login(t)) {
+        Some(user) => {
+            let id = state.sessions.open(user);
+            let mut r = Redirect::to("/").into_response();
+            if let Ok(v) = HeaderValue::from_str(&auth::session_cookie(&id)) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        None => page(
+            StatusCode::UNAUTHORIZED,
+            "Log in",
+            "Wrong or missing token: open the login link printed on the console's standard error when it started.".into(),
+        ),
+    }
+}
+
+/// `POST /logout`: ends the session.
+async fn logout(Extract(state): Extract<Shared>, headers: HeaderMap) -> Response {
+    if !auth::same_origin(&headers, state.port) {
+        return page(
+            StatusCode::FORBIDDEN,
+            "Refused",
+            "Cross-origin request.".into(),
+        );
+    }
+    state.sessions.close(&headers);
+    Redirect::to("/login").into_response()
+}
+
+async fn css() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        templates::CSS,
+    )
+        .into_response()
+}
+
+/// `GET /`: every DeadLetterQueue with its depth, ratio, alert and sparkline.
+async fn index(Extract(state): Extract<Shared>, headers: HeaderMap) -> Response {
+    if let Err(r) = session(&state, &headers) {
+        return r;
+    }
+    let polled = locked(&state.polled).clone();
+    let history = locked(&state.history);
+    let rows = state
+        .planned()
+        .iter()
+        .map(|p| {
+            let key = &p.prepared.key;
+            let (ns, name) = crate::collector::split_key(key);
+            let last = polled.get(key);
+            let depths = history.of(key);
+            templates::IndexRow {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                depth: last.map_or("-".into(), |l| {
+                    l.depth.map_or("?".into(), |d| d.to_string())
+                }),
+                ratio: last
+                    .and_then(|l| l.ratio)
+                    .map_or("-".into(), |r| format!("{r:.2}")),
+                alert: last.map_or("-", |l| l.alert),
+                points: super::history::sparkline(&depths, 120, 24),
+                points_count: depths.len(),
+            }
+        })
+        .collect();
+    drop(history);
+    let interval = u64::try_from(state.interval().as_millis()).unwrap_or(u64::MAX);
+    html(
+        StatusCode::OK,
+        &templates::Index {
+            rows,
+            interval: crate::duration::format_ms(interval),
+        },
+    )
+}
+
+/// `GET /dlq/{ns}/{name}`: the dead-letter queues' counts now (passive declares), and the
+/// groups of the cached scan (a scan is started in the background when missing or
+/// stale; the page then refreshes itself).
+async fn dlq_page(
+    Extract(state): Extract<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    let s = match session(&state, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let (planned, i) = match find(&state, &ns, &name) {
+        Ok(found) => found,
+        Err(r) => return r,
+    };
+    let prep = &planned[i].prepared;
+    let client = match state.brokers.client(&prep.connection) {
+        Ok(c) => c,
+        Err(e) => return broker_error(&e),
+    };
+    let mut queues = Vec::new();
+    for q in prep.topology.dead_letter_queues() {
+        let count = match client.passive_queue_counts(&prep.topology.vhost, q).await {
+            Ok(Some(c)) => c.ready.to_string(),
+            Ok(None) => "missing".into(),
+            Err(e) => crate::printable::escape_lines(&e.to_string()),
+        };
+        queues.push((shown(q, PREVIEW_BYTES), count));
+    }
+    let cached = state.scans.refresh(
+        &prep.key,
+        client,
+        prep.topology.clone(),
+        false,
+        &state.cancel,
+    );
+    let (mut error, mut summary, mut generation, mut groups) = (None, None, 0, Vec::new());
+    if let Some(scan) = &cached.last {
+        generation = scan.generation;
+        match &scan.result {
+            Ok(ins) => {
+                summary = Some(scan_summary(ins, scan.at.elapsed()));
+                groups = views::group_rows(&views::groups(ins, scan.now_ms));
+            }
+            Err(e) => error = Some(e.clone()),
+        }
+    }
+    html(
+        StatusCode::OK,
+        &templates::DlqPage {
+            key: prep.key.clone(),
+            namespace: ns,
+            name,
+            csrf: s.csrf,
+            broker: prep.connection.redacted_management_uri(),
+            queues,
+            scanning: cached.running,
+            error,
+            summary,
+            generation,
+            groups,
+        },
+    )
+}
+
+/// "Read N of M messages …, K ago" for a finished scan.
+fn scan_summary(ins: &crate::dlq::Inspection, age: std::time::Duration) -> String {
+    let ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+    format!(
+        "Last scan: read {} of {} messages{}{}, {} ago.",
+        ins.scanned,
+        ins.total,
+        if ins.interrupted {
+            " (interrupted)"
+        } else {
+            ""
+        },
+        if ins.rotated > 0 {
+            format!(
+                "; {} moved to the tail to stay under the delivery limit",
+                ins.rotated
+            )
+        } else {
+            String::new()
+        },
+        crate::duration::format_ms(ms / 1000 * 1000)
+    )
+}
+
+/// The page of a broker error (escaped).
+pub fn broker_error(e: &crate::broker::BrokerError) -> Response {
+    page(
+        StatusCode::BAD_GATEWAY,
+        "Broker error",
+        crate::printable::escape_lines(&e.to_string()),
+    )
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    g: Option<u64>,
+    group: Option<usize>,
+    filter: Option<String>,
+}
+
+/// The cached scan of generation `g` of `key`, or the page saying it was replaced.
+#[allow(clippy::result_large_err)]
+pub fn scan_of(
+    state: &State,
+    key: &str,
+    g: Option<u64>,
+    back: &str,
+) -> Result<Arc<super::scan::Scan>, Response> {
+    state
+        .scans
+        .cached(key)
+        .last
+        .filter(|s| Some(s.generation) == g && s.result.is_ok())
+        .ok_or_else(|| {
+            html(
+                StatusCode::CONFLICT,
+                &MessagePage {
+                    title: "Scan replaced".into(),
+                    text: "The scan this page points into was replaced by a newer one (or an action changed the queue); go back and look again.".into(),
+                    class: "error",
+                    back: Some(back.into()),
+                },
+            )
+        })
+}
+
+/// `GET /dlq/{ns}/{name}/messages?g=&group=|filter=`: the messages of a group or a
+/// filter among those the cached scan read.
+async fn messages(
+    Extract(state): Extract<Shared>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    if let Err(r) = session(&state, &headers) {
+        return r;
+    }
+    let key = format!("{ns}/{name}");
+    let back = format!("/dlq/{ns}/{name}");
+    let scan = match scan_of(&state, &key, q.g, &back) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let Ok(ins) = &scan.result else {
+        return page(StatusCode::CONFLICT, "No scan", String::new());
+    };
+    let (filter, what) = match (
+        q.group,
+        q.filter.as_deref().filter(|f| !f.trim().is_empty()),
+    ) {
+        (Some(i), _) => match views::groups(ins, scan.now_ms).get(i) {
+            Some(g) => (g.filter(), super::actions::group_text(g)),
+            None => return page(StatusCode::NOT_FOUND, "No such group", String::new()),
+        },
+        (None, Some(text)) => match crate::dlq::filter::Filter::parse(&[text]) {
+            Ok(f) => (f, format!("filter {}", shown(text, PREVIEW_BYTES))),
+            Err(e) => {
+                return page(
+                    StatusCode::BAD_REQUEST,
+                    "Bad filter",
+                    shown(&e.to_string(), PREVIEW_BYTES),
+                )
+            }
+        },
+        (None, None) => (crate::dlq::filter::Filter::default(), "all".into()),
+    };
+    html(
+        StatusCode::OK,
+        &templates::Messages {
+            key,
+            namespace: ns,
+            name,
+            what,
+            scanned: ins.scanned,
+            generation: scan.generation,
+            rows: views::message_rows(&ins.sample, &filter, scan.now_ms),
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct MessageQuery {
+    g: Option<u64>,
+}
+
+/// `GET /dlq/{ns}/{name}/messages/{i}?g=`: one message of the cached scan.
+async fn message(
+    Extract(state): Extract<Shared>,
+    headers: HeaderMap,
+    Path((ns, name, index)): Path<(String, String, usize)>,
+    Query(q): Query<MessageQuery>,
+) -> Response {
+    if let Err(r) = session(&state, &headers) {
+        return r;
+    }
+    let key = format!("{ns}/{name}");
+    let back = format!("/dlq/{ns}/{name}");
+    let scan = match scan_of(&state, &key, q.g, &back) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match scan.result.as_ref().ok().and_then(|i| i.sample.get(index)) {
+        Some(m) => html(
+            StatusCode::OK,
+            &templates::Message {
+                key,
+                namespace: ns,
+                name,
+                view: views::message_view(m, scan.now_ms),
+            },
+        ),
+        None => page(StatusCode::NOT_FOUND, "No such message", String::new()),
+    }
+}

@@ -1,0 +1,356 @@
+//! `dlq-operator console --standalone` against the real RabbitMQ (127.0.0.1, guest/guest):
+//! the binary started on `127.0.0.1:0`, its login link read from stderr, then over HTTP
+//! (reqwest, the session cookie sent by hand): no page without the token; the index
+//! with the DeadLetterQueue's depth; the groups; a hostile header shown inert; replay
+//! (dry-run count, then the messages back in the source queue) and purge (refused
+//! without the typed name, done with it), each audited on stderr; the CSRF token and
+//! the Origin checked on every POST; a non-loopback address refused.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+use common::cleanup;
+use common::dlq::{applied_manifests, confirm_channel, header, publish, ready, text};
+
+/// The console process, killed when the test ends (also on a failed assertion).
+struct Console {
+    child: Child,
+    lines: Receiver<String>,
+    base: String,
+    token: String,
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Console {
+    /// Starts `console --standalone -f path` on 127.0.0.1:0 and reads the login link.
+    fn start(path: &str) -> Console {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+            .args([
+                "console",
+                "--standalone",
+                "-f",
+                path,
+                "--bind-address",
+                "127.0.0.1:0",
+                "--interval",
+                "1s",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts");
+        let lines = common::stderr_lines(&mut child);
+        let link = loop {
+            let line = lines
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the console prints its login link");
+            if let Some(link) = line.strip_prefix("console: ") {
+                break link.to_string();
+            }
+        };
+        let (base, token) = link.split_once("/login?token=").expect("a login link");
+        assert!(base.starts_with("http://127.0.0.1:"), "{link}");
+        assert!(!base.ends_with(":0"), "the real port is printed: {link}");
+        Console {
+            child,
+            lines,
+            base: base.to_string(),
+            token: token.to_string(),
+        }
+    }
+
+    /// Waits for a stderr line containing every one of `needles`.
+    fn line_with(&self, needles: &[&str]) -> String {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("no stderr line with {needles:?}"));
+            if needles.iter().all(|n| line.contains(n)) {
+                return line;
+            }
+        }
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+fn encoded(pairs: &[(&str, &str)]) -> String {
+    url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+async fn get(c: &Console, cookie: &str, path: &str) -> (u16, String) {
+    let r = client()
+        .get(format!("{}{path}", c.base))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .expect("get");
+    (r.status().as_u16(), r.text().await.expect("body"))
+}
+
+async fn post_with(
+    c: &Console,
+    cookie: &str,
+    path: &str,
+    form: &[(&str, &str)],
+    origin: &str,
+) -> (u16, String) {
+    let r = client()
+        .post(format!("{}{path}", c.base))
+        .header("cookie", cookie)
+        .header("origin", origin)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encoded(form))
+        .send()
+        .await
+        .expect("post");
+    (r.status().as_u16(), r.text().await.expect("body"))
+}
+
+async fn post(c: &Console, cookie: &str, path: &str, form: &[(&str, &str)]) -> (u16, String) {
+    let origin = c.base.clone();
+    post_with(c, cookie, path, form, &origin).await
+}
+
+/// The value of hidden input `name` in `html`.
+fn hidden(html: &str, name: &str) -> String {
+    let needle = format!("name=\"{name}\" value=\"");
+    let at = html
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {name} in {html}"))
+        + needle.len();
+    html[at..].split('"').next().expect("value").to_string()
+}
+
+/// Polls `path` until its page contains `needle` (at most about a minute).
+async fn page_with(c: &Console, cookie: &str, path: &str, needle: &str) -> String {
+    let mut last = String::new();
+    for _ in 0..300 {
+        let (status, html) = get(c, cookie, path).await;
+        assert_eq!(status, 200, "{html}");
+        if html.contains(needle) && !html.contains("Scanning") {
+            return html;
+        }
+        last = html;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("{path} never showed {needle:?}: {last}");
+}
+
+#[tokio::test]
+async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() {
+    let q = common::unique("t-console");
+    let (_dir, path) = applied_manifests(&q);
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    for i in 0..3 {
+        let h = header(&[
+            ("dlq-original-queue", text(&q)),
+            ("dlq-error-class", text("timeout")),
+        ]);
+        publish(&ch, &dlq, &format!("t{i}"), h).await;
+    }
+    for i in 0..2 {
+        let h = header(&[
+            ("dlq-original-queue", text(&q)),
+            ("dlq-error-class", text("validation")),
+            ("x-note", text("<script>alert(1)</script>\u{1b}[2J")),
+        ]);
+        publish(&ch, &dlq, &format!("v{i}"), h).await;
+    }
+
+    let c = Console::start(&path);
+    // No page without the token.
+    assert_eq!(get(&c, "", "/").await.0, 401);
+    assert_eq!(get(&c, "", "/login?token=nope").await.0, 401);
+    let r = client()
+        .get(format!("{}/login?token={}", c.base, c.token))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 303);
+    let set = r.headers()["set-cookie"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().expect("cookie").to_string();
+
+    // The index: the DeadLetterQueue and its dead-letter depth.
+    page_with(&c, &cookie, "/", "<td class=\"num\">5</td>").await;
+    // Its page: both groups with their counts, no credentials.
+    let dlq_page = "/dlq/default/d";
+    let html = page_with(&c, &cookie, dlq_page, "Last scan").await;
+    assert!(html.contains("<td class=\"num\">3</td>"), "{html}");
+    assert!(html.contains("<td class=\"num\">2</td>"), "{html}");
+    assert!(!html.contains(":guest@"), "no password in the page: {html}");
+    let (g, csrf) = (hidden(&html, "g"), hidden(&html, "csrf"));
+
+    // A hostile header is shown inert.
+    let (status, list) = get(
+        &c,
+        &cookie,
+        &format!("{dlq_page}/messages?g={g}&filter=class%3Dvalidation"),
+    )
+    .await;
+    assert_eq!(status, 200, "{list}");
+    let index = list
+        .split("/messages/")
+        .nth(1)
+        .and_then(|s| s.split('?').next())
+        .expect("a message link")
+        .to_string();
+    let (status, msg) = get(&c, &cookie, &format!("{dlq_page}/messages/{index}?g={g}")).await;
+    assert_eq!(status, 200, "{msg}");
+    assert!(msg.contains("x-note"), "{msg}");
+    assert!(!msg.contains("<script>"), "{msg}");
+    assert!(!msg.contains('\u{1b}'), "{msg}");
+    assert!(
+        msg.contains("&#60;script&#62;") || msg.contains("&lt;script&gt;"),
+        "{msg}"
+    );
+
+    // POSTs: no CSRF token → 403; a foreign Origin → 403; nothing moved.
+    let preview = format!("{dlq_page}/replay/preview");
+    let (status, _) = post(&c, &cookie, &preview, &[("filter", "class=timeout")]).await;
+    assert_eq!(status, 403);
+    let form = [("csrf", csrf.as_str()), ("filter", "class=timeout")];
+    let (status, _) = post_with(&c, &cookie, &preview, &form, "http://evil.example").await;
+    assert_eq!(status, 403);
+    assert_eq!(ready(&ch, &dlq).await, 5);
+
+    // Replay the timeout ones: the dry-run count, then the messages back in the source.
+    let (status, confirm) = post(&c, &cookie, &preview, &form).await;
+    assert_eq!(status, 200, "{confirm}");
+    assert!(
+        confirm.contains("<strong id=\"count\">3</strong>"),
+        "{confirm}"
+    );
+    assert_eq!(ready(&ch, &q).await, 0, "a dry run moves nothing");
+    let action = hidden(&confirm, "action");
+    let r = client()
+        .post(format!("{}{dlq_page}/replay", c.base))
+        .header("cookie", &cookie)
+        .header("origin", &c.base)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encoded(&[("csrf", &csrf), ("action", &action)]))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 303, "the replay runs as a job");
+    let job = r.headers()["location"].to_str().expect("ascii").to_string();
+    let done = page_with(&c, &cookie, &job, "Done:").await;
+    assert!(done.contains("<strong id=\"count\">3</strong>"), "{done}");
+    assert_eq!(ready(&ch, &q).await, 3);
+    assert_eq!(ready(&ch, &dlq).await, 2);
+    c.line_with(&[
+        "console audit",
+        "user=local",
+        "action=\"replay\"",
+        "count=3",
+    ]);
+
+    // Purge the validation ones: refused without the typed name, done with it.
+    let (status, confirm) = post(
+        &c,
+        &cookie,
+        &format!("{dlq_page}/purge/preview"),
+        &[("csrf", &csrf), ("filter", "class=validation")],
+    )
+    .await;
+    assert_eq!(status, 200, "{confirm}");
+    assert!(
+        confirm.contains("<strong id=\"count\">2</strong>"),
+        "{confirm}"
+    );
+    let action = hidden(&confirm, "action");
+    let purge = format!("{dlq_page}/purge");
+    let (status, _) = post(&c, &cookie, &purge, &[("csrf", &csrf), ("action", &action)]).await;
+    assert_eq!(status, 400);
+    assert_eq!(ready(&ch, &dlq).await, 2, "nothing removed");
+    let typed = [
+        ("csrf", csrf.as_str()),
+        ("action", &action),
+        ("confirm", "default/d"),
+    ];
+    let (status, done) = post(&c, &cookie, &purge, &typed).await;
+    assert_eq!(status, 200, "{done}");
+    assert!(done.contains("<strong id=\"count\">2</strong>"), "{done}");
+    assert_eq!(ready(&ch, &dlq).await, 0);
+    assert_eq!(ready(&ch, &q).await, 3, "the replayed ones stay");
+    c.line_with(&["console audit", "action=\"purge-refused\""]);
+    c.line_with(&["console audit", "action=\"purge\"", "count=2", "outcome=ok"]);
+
+    drop(c);
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}
+
+/// Bad flags: one clear error each, before anything is bound or read.
+#[test]
+fn bad_flags_are_refused_with_one_clear_error() {
+    let dir = common::manifests(&[]);
+    let path = dir.path().display().to_string();
+    for (args, needle) in [
+        (
+            vec![
+                "console",
+                "--standalone",
+                "-f",
+                &path,
+                "--bind-address",
+                "0.0.0.0:0",
+            ],
+            "loopback address only",
+        ),
+        (vec!["console", "-f", &path], "console needs --standalone"),
+        (vec!["console", "--standalone"], "needs -f PATH"),
+        (
+            vec!["console", "--standalone", "-f", "-"],
+            "standard input can be read only once",
+        ),
+        (
+            vec!["console", "--standalone", "-f", &path, "--scan-ttl", "0s"],
+            "--scan-ttl",
+        ),
+        (
+            vec![
+                "console",
+                "--standalone",
+                "-f",
+                &path,
+                "--bind-address",
+                "localhost:1",
+            ],
+            "takes IP:port",
+        ),
+    ] {
+        let out = common::cli(&args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            common::text(&out).contains(needle),
+            "{args:?}: {}",
+            common::text(&out)
+        );
+    }
+}
