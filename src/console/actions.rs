@@ -175,8 +175,9 @@ fn spawn_replay(
             dry_run,
             target: Target::OriginalQueue,
             max_replays: MAX_REPLAYS,
-            replay_id: format!("{now}-{:08x}", rand::random::<u32>()),
+            replay_id: crate::dlq::replay::new_replay_id(now),
             max_in_flight: MAX_IN_FLIGHT,
+            rewrite: None,
         };
         replay_with(
             client.as_ref(),
