@@ -285,7 +285,12 @@ async fn dlq_page(
             namespace: ns,
             name,
             csrf: s.csrf,
-            broker: prep.connection.redacted_management_uri(),
+            // No user name, no password: the management URI without userinfo.
+            broker: format!(
+                "{} (vhost {})",
+                prep.connection.management_base(),
+                prep.topology.vhost
+            ),
             queues,
             scanning: cached.running,
             error,

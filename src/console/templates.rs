@@ -64,7 +64,7 @@ pub struct DlqPage {
     pub name: String,
     /// The session's CSRF token.
     pub csrf: String,
-    /// The broker's management URI, credentials redacted.
+    /// The broker's management URI without user name and password, and the vhost.
     pub broker: String,
     /// (dead-letter queue, messages now or the error).
     pub queues: Vec<(String, String)>,
