@@ -139,6 +139,7 @@ cat <<EOF
   cargo run --locked --example retry_demo                                    # another message, with the operator above
   .venv/bin/python examples/router/reject.py --publish 1 --report-class Validation --until-dead-letter $ROUTER_DEMO.dlq   # a failure reported with its class, with the operator above
   dlq-operator router --standalone ${MANIFESTS[*]} --metrics-bind-address 127.0.0.1:$PORT   # the retry routers alone, instead of the operator (docs/ROUTER.md)
+  dlq-operator console --standalone ${MANIFESTS[*]}     # the dead letters in a browser: open the printed link (docs/CONSOLE.md)
   docs/ROUTER.md (router mode, and recipes for Python, Node, Java and Go consumers),
   docs/STANDALONE.md (running without a cluster), docs/REPLAY.md (replaying dead letters),
   docs/INSTALL.md (a cluster with Helm), docs/REFERENCE.md (every field and command)
