@@ -93,7 +93,7 @@ fn chosen(state: &State, key: &str, form: &ActionForm) -> Result<(Filter, String
             .result
             .as_ref()
             .ok()
-            .and_then(|ins| views::groups(ins, scan.now_ms).get(i).cloned());
+            .and_then(|ins| views::groups(ins).get(i).cloned());
         return group
             .map(|g| (g.filter(), group_text(&g)))
             .ok_or_else(|| page(StatusCode::NOT_FOUND, "No such group", String::new()));

@@ -273,7 +273,7 @@ async fn dlq_page(
         match &scan.result {
             Ok(ins) => {
                 summary = Some(scan_summary(ins, scan.at.elapsed()));
-                groups = views::group_rows(&views::groups(ins, scan.now_ms));
+                groups = views::group_rows(&views::groups(ins));
             }
             Err(e) => error = Some(e.clone()),
         }
@@ -386,7 +386,7 @@ async fn messages(
         q.group,
         q.filter.as_deref().filter(|f| !f.trim().is_empty()),
     ) {
-        (Some(i), _) => match views::groups(ins, scan.now_ms).get(i) {
+        (Some(i), _) => match views::groups(ins).get(i) {
             Some(g) => (g.filter(), super::actions::group_text(g)),
             None => return page(StatusCode::NOT_FOUND, "No such group", String::new()),
         },
