@@ -44,6 +44,10 @@ pub struct ActionForm {
     pub action: Option<String>,
     /// The typed `namespace/name` of a purge confirmation.
     pub confirm: Option<String>,
+    /// The edited body of a repair ([`super::repair`]).
+    pub body: Option<String>,
+    /// The edited headers of a repair, a JSON object ([`super::repair`]).
+    pub headers: Option<String>,
 }
 
 /// The session of a POST that comes from the console's own page: same origin (403),
