@@ -5,7 +5,7 @@
 //! needs the DeadLetterQueue's `namespace/name` typed. Every POST is checked (same origin,
 //! session, CSRF token), runs under the DeadLetterQueue's lock (never beside a console
 //! scan), in a task of its own (a closed browser tab does not cut it short), and is
-//! audited ([`super::audit`]).
+//! audited ([`super::audit`]). The repair of one message is [`super::repair`].
 
 use std::sync::Arc;
 

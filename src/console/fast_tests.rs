@@ -1,6 +1,6 @@
 //! The console in process over the example's manifests, against the in-memory broker
 //! ([`FakeBroker`]): login, pages, the checks on every POST, replay and purge with their
-//! dry runs. The real-broker test is tests/console_standalone.rs.
+//! dry runs, the repair of one message. The real-broker test is tests/console_standalone.rs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
