@@ -285,14 +285,25 @@ pub async fn repair(
     };
     let result = run(&state, &key, id, rw).await;
     state.scans.invalidate(&key);
+    finished(&s.user, &what, (key, ns, name), result)
+}
+
+/// Audits the repair of `what` by `user` on `(key, ns, name)` and renders its result:
+/// the report's page, or the broker's error page.
+fn finished(
+    user: &str,
+    what: &str,
+    (key, namespace, name): (String, String, String),
+    result: Result<RepairReport, Response>,
+) -> Response {
     let report = match result {
         Ok(report) => report,
         Err(r) => {
             audit::record(&Entry {
-                user: &s.user,
+                user,
                 action: "repair",
                 resource: &key,
-                what: &what,
+                what,
                 count: 0,
                 outcome: "broker error; the original is kept unless its copy was confirmed",
             });
@@ -302,10 +313,10 @@ pub async fn repair(
     let (word, text, status) = outcome(&report);
     let repaired = report.outcome == RepairOutcome::Repaired;
     audit::record(&Entry {
-        user: &s.user,
+        user,
         action: "repair",
         resource: &key,
-        what: &what,
+        what,
         count: u64::from(repaired),
         outcome: if repaired { "ok" } else { word },
     });
@@ -313,7 +324,7 @@ pub async fn repair(
         status,
         &RepairDone {
             key,
-            namespace: ns,
+            namespace,
             name,
             message_id: shown(&report.message_id, PREVIEW_BYTES),
             outcome: word,
@@ -402,5 +413,32 @@ mod tests {
         assert!(e.contains("cannot be edited"), "{e}");
         // The headers alone still can be.
         assert!(rewrite(&m, None, r#"{"tenant": "other"}"#).is_ok());
+    }
+
+    #[test]
+    fn outcomes_are_words_statuses_and_escaped_reasons() {
+        let report = |outcome| RepairReport {
+            resource: "ns/d".into(),
+            message_id: "id1".into(),
+            replay_id: "r".into(),
+            repaired_at_ms: None,
+            scanned: 1,
+            outcome,
+        };
+        let (word, _, status) = outcome(&report(RepairOutcome::Repaired));
+        assert_eq!((word, status), ("repaired", StatusCode::OK));
+        let (word, _, status) = outcome(&report(RepairOutcome::NotFound));
+        assert_eq!((word, status), ("not found", StatusCode::NOT_FOUND));
+        let hostile = "no route\u{1b}[2J".to_string();
+        let (word, text, status) = outcome(&report(RepairOutcome::Failed(hostile.clone())));
+        assert_eq!((word, status), ("failed", StatusCode::BAD_GATEWAY));
+        assert!(
+            text.contains("\\u{1b}") && !text.contains('\u{1b}'),
+            "{text}"
+        );
+        assert!(text.contains("original stays"), "{text}");
+        let (word, text, _) = outcome(&report(RepairOutcome::Skipped(hostile)));
+        assert_eq!(word, "skipped");
+        assert!(!text.contains('\u{1b}'), "{text}");
     }
 }
