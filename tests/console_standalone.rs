@@ -4,7 +4,8 @@
 //! with the DeadLetterQueue's depth; the groups; a hostile header shown inert; replay
 //! (dry-run count, then the messages back in the source queue) and purge (refused
 //! without the typed name, done with it), each audited on stderr; the CSRF token and
-//! the Origin checked on every POST; a non-loopback address refused.
+//! the Origin checked on every POST; a non-loopback address refused; the repair of one
+//! message from its page (invalid JSON refused, then the copy with the new body).
 
 mod common;
 
@@ -300,6 +301,157 @@ async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() 
     assert_eq!(ready(&ch, &q).await, 3, "the replayed ones stay");
     c.line_with(&["console audit", "action=\"purge-refused\""]);
     c.line_with(&["console audit", "action=\"purge\"", "count=2", "outcome=ok"]);
+
+    drop(c);
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}
+
+/// One message taken from a queue: message id, body, headers.
+struct Taken {
+    id: String,
+    body: Vec<u8>,
+    headers: lapin::types::FieldTable,
+}
+
+/// Takes every message of `queue` (acked), in order.
+async fn take_all(ch: &lapin::Channel, queue: &str) -> Vec<Taken> {
+    ready(ch, queue).await;
+    let mut out = Vec::new();
+    while let Some(m) = ch
+        .basic_get(
+            queue.into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .expect("get")
+    {
+        let p = &m.delivery.properties;
+        out.push(Taken {
+            id: p
+                .message_id()
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+            body: m.delivery.data.clone(),
+            headers: p.headers().clone().unwrap_or_default(),
+        });
+    }
+    out
+}
+
+/// Repair and replay of one message from its page: invalid JSON refused (400, nothing
+/// moved), then the copy in the source queue with the new body and headers, its
+/// message_id kept and dlq-repaired-at set, the original gone, the other dead letters
+/// untouched; audited.
+#[tokio::test]
+async fn console_repairs_one_message_through_the_core() {
+    let q = common::unique("t-console-repair");
+    let (_dir, path) = applied_manifests(&q);
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    for i in 0..3 {
+        let h = header(&[
+            ("dlq-original-queue", text(&q)),
+            ("dlq-error-class", text("validation")),
+            ("tenant", text("acme")),
+            ("debug", text("yes")),
+        ]);
+        publish(&ch, &dlq, &format!("r{i}"), h).await;
+    }
+    let c = Console::start(&path);
+    let r = client()
+        .get(format!("{}/login?token={}", c.base, c.token))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 303);
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .expect("ascii")
+        .split(';')
+        .next()
+        .expect("cookie")
+        .to_string();
+    let dlq_page = "/dlq/default/d";
+    let html = page_with(&c, &cookie, dlq_page, "Last scan").await;
+    let (g, csrf) = (hidden(&html, "g"), hidden(&html, "csrf"));
+    let (status, list) = get(
+        &c,
+        &cookie,
+        &format!("{dlq_page}/messages?g={g}&filter=id%3Dr1"),
+    )
+    .await;
+    assert_eq!(status, 200, "{list}");
+    let index = list
+        .split("/messages/")
+        .nth(1)
+        .and_then(|s| s.split('?').next())
+        .expect("a message link")
+        .to_string();
+    let (status, msg) = get(&c, &cookie, &format!("{dlq_page}/messages/{index}?g={g}")).await;
+    assert_eq!(status, 200, "{msg}");
+    assert!(msg.contains("id=\"repair-form\""), "{msg}");
+    assert!(
+        msg.contains("body of r1</textarea>"),
+        "the body pre-filled: {msg}"
+    );
+    let repair = format!("{dlq_page}/messages/{index}/repair");
+    let headers = r#"{"tenant": "acme2"}"#;
+
+    // Invalid JSON: 400, the form again, nothing moved.
+    let bad = [
+        ("csrf", csrf.as_str()),
+        ("g", &g),
+        ("body", "{\"orderId\": 1,}"),
+        ("headers", headers),
+    ];
+    let (status, html) = post(&c, &cookie, &repair, &bad).await;
+    assert_eq!(status, 400, "{html}");
+    assert!(html.contains("invalid JSON at line 1"), "{html}");
+    assert_eq!(ready(&ch, &dlq).await, 3);
+    assert_eq!(ready(&ch, &q).await, 0);
+
+    // Repaired.
+    let body = "{\"orderId\": 1, \"currency\": \"EUR\"}";
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("g", &g),
+        ("body", body),
+        ("headers", headers),
+    ];
+    let (status, done) = post(&c, &cookie, &repair, &form).await;
+    assert_eq!(status, 200, "{done}");
+    assert!(
+        done.contains("<strong id=\"repair-outcome\">repaired</strong>"),
+        "{done}"
+    );
+    c.line_with(&[
+        "console audit",
+        "action=\"repair\"",
+        "message_id r1",
+        "outcome=ok",
+    ]);
+    let copies = take_all(&ch, &q).await;
+    assert_eq!(copies.len(), 1);
+    let copy = &copies[0];
+    assert_eq!(copy.id, "r1", "message_id kept");
+    assert_eq!(copy.body, body.as_bytes());
+    let h = copy.headers.inner();
+    assert!(h.contains_key("dlq-repaired-at"), "{h:?}");
+    assert!(h.contains_key("dlq-replay-id"), "{h:?}");
+    assert!(!h.contains_key("debug"), "removed in the form: {h:?}");
+    match h.get("tenant") {
+        Some(lapin::types::AMQPValue::LongString(s)) => assert_eq!(s.as_bytes(), b"acme2"),
+        other => panic!("tenant: {other:?}"),
+    }
+    let rest = take_all(&ch, &dlq).await;
+    let ids: Vec<&str> = rest.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["r0", "r2"], "the original gone, the others untouched");
+    for t in &rest {
+        assert_eq!(t.body, format!("body of {}", t.id).as_bytes());
+        assert!(!t.headers.inner().contains_key("dlq-repaired-at"));
+    }
 
     drop(c);
     let _ = conn.close(200, "bye".into()).await;

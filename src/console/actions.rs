@@ -5,7 +5,7 @@
 //! needs the DeadLetterQueue's `namespace/name` typed. Every POST is checked (same origin,
 //! session, CSRF token), runs under the DeadLetterQueue's lock (never beside a console
 //! scan), in a task of its own (a closed browser tab does not cut it short), and is
-//! audited ([`super::audit`]).
+//! audited ([`super::audit`]). The repair of one message is [`super::repair`].
 
 use std::sync::Arc;
 
@@ -44,6 +44,10 @@ pub struct ActionForm {
     pub action: Option<String>,
     /// The typed `namespace/name` of a purge confirmation.
     pub confirm: Option<String>,
+    /// The edited body of a repair ([`super::repair`]).
+    pub body: Option<String>,
+    /// The edited headers of a repair, a JSON object ([`super::repair`]).
+    pub headers: Option<String>,
 }
 
 /// The session of a POST that comes from the console's own page: same origin (403),
@@ -93,7 +97,7 @@ fn chosen(state: &State, key: &str, form: &ActionForm) -> Result<(Filter, String
             .result
             .as_ref()
             .ok()
-            .and_then(|ins| views::groups(ins, scan.now_ms).get(i).cloned());
+            .and_then(|ins| views::groups(ins).get(i).cloned());
         return group
             .map(|g| (g.filter(), group_text(&g)))
             .ok_or_else(|| page(StatusCode::NOT_FOUND, "No such group", String::new()));

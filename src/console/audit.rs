@@ -1,4 +1,4 @@
-//! The audit trail of the console's actions: one log line per replay or purge, dry runs,
+//! The audit trail of the console's actions: one log line per replay, purge or repair, dry runs,
 //! refusals and failures included (who, when, what, how many), at target
 //! `dlq_operator::console::audit`. Text from the user or the messages is escaped
 //! ([`crate::printable::escape`]). The cluster mode is to add Kubernetes Events on the
@@ -9,7 +9,8 @@
 pub struct Entry<'a> {
     /// Who (the session's user).
     pub user: &'a str,
-    /// `replay`, `replay-dry-run`, `purge`, `purge-dry-run`, `purge-refused`.
+    /// `replay`, `replay-dry-run`, `purge`, `purge-dry-run`, `purge-refused`, `repair`,
+    /// `repair-refused`.
     pub action: &'a str,
     /// The DeadLetterQueue (`namespace/name`).
     pub resource: &'a str,

@@ -1,6 +1,6 @@
 //! The console in process over the example's manifests, against the in-memory broker
 //! ([`FakeBroker`]): login, pages, the checks on every POST, replay and purge with their
-//! dry runs. The real-broker test is tests/console_standalone.rs.
+//! dry runs, the repair of one message. The real-broker test is tests/console_standalone.rs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -461,4 +461,130 @@ async fn scans_are_single_flight_cached_and_give_every_message_back() {
         }
         tokio::task::yield_now().await;
     }
+}
+
+/// The page of message `id` of scan `g` (scan number, index, its HTML).
+async fn message_page(base: &str, cookie: &str, g: &str, id: &str) -> (String, String, String) {
+    let list = format!("/dlq/default/order-events/messages?g={g}&filter=id%3D{id}");
+    let (status, html) = get(base, cookie, &list).await;
+    assert_eq!(status, 200, "{html}");
+    let needle = "/dlq/default/order-events/messages/";
+    let at = html
+        .find(needle)
+        .unwrap_or_else(|| panic!("{id} in {html}"))
+        + needle.len();
+    let link = html[at..].split('"').next().expect("link").to_string();
+    let (index, g) = link.split_once("?g=").expect("scan number");
+    let (status, page) = get(base, cookie, &format!("{needle}{index}?g={g}")).await;
+    assert_eq!(status, 200, "{page}");
+    (g.to_string(), index.to_string(), page)
+}
+
+#[tokio::test]
+async fn repair_replaces_the_body_checks_json_and_needs_the_csrf_token() {
+    let (base, token, fake, dlq, stop) = started().await;
+    let cookie = login(&base, &token).await;
+    let dlq_page = scanned_page(&base, &cookie).await;
+    let csrf = hidden(&dlq_page, "csrf");
+    let (g, index, page) = message_page(&base, &cookie, &hidden(&dlq_page, "g"), "v1").await;
+    for id in [
+        "repair-form",
+        "repair-body",
+        "repair-headers",
+        "repair-submit",
+    ] {
+        assert!(page.contains(&format!("id=\"{id}\"")), "{id} in {page}");
+    }
+    // Its only headers are protected (dlq-*, x-*): listed, not in the textarea.
+    let protected = page
+        .split("id=\"repair-protected\"")
+        .nth(1)
+        .expect("the list");
+    assert!(protected.contains("<code>x-note</code>"), "{page}");
+    assert!(
+        page.contains(
+            "name=\"headers\" rows=\"8\" cols=\"100\" spellcheck=\"false\">\n{}</textarea>"
+        ),
+        "{page}"
+    );
+    let path = format!("/dlq/default/order-events/messages/{index}/repair");
+    let headers = r#"{"tenant": "acme"}"#;
+    // Without the CSRF token: refused, nothing changed.
+    let body = r#"{"orderId": 1}"#;
+    let form = [("g", g.as_str()), ("body", body), ("headers", headers)];
+    assert_eq!(post(&base, &cookie, &path, &form).await.0, 403);
+    // Invalid JSON: 400, the form again with the error and the user's text, nothing changed.
+    let bad = "{\"orderId\": <b>";
+    let (status, html) = post(
+        &base,
+        &cookie,
+        &path,
+        &[
+            ("csrf", &csrf),
+            ("g", &g),
+            ("body", bad),
+            ("headers", headers),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400, "{html}");
+    assert!(html.contains("id=\"repair-error\"") && html.contains("invalid JSON at line 1"));
+    assert!(
+        html.contains("{&#34;orderId&#34;: &#60;b&#62;") || html.contains("&lt;b&gt;"),
+        "{html}"
+    );
+    assert_eq!(fake.messages("/", &dlq).len(), 5);
+    assert_eq!(fake.messages("/", SOURCE).len(), 0);
+    // Repaired: the copy in the source queue with the new body, the original gone.
+    let (status, done) = post(
+        &base,
+        &cookie,
+        &path,
+        &[
+            ("csrf", &csrf),
+            ("g", &g),
+            ("body", body),
+            ("headers", headers),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{done}");
+    assert!(
+        done.contains("<strong id=\"repair-outcome\">repaired</strong>"),
+        "{done}"
+    );
+    assert!(done.contains("id=\"repair-replay-id\""), "{done}");
+    let copies = fake.messages("/", SOURCE);
+    assert_eq!(copies.len(), 1);
+    assert_eq!(copies[0].body, body.as_bytes());
+    assert_eq!(copies[0].properties.message_id.as_deref(), Some("v1"));
+    let h = copies[0].properties.headers.as_ref().expect("headers");
+    assert!(h.contains_key(crate::dlq::REPAIRED_AT), "{h:?}");
+    assert_eq!(h.get("tenant"), Some(&HeaderValue::text("acme")));
+    assert!(h.contains_key("x-note"), "a protected header is kept");
+    let left: Vec<_> = fake
+        .messages("/", &dlq)
+        .into_iter()
+        .filter_map(|m| m.properties.message_id)
+        .collect();
+    assert_eq!(left.len(), 4);
+    assert!(!left.iter().any(|id| id == "v1"), "{left:?}");
+    // The scan was invalidated: the page points into a replaced scan.
+    assert_eq!(
+        post(
+            &base,
+            &cookie,
+            &path,
+            &[
+                ("csrf", &csrf),
+                ("g", &g),
+                ("body", body),
+                ("headers", headers)
+            ]
+        )
+        .await
+        .0,
+        409
+    );
+    stop.cancel();
 }

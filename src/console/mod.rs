@@ -16,6 +16,7 @@ pub mod audit;
 pub mod auth;
 pub mod history;
 pub mod jobs;
+pub mod repair;
 pub mod scan;
 pub mod server;
 pub mod templates;

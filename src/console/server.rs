@@ -35,6 +35,10 @@ pub fn router(state: Shared) -> Router {
         .route("/dlq/{ns}/{name}/messages", get(messages))
         .route("/dlq/{ns}/{name}/messages/{index}", get(message))
         .route(
+            "/dlq/{ns}/{name}/messages/{index}/repair",
+            post(super::repair::repair),
+        )
+        .route(
             "/dlq/{ns}/{name}/replay/preview",
             post(super::actions::replay_preview),
         )
@@ -273,7 +277,7 @@ async fn dlq_page(
         match &scan.result {
             Ok(ins) => {
                 summary = Some(scan_summary(ins, scan.at.elapsed()));
-                groups = views::group_rows(&views::groups(ins, scan.now_ms));
+                groups = views::group_rows(&views::groups(ins));
             }
             Err(e) => error = Some(e.clone()),
         }
@@ -391,7 +395,7 @@ async fn messages(
         q.group,
         q.filter.as_deref().filter(|f| !f.trim().is_empty()),
     ) {
-        (Some(i), _) => match views::groups(ins, scan.now_ms).get(i) {
+        (Some(i), _) => match views::groups(ins).get(i) {
             Some(g) => (g.filter(), super::actions::group_text(g)),
             None => return page(StatusCode::NOT_FOUND, "No such group", String::new()),
         },
@@ -426,16 +430,18 @@ struct MessageQuery {
     g: Option<u64>,
 }
 
-/// `GET /dlq/{ns}/{name}/messages/{i}?g=`: one message of the cached scan.
+/// `GET /dlq/{ns}/{name}/messages/{i}?g=`: one message of the cached scan, with its
+/// repair form ([`super::repair`]).
 async fn message(
     Extract(state): Extract<Shared>,
     headers: HeaderMap,
     Path((ns, name, index)): Path<(String, String, usize)>,
     Query(q): Query<MessageQuery>,
 ) -> Response {
-    if let Err(r) = session(&state, &headers) {
-        return r;
-    }
+    let s = match session(&state, &headers) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
     let key = format!("{ns}/{name}");
     let back = format!("/dlq/{ns}/{name}");
     let scan = match scan_of(&state, &key, q.g, &back) {
@@ -450,6 +456,10 @@ async fn message(
                 namespace: ns,
                 name,
                 view: views::message_view(m, scan.now_ms),
+                csrf: s.csrf,
+                generation: scan.generation,
+                index,
+                repair: super::repair::editor(m),
             },
         ),
         None => page(StatusCode::NOT_FOUND, "No such message", String::new()),

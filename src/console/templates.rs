@@ -4,6 +4,7 @@
 
 use askama::Template;
 
+use super::repair::Editor;
 use super::views::{GroupRow, MessageRow, MessageView};
 
 /// The style sheet (`GET /static/console.css`; the pages load no script).
@@ -112,6 +113,36 @@ pub struct Message {
     pub name: String,
     /// The message.
     pub view: MessageView,
+    /// The session's CSRF token (the repair form).
+    pub csrf: String,
+    /// The scan's number (the repair form sends it back).
+    pub generation: u64,
+    /// The message's index in the scan's sample.
+    pub index: usize,
+    /// The repair form.
+    pub repair: Editor,
+}
+
+/// The result of a repair ([`super::repair`]).
+#[derive(Template)]
+#[template(path = "console/repair_done.html")]
+pub struct RepairDone {
+    /// `namespace/name`.
+    pub key: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The `message_id`, shown.
+    pub message_id: String,
+    /// `repaired`, `not found`, `skipped`, `failed` or `interrupted`.
+    pub outcome: &'static str,
+    /// What happened, for people (shown).
+    pub text: String,
+    /// The copy's `dlq-replay-id` (shown) when repaired.
+    pub replay_id: Option<String>,
+    /// Messages the repair read.
+    pub scanned: u64,
 }
 
 /// The dry-run count and the confirmation form of a replay or purge.
@@ -226,6 +257,10 @@ mod tests {
             namespace: "ns".into(),
             name: "d".into(),
             view: message_view(&m, 0),
+            csrf: "c".into(),
+            generation: 1,
+            index: 0,
+            repair: crate::console::repair::editor(&m),
         };
         assert_inert(&page.render().expect("render"));
         let list = Messages {
@@ -313,5 +348,66 @@ mod tests {
         let html = page.render().expect("render");
         assert!(html.contains("points=\"0.0,24.0 120.0,0.0\""), "{html}");
         assert!(html.contains("/dlq/ns/d"));
+    }
+
+    #[test]
+    fn the_repair_form_and_result_escape_hostile_text() {
+        let mut m = letter(HOSTILE, HOSTILE, HOSTILE, Some(0));
+        m.body_preview = format!("{{\"a\": \"{HOSTILE}</textarea>\"}}");
+        m.body_bytes = m.body_preview.len();
+        m.headers.insert(HOSTILE.into(), serde_json::json!(HOSTILE));
+        m.headers.insert("x-death".into(), serde_json::json!([]));
+        let mut repair = crate::console::repair::editor(&m);
+        repair.error = Some(crate::printable::shown(HOSTILE, 256));
+        let page = Message {
+            key: "ns/d".into(),
+            namespace: "ns".into(),
+            name: "d".into(),
+            view: message_view(&m, 0),
+            csrf: "\"><script>".into(),
+            generation: 7,
+            index: 3,
+            repair,
+        };
+        let html = page.render().expect("render");
+        assert_inert(&html);
+        assert!(!html.contains("\"><script>"), "attribute escaped: {html}");
+        assert!(
+            !html.contains("</textarea>\""),
+            "textarea not closed by text: {html}"
+        );
+        for id in [
+            "repair-form",
+            "repair-body",
+            "repair-headers",
+            "repair-submit",
+            "repair-error",
+            "repair-protected",
+        ] {
+            assert!(html.contains(&format!("id=\"{id}\"")), "{id} in {html}");
+        }
+        assert!(
+            html.contains("action=\"/dlq/ns/d/messages/3/repair\""),
+            "{html}"
+        );
+        assert!(html.contains("name=\"g\" value=\"7\""), "{html}");
+        m.message_id = None;
+        let page = Message {
+            repair: crate::console::repair::editor(&m),
+            ..page
+        };
+        let html = page.render().expect("render");
+        assert!(html.contains("id=\"repair-unavailable\"") && !html.contains("repair-form"));
+        let done = RepairDone {
+            key: "ns/d".into(),
+            namespace: "ns".into(),
+            name: "d".into(),
+            message_id: crate::printable::shown(HOSTILE, 256),
+            outcome: "skipped",
+            text: crate::printable::shown(HOSTILE, 256),
+            replay_id: Some(crate::printable::shown(HOSTILE, 256)),
+            scanned: 1,
+        };
+        assert_inert(&done.render().expect("render"));
     }
 }

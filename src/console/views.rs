@@ -3,8 +3,6 @@
 //! [`crate::printable::shown`] (controls, terminal escapes and bidi overrides made
 //! visible, long text cut) here; the templates then escape HTML. Pure.
 
-use std::collections::BTreeMap;
-
 use crate::dlq::filter::{Filter, Term};
 use crate::dlq::{DeadLetter, Inspection};
 use crate::printable::{escape_json, shown, PREVIEW_BYTES};
@@ -40,33 +38,22 @@ impl Group {
     }
 }
 
-/// The joint groups of `inspection` (scanned at `now_ms`), largest first. The only place
-/// that computes them: from the sample, which the console makes as large as the scan,
-/// so it covers every message read. (When the core's `Inspection` carries joint groups,
-/// this function reads them instead.)
-pub fn groups(inspection: &Inspection, now_ms: u64) -> Vec<Group> {
-    let mut by: BTreeMap<(&str, &str, &str), Group> = BTreeMap::new();
-    for m in &inspection.sample {
-        let g = by
-            .entry((&m.error_class, &m.reason, &m.original_queue))
-            .or_insert_with(|| Group {
-                error_class: m.error_class.clone(),
-                reason: m.reason.clone(),
-                original_queue: m.original_queue.clone(),
-                count: 0,
-                oldest_age_ms: None,
-                newest_age_ms: None,
-            });
-        g.count += 1;
-        if let Some(at) = m.dead_lettered_at_ms {
-            let age = now_ms.saturating_sub(at);
-            g.oldest_age_ms = Some(g.oldest_age_ms.map_or(age, |a| a.max(age)));
-            g.newest_age_ms = Some(g.newest_age_ms.map_or(age, |a| a.min(age)));
-        }
-    }
-    let mut out: Vec<Group> = by.into_values().collect();
-    out.sort_by_key(|g| std::cmp::Reverse(g.count));
-    out
+/// The joint groups of `inspection`, largest first: the core's
+/// [`Inspection::groups`] (every message the scan read, not only the sample; ages at the
+/// scan's time), as the console's rows. The console computes no grouping of its own.
+pub fn groups(inspection: &Inspection) -> Vec<Group> {
+    inspection
+        .groups()
+        .into_iter()
+        .map(|g| Group {
+            error_class: g.key.error_class,
+            reason: g.key.reason,
+            original_queue: g.key.original_queue,
+            count: g.stats.count,
+            oldest_age_ms: g.stats.oldest_age_ms,
+            newest_age_ms: g.stats.newest_age_ms,
+        })
+        .collect()
 }
 
 /// An age for a page, to the second: `3m20s`, or `-` when unknown.
@@ -221,6 +208,7 @@ pub fn message_view(m: &DeadLetter, now_ms: u64) -> MessageView {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     pub(crate) fn letter(id: &str, class: &str, reason: &str, at: Option<u64>) -> DeadLetter {
         DeadLetter {
@@ -244,18 +232,20 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn groups_are_joint_with_counts_and_ages() {
-        let ins = Inspection {
-            sample: vec![
-                letter("1", "timeout", "MaxRetriesExceeded", Some(1_000)),
-                letter("2", "timeout", "MaxRetriesExceeded", Some(5_000)),
-                letter("3", "timeout", "rejected", None),
-                letter("4", "validation", "MaxRetriesExceeded", Some(9_000)),
-                letter("5", "timeout", "MaxRetriesExceeded", Some(3_000)),
-            ],
-            ..Inspection::default()
-        };
-        let g = groups(&ins, 10_000);
+    fn groups_are_the_cores_joint_groups_with_counts_and_ages() {
+        let mut ins = Inspection::default();
+        for m in [
+            letter("1", "timeout", "MaxRetriesExceeded", Some(1_000)),
+            letter("2", "timeout", "MaxRetriesExceeded", Some(5_000)),
+            letter("3", "timeout", "rejected", None),
+            letter("4", "validation", "MaxRetriesExceeded", Some(9_000)),
+            letter("5", "timeout", "MaxRetriesExceeded", Some(3_000)),
+        ] {
+            // A sample of 3: the groups still count all 5 messages read.
+            ins.add(m, 10_000, 3);
+        }
+        let g = groups(&ins);
+        assert_eq!(g.iter().map(|x| x.count).sum::<u64>(), 5);
         assert_eq!(g.len(), 3);
         assert_eq!(
             (g[0].error_class.as_str(), g[0].reason.as_str(), g[0].count),
@@ -268,8 +258,13 @@ pub(crate) mod tests {
         let rejected = g.iter().find(|x| x.reason == "rejected").expect("group");
         assert_eq!((rejected.count, rejected.oldest_age_ms), (1, None));
         // The group's filter takes exactly its messages.
-        let taken: Vec<_> = ins
-            .sample
+        let all = [
+            letter("1", "timeout", "MaxRetriesExceeded", Some(1_000)),
+            letter("2", "timeout", "MaxRetriesExceeded", Some(5_000)),
+            letter("4", "validation", "MaxRetriesExceeded", Some(9_000)),
+            letter("5", "timeout", "MaxRetriesExceeded", Some(3_000)),
+        ];
+        let taken: Vec<_> = all
             .iter()
             .filter(|m| g[0].filter().matches(m, 10_000))
             .filter_map(|m| m.message_id.clone())
