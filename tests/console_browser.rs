@@ -1,7 +1,7 @@
 //! The dead-letter console in a real browser: Debian's Chromium driven by playwright-core
 //! (tests/console_browser/console.mjs) against `dlq-operator console --standalone` and the
 //! real RabbitMQ. Without the token (or with a wrong one) no page is served; with the login
-//! link, the index lists the DeadLetterQueue, its page shows the dead letter under its
+//! link, the index lists the DeadLetterQueue with its dead-letter depth, its page shows the dead letter under its
 //! error class, the message view shows a hostile header inert (no script runs, its escape
 //! character is shown escaped), invalid JSON in the repair form is refused with its line
 //! and column, and the repaired message reaches a real consumer of the source queue exactly
@@ -19,12 +19,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::console::Console;
-use common::dlq::{applied_manifests, confirm_channel, header, ready, text};
+use common::dlq::{applied_manifests, confirm_channel, header, now_ms, ready, text};
 use common::helm::skip;
 use common::{cleanup, root};
 use futures::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions};
-use lapin::types::{FieldTable, ShortString};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::BasicProperties;
 
 /// The browser's path: `DLQ_CHROMIUM`, else Debian's.
@@ -100,6 +100,10 @@ async fn a_dead_letter_is_repaired_in_the_browser_and_consumed_once() {
             ("dlq-error-class", text(class)),
             ("dlq-reason", text("NonRetryable")),
             ("dlq-last-error", text("amount must be positive")),
+            (
+                "dlq-last-failed-at",
+                AMQPValue::LongLongInt((now_ms() - 2 * 3_600_000) as i64),
+            ),
             ("x-note", text(hostile)),
         ])
     };
@@ -134,6 +138,7 @@ async fn a_dead_letter_is_repaired_in_the_browser_and_consumed_once() {
         .env("TOKEN", &console.token)
         .env("NS", "default")
         .env("NAME", "d")
+        .env("DEPTH", "2")
         .env("MESSAGE_ID", "order-7")
         .env("CLASS", "Validation")
         .env("REPAIRED_BODY", repaired)

@@ -78,7 +78,11 @@ async fn guard(Extract(state): Extract<Shared>, request: Request, next: Next) ->
             "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
         ("x-content-type-options", "nosniff"),
-        ("referrer-policy", "no-referrer"),
+        // Not `no-referrer`: under it a browser sends `Origin: null` with every form POST
+        // (Fetch standard, "serializing a request origin"), and the same-origin check
+        // could not tell the console's own forms from a sandboxed page's. `same-origin`
+        // still sends no Referer (nor the login link's token) to another site.
+        ("referrer-policy", "same-origin"),
         ("cache-control", "no-store"),
         ("x-frame-options", "DENY"),
     ] {

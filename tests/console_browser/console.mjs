@@ -1,7 +1,7 @@
 // Drives Debian's Chromium (playwright-core) through the dead-letter console, for
 // tests/console_browser.rs. Input in the environment:
 //   BASE (http://127.0.0.1:PORT), TOKEN (the login token), NS and NAME (the
-//   DeadLetterQueue), MESSAGE_ID (a dead letter of class CLASS whose body is repaired to
+//   DeadLetterQueue), DEPTH (its dead letters, as the index shows them), MESSAGE_ID (a dead letter of class CLASS whose body is repaired to
 //   REPAIRED_BODY), HOSTILE (the text of one of its headers, to be shown inert), SHOTS (a
 //   directory for screenshots), CHROMIUM (the browser's path).
 // Prints one JSON line per step ({"step": …, …}) and exits 1 at the first failed check.
@@ -13,8 +13,8 @@ const env = (k) => {
   if (v === undefined) throw new Error(`${k} is not set`);
   return v;
 };
-const [BASE, TOKEN, NS, NAME, MESSAGE_ID, CLASS, REPAIRED_BODY, HOSTILE, SHOTS, CHROMIUM] = [
-  'BASE', 'TOKEN', 'NS', 'NAME', 'MESSAGE_ID', 'CLASS', 'REPAIRED_BODY', 'HOSTILE', 'SHOTS', 'CHROMIUM',
+const [BASE, TOKEN, NS, NAME, DEPTH, MESSAGE_ID, CLASS, REPAIRED_BODY, HOSTILE, SHOTS, CHROMIUM] = [
+  'BASE', 'TOKEN', 'NS', 'NAME', 'DEPTH', 'MESSAGE_ID', 'CLASS', 'REPAIRED_BODY', 'HOSTILE', 'SHOTS', 'CHROMIUM',
 ].map(env);
 
 const report = (step, fields = {}) => console.log(JSON.stringify({ step, ...fields }));
@@ -44,8 +44,16 @@ try {
   check(response.ok(), `the login link answers ${response.status()}`);
   const key = `${NS}/${NAME}`;
   await page.getByRole('link', { name: key }).waitFor({ timeout: 10_000 });
+  // Its dead-letter depth once the console's first poll is in (the page is reloaded).
+  const depthCell = page.locator('tr', { hasText: key }).locator('td.num').first();
+  const polled = Date.now() + 30_000;
+  while ((await depthCell.innerText()).trim() !== DEPTH) {
+    check(Date.now() < polled, `the index shows depth ${DEPTH} within 30 s, not ${await depthCell.innerText()}`);
+    await page.waitForTimeout(500);
+    await page.reload();
+  }
   await page.screenshot({ path: `${SHOTS}/console-index.png`, fullPage: true });
-  report('index', { url: page.url() });
+  report('index', { depth: DEPTH });
 
   // 3. Its page: the dead letter under its class once the background scan is done (the
   // page refreshes itself meanwhile; reloaded here until the group shows).
@@ -79,8 +87,8 @@ try {
     page.waitForResponse((r) => r.request().method() === 'POST'),
     page.locator('#repair-submit').click(),
   ]);
-  check(refused.status() === 400, `invalid JSON answers 400, not ${refused.status()}`);
   const refusal = await page.locator('body').innerText();
+  check(refused.status() === 400, `invalid JSON answers 400, not ${refused.status()}: ${refusal.slice(0, 300)}`);
   check(/line \d+/.test(refusal) && /column \d+/.test(refusal), 'the refusal names the line and column');
   check((await page.locator('#repair-body').inputValue()) === '{"orderId": 7,', 'the edited text is kept');
   report('invalid JSON refused', { status: refused.status() });
