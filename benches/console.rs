@@ -63,7 +63,7 @@ const GROUPS: [(&str, &str); 4] = [
 ];
 
 /// Interval of the polls waiting for the groups, ms.
-const POLL_MS: u64 = 20;
+const POLL_MS: u64 = 50;
 
 /// Warm page and index requests per round.
 const REPEATS: usize = 10;
