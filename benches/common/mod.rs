@@ -1,6 +1,6 @@
 //! What the broker benchmarks share: message counts, CPU readings of this process and of
-//! the broker, medians. Included with `mod common;` by `benches/replay.rs` and
-//! `benches/router.rs`; not a benchmark of its own.
+//! the broker, medians. Included with `mod common;` by `benches/replay.rs`,
+//! `benches/router.rs` and `benches/console.rs`; not a benchmark of its own.
 
 #![allow(dead_code)]
 
@@ -42,14 +42,37 @@ pub async fn count(ch: &lapin::Channel, queue: &str) -> u32 {
 /// Publishes `n` persistent 1 KiB messages (message ids `b0`, `b1`…) to `queue` through
 /// the default exchange on `ch` (in confirm mode), all confirms awaited.
 pub async fn fill(ch: &lapin::Channel, queue: &str, n: usize) {
-    let body = vec![b'x'; 1024];
-    let mut confirms = Vec::with_capacity(n);
-    for i in 0..n {
-        let props = BasicProperties::default()
+    fill_with(ch, queue, n, |i| {
+        BasicProperties::default()
             .with_delivery_mode(2)
-            .with_message_id(format!("b{i}").into());
-        confirms.push(
-            ch.basic_publish("".into(), queue.into(), Default::default(), &body, props)
+            .with_message_id(format!("b{i}").into())
+    })
+    .await;
+}
+
+/// Confirms a [`fill_with`] leaves outstanding at most: the publishes stay pipelined
+/// without holding every message of a large fill in the client at once.
+const FILL_WINDOW: usize = 10_000;
+
+/// Publishes `n` 1 KiB messages to `queue` through the default exchange on `ch` (in
+/// confirm mode), message `i` with the properties `props(i)`; pipelined, at most
+/// [`FILL_WINDOW`] confirms outstanding, all awaited. Panics on a refused publish.
+pub async fn fill_with(
+    ch: &lapin::Channel,
+    queue: &str,
+    n: usize,
+    props: impl Fn(usize) -> BasicProperties,
+) {
+    let body = vec![b'x'; 1024];
+    let mut confirms =
+        std::collections::VecDeque::<lapin::PublisherConfirm>::with_capacity(FILL_WINDOW.min(n));
+    for i in 0..n {
+        if confirms.len() >= FILL_WINDOW {
+            let c = confirms.pop_front().expect("outstanding confirm");
+            assert!(c.await.expect("confirm").is_ack(), "publish refused");
+        }
+        confirms.push_back(
+            ch.basic_publish("".into(), queue.into(), Default::default(), &body, props(i))
                 .await
                 .expect("publish"),
         );
