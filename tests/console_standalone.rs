@@ -198,7 +198,7 @@ async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() 
     assert_eq!(ready(&ch, &dlq).await, 2);
     c.line_with(&[
         "console audit",
-        "user=local",
+        "user=\"local\"",
         "action=\"replay\"",
         "count=3",
     ]);
@@ -232,7 +232,12 @@ async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() 
     assert_eq!(ready(&ch, &dlq).await, 0);
     assert_eq!(ready(&ch, &q).await, 3, "the replayed ones stay");
     c.line_with(&["console audit", "action=\"purge-refused\""]);
-    c.line_with(&["console audit", "action=\"purge\"", "count=2", "outcome=ok"]);
+    c.line_with(&[
+        "console audit",
+        "action=\"purge\"",
+        "count=2",
+        "outcome=\"ok\"",
+    ]);
 
     drop(c);
     let _ = conn.close(200, "bye".into()).await;
@@ -362,7 +367,7 @@ async fn console_repairs_one_message_through_the_core() {
         "console audit",
         "action=\"repair\"",
         "message_id r1",
-        "outcome=ok",
+        "outcome=\"ok\"",
     ]);
     let copies = take_all(&ch, &q).await;
     assert_eq!(copies.len(), 1);

@@ -141,7 +141,8 @@ pub enum Command {
     /// from manifest files. Several router processes may run at once.
     Router(RouterArgs),
     /// Serve the dead-letter console (docs/CONSOLE.md): every DeadLetterQueue's depth,
-    /// its dead letters by group, the messages, and replay and purge with a dry run first.
+    /// its dead letters by group, the messages, replay and purge with a dry run first,
+    /// and repair & replay of one message.
     /// With --standalone from manifest files, on a loopback address, behind a random token
     /// printed on stderr at start.
     Console(ConsoleArgs),

@@ -22,7 +22,9 @@ pub struct Entry<'a> {
     pub outcome: &'a str,
 }
 
-/// Logs `entry` at INFO (a failed outcome at WARN), with the time in RFC 3339.
+/// Logs `entry` at INFO (a failed outcome at WARN), with the time in RFC 3339; `user`,
+/// `what` and `outcome` quoted (free text, with spaces), so each line parses as
+/// `key=value` pairs.
 pub fn record(entry: &Entry<'_>) {
     use crate::printable::escape;
     let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -32,10 +34,10 @@ pub fn record(entry: &Entry<'_>) {
         escape(entry.outcome),
     );
     if entry.outcome == "ok" {
-        tracing::info!(target: "dlq_operator::console::audit", %at, %user, action = entry.action,
-            resource = entry.resource, %what, count = entry.count, %outcome, "console audit");
+        tracing::info!(target: "dlq_operator::console::audit", %at, ?user, action = entry.action,
+            resource = entry.resource, ?what, count = entry.count, ?outcome, "console audit");
     } else {
-        tracing::warn!(target: "dlq_operator::console::audit", %at, %user, action = entry.action,
-            resource = entry.resource, %what, count = entry.count, %outcome, "console audit");
+        tracing::warn!(target: "dlq_operator::console::audit", %at, ?user, action = entry.action,
+            resource = entry.resource, ?what, count = entry.count, ?outcome, "console audit");
     }
 }

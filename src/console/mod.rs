@@ -61,7 +61,10 @@ pub struct Options {
 /// # Errors
 /// The message saying so, naming the address.
 pub fn check_bind(addr: SocketAddr) -> Result<(), String> {
-    if addr.ip().is_loopback() {
+    // Exactly the addresses the Host check answers to (`auth::host_ok`): another
+    // 127.0.0.0/8 address would be bound, then every request refused (421).
+    let ip = addr.ip();
+    if ip == std::net::Ipv4Addr::LOCALHOST || ip == std::net::Ipv6Addr::LOCALHOST {
         Ok(())
     } else {
         Err(format!(
@@ -320,7 +323,14 @@ mod tests {
         for ok in ["127.0.0.1:0", "127.0.0.1:8081", "[::1]:8081"] {
             assert_eq!(check_bind(ok.parse().expect("addr")), Ok(()), "{ok}");
         }
-        for refused in ["0.0.0.0:8081", "[::]:8081", "192.168.1.5:8081"] {
+        // 127.0.0.2 is loopback too, but the Host check answers only to the names of
+        // 127.0.0.1 and [::1]: bound, it would refuse every request.
+        for refused in [
+            "0.0.0.0:8081",
+            "[::]:8081",
+            "192.168.1.5:8081",
+            "127.0.0.2:8081",
+        ] {
             let e = check_bind(refused.parse().expect("addr")).expect_err(refused);
             assert!(e.contains(refused) && e.contains("loopback"), "{e}");
         }

@@ -108,12 +108,17 @@ fn lines(text: &str) -> String {
 /// The [`Rewrite`] of `m` that the submitted `body` and `headers` texts ask for: the body
 /// replaced ([`Rewrite::with_json_body`]) only when it differs from the shown one (line
 /// breaks aside), the headers by [`Rewrite::edit_headers_json`] against the editable
-/// ones.
+/// ones. A form without a `headers` field (`None`) leaves every header as it is — not
+/// an empty object, which would remove them all.
 ///
 /// # Errors
 /// A text for the page (escaped): invalid JSON, a protected or bad header, a body sent
 /// for a message whose body cannot be edited, or no change at all.
-pub fn rewrite(m: &DeadLetter, body: Option<&str>, headers: &str) -> Result<Rewrite, String> {
+pub fn rewrite(
+    m: &DeadLetter,
+    body: Option<&str>,
+    headers: Option<&str>,
+) -> Result<Rewrite, String> {
     let mut rewrite = Rewrite::new();
     match (body_text(m), body) {
         (Some(shown_body), Some(sent)) if lines(sent) != lines(&shown_body) => {
@@ -126,9 +131,11 @@ pub fn rewrite(m: &DeadLetter, body: Option<&str>, headers: &str) -> Result<Rewr
         }
         _ => {}
     }
-    rewrite
-        .edit_headers_json(&editable(m), headers)
-        .map_err(|e| format!("headers: {}", escape_lines(&e.to_string())))?;
+    if let Some(headers) = headers {
+        rewrite
+            .edit_headers_json(&editable(m), headers)
+            .map_err(|e| format!("headers: {}", escape_lines(&e.to_string())))?;
+    }
     if rewrite.is_empty() {
         return Err("Nothing changed: edit the body or the headers to repair the message.".into());
     }
@@ -275,11 +282,7 @@ pub async fn repair(
         return refused("no message_id", why, StatusCode::BAD_REQUEST);
     };
     let what = format!("message_id {}", shown(&id, PREVIEW_BYTES));
-    let rw = match rewrite(
-        m,
-        form.body.as_deref(),
-        form.headers.as_deref().unwrap_or("{}"),
-    ) {
+    let rw = match rewrite(m, form.body.as_deref(), form.headers.as_deref()) {
         Ok(rw) => rw,
         Err(e) => return refused(&what, e, StatusCode::BAD_REQUEST),
     };
@@ -387,32 +390,42 @@ mod tests {
         let shown_headers = editor(&m).headers;
         // Unchanged (browser line breaks aside): nothing to repair.
         let crlf = shown_headers.replace('\n', "\r\n");
-        let e = rewrite(&m, Some("{\"a\":1}"), &crlf).expect_err("no change");
+        let e = rewrite(&m, Some("{\"a\":1}"), Some(&crlf)).expect_err("no change");
         assert!(e.contains("Nothing changed"), "{e}");
         // A new body, checked as JSON.
-        let rw = rewrite(&m, Some("{\"a\":2}\r\n"), &shown_headers).expect("rewrite");
+        let rw = rewrite(&m, Some("{\"a\":2}\r\n"), Some(&shown_headers)).expect("rewrite");
         assert_eq!(rw.body(), Some(&b"{\"a\":2}\n"[..]));
         assert!(rw.set().is_empty() && rw.removed().is_empty());
-        let e = rewrite(&m, Some("{\"a\":"), &shown_headers).expect_err("invalid");
+        let e = rewrite(&m, Some("{\"a\":"), Some(&shown_headers)).expect_err("invalid");
         assert!(e.starts_with("body: invalid JSON at line 1"), "{e}");
         // Header edits against the editable headers; protected ones refused.
-        let rw = rewrite(&m, Some("{\"a\":1}"), r#"{"region": "eu"}"#).expect("rewrite");
+        let rw = rewrite(&m, Some("{\"a\":1}"), Some(r#"{"region": "eu"}"#)).expect("rewrite");
         assert!(rw.body().is_none());
         assert!(rw.set().contains_key("region") && rw.removed().contains("tenant"));
-        let e = rewrite(&m, None, r#"{"x-death": 1, "tenant": "acme"}"#).expect_err("x-");
+        let e = rewrite(&m, None, Some(r#"{"x-death": 1, "tenant": "acme"}"#)).expect_err("x-");
         assert!(e.contains("protected"), "{e}");
-        let e = rewrite(&m, None, "[1]").expect_err("not an object");
+        let e = rewrite(&m, None, Some("[1]")).expect_err("not an object");
         assert!(e.contains("JSON object"), "{e}");
+    }
+
+    #[test]
+    fn a_form_without_headers_keeps_every_header() {
+        let m = with_headers(letter("id1", "v", "r", None));
+        let rw = rewrite(&m, Some("{\"a\":2}"), None).expect("a body change");
+        assert!(rw.removed().is_empty() && rw.set().is_empty(), "{rw:?}");
+        // An empty object, sent on purpose, does remove them.
+        let rw = rewrite(&m, Some("{\"a\":2}"), Some("{}")).expect("rewrite");
+        assert!(!rw.removed().is_empty(), "{rw:?}");
     }
 
     #[test]
     fn a_body_is_refused_where_it_cannot_be_edited() {
         let mut m = with_headers(letter("id1", "c", "r", None));
         m.body_truncated = true;
-        let e = rewrite(&m, Some("{}"), "{}").expect_err("refused");
+        let e = rewrite(&m, Some("{}"), Some("{}")).expect_err("refused");
         assert!(e.contains("cannot be edited"), "{e}");
         // The headers alone still can be.
-        assert!(rewrite(&m, None, r#"{"tenant": "other"}"#).is_ok());
+        assert!(rewrite(&m, None, Some(r#"{"tenant": "other"}"#)).is_ok());
     }
 
     #[test]

@@ -290,6 +290,13 @@ fn header_value(name: &str, value: &Value) -> Result<HeaderValue, RewriteError> 
                 Ok(HeaderValue::I64(i))
             } else if n.is_u64() {
                 bad("an integer beyond the signed 64-bit range")
+            } else if n
+                .as_f64()
+                .is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9.2e18)
+            {
+                // serde_json reads an integer past u64 as a float: it would be stored
+                // rounded, as a float.
+                bad("an integer beyond the signed 64-bit range")
             } else {
                 n.as_f64()
                     .map_or_else(|| bad("not a finite number"), |f| Ok(HeaderValue::F64(f)))

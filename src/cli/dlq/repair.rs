@@ -128,11 +128,29 @@ fn shown_path(path: &Path) -> String {
     shown(&path.display().to_string(), PREVIEW_BYTES)
 }
 
-/// The UTF-8 text of `path`.
+/// The largest `--body-file` read (bytes): RabbitMQ 4's default `max_message_size`
+/// (16 MiB); a larger body could not be published anyway, and a device such as
+/// `/dev/zero` is not read without end.
+pub const MAX_BODY_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The UTF-8 text of `path`, at most [`MAX_BODY_FILE_BYTES`].
 ///
 /// # Errors
-/// The I/O error, or that it is not UTF-8.
+/// The I/O error, a file larger than the limit, or that it is not UTF-8.
 async fn read_text(path: &Path) -> Result<String, String> {
-    let bytes = tokio::fs::read(path).await.map_err(|e| e.to_string())?;
+    use tokio::io::AsyncReadExt;
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_BODY_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_BODY_FILE_BYTES {
+        return Err(format!(
+            "larger than {MAX_BODY_FILE_BYTES} bytes (16 MiB, RabbitMQ 4's default max_message_size): not a message body"
+        ));
+    }
     String::from_utf8(bytes).map_err(|e| format!("not UTF-8 text ({e})"))
 }

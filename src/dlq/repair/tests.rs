@@ -89,6 +89,19 @@ fn header_values_and_names_are_checked() {
         let e = r.set_header("h", &value).expect_err(why);
         assert!(e.to_string().contains(why), "{e}");
     }
+    // Past u64, serde_json reads an integer as a float: refused, not stored rounded.
+    let e = r
+        .set_headers_json(r#"{"big": 18446744073709551616}"#)
+        .expect_err("beyond 64 bits");
+    assert!(e.to_string().contains("signed 64-bit"), "{e}");
+    assert!(
+        r.set_headers_json(r#"{"f": 1e300}"#).is_err(),
+        "an integral float that large"
+    );
+    assert!(
+        r.set_headers_json(r#"{"f": 2.5e3}"#).is_ok(),
+        "a float of modest size"
+    );
     assert!(matches!(
         r.set_header("", &json!(1)),
         Err(RewriteError::BadName(..))
