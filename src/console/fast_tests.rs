@@ -588,3 +588,26 @@ async fn repair_replaces_the_body_checks_json_and_needs_the_csrf_token() {
     );
     stop.cancel();
 }
+
+#[tokio::test]
+async fn a_repair_is_refused_when_the_scan_read_two_messages_with_its_id() {
+    let (base, token, fake, dlq, stop) = started().await;
+    // A second dead letter with the message_id of t0: a repair (by id=) could take either.
+    fake.publish("/", "", &dlq, letter("timeout", "t0", &[]));
+    let cookie = login(&base, &token).await;
+    let dlq_page = scanned_page(&base, &cookie).await;
+    let csrf = hidden(&dlq_page, "csrf");
+    let (g, index, _) = message_page(&base, &cookie, &hidden(&dlq_page, "g"), "t0").await;
+    let path = format!("/dlq/default/order-events/messages/{index}/repair");
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("g", g.as_str()),
+        ("body", r#"{"fixed": true}"#),
+    ];
+    let (status, html) = post(&base, &cookie, &path, &form).await;
+    assert_eq!(status, 409, "{html}");
+    assert!(html.contains("share this message_id"), "{html}");
+    assert_eq!(fake.messages("/", &dlq).len(), 6, "nothing removed");
+    assert_eq!(fake.messages("/", SOURCE).len(), 0, "nothing sent");
+    stop.cancel();
+}

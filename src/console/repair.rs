@@ -282,6 +282,20 @@ pub async fn repair(
         return refused("no message_id", why, StatusCode::BAD_REQUEST);
     };
     let what = format!("message_id {}", shown(&id, PREVIEW_BYTES));
+    let sharing = scan.result.as_ref().map_or(0, |i| {
+        i.sample
+            .iter()
+            .filter(|o| o.message_id.as_deref() == Some(id.as_str()))
+            .count()
+    });
+    if sharing > 1 {
+        // A repair selects by message_id (`id=`) and takes the first one read, which may
+        // be another than the one on screen: its body would be replaced by this edit.
+        let why = format!(
+            "{sharing} dead letters read by the last scan share this message_id: a repair takes the first one read, which may not be this one, so nothing was changed. Give them distinct message ids, or replay them as they are"
+        );
+        return refused(&what, why, StatusCode::CONFLICT);
+    }
     let rw = match rewrite(m, form.body.as_deref(), form.headers.as_deref()) {
         Ok(rw) => rw,
         Err(e) => return refused(&what, e, StatusCode::BAD_REQUEST),
