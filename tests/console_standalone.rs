@@ -5,7 +5,8 @@
 //! (dry-run count, then the messages back in the source queue) and purge (refused
 //! without the typed name, done with it), each audited on stderr; the CSRF token and
 //! the Origin checked on every POST; a non-loopback address refused; the repair of one
-//! message from its page (invalid JSON refused, then the copy with the new body).
+//! message from its page (invalid JSON refused, then the copy with the new body); SIGTERM
+//! during a replay job (its copies settled and the replay audited).
 
 mod common;
 
@@ -442,4 +443,89 @@ fn bad_flags_are_refused_with_one_clear_error() {
             common::text(&out)
         );
     }
+}
+
+/// Logs in with the console's link: the session cookie (`name=value`).
+async fn login(c: &Console) -> String {
+    let r = client()
+        .get(format!("{}/login?token={}", c.base, c.token))
+        .send()
+        .await
+        .expect("login");
+    let set = r.headers()["set-cookie"].to_str().expect("ascii");
+    set.split(';').next().expect("cookie").to_string()
+}
+
+#[tokio::test]
+async fn sigterm_during_a_replay_settles_its_copies_and_audits_it() {
+    const N: usize = 20_000;
+    let q = common::unique("t-console-term");
+    let (_dir, path) = applied_manifests(&q);
+    let dlq = format!("{q}.dlq");
+    let (_conn, ch) = confirm_channel().await;
+    let mut confirms = Vec::with_capacity(N);
+    for i in 0..N {
+        let props = lapin::BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id(format!("s{i}").into())
+            .with_headers(header(&[("dlq-original-queue", text(&q))]));
+        confirms.push(
+            ch.basic_publish(
+                "".into(),
+                dlq.as_str().into(),
+                Default::default(),
+                b"x",
+                props,
+            )
+            .await
+            .expect("publish"),
+        );
+    }
+    for confirm in confirms {
+        assert!(confirm.await.expect("confirm").is_ack());
+    }
+    let mut c = Console::start(&path);
+    let cookie = login(&c).await;
+    let dlq_page = "/dlq/default/d";
+    let html = page_with(&c, &cookie, dlq_page, "Last scan").await;
+    let csrf = hidden(&html, "csrf");
+    let form = [("csrf", csrf.as_str()), ("filter", "")];
+    let (status, confirm) = post(&c, &cookie, &format!("{dlq_page}/replay/preview"), &form).await;
+    assert_eq!(status, 200, "{confirm}");
+    let action = hidden(&confirm, "action");
+    let form = [("csrf", csrf.as_str()), ("action", action.as_str())];
+    let (status, _) = post(&c, &cookie, &format!("{dlq_page}/replay"), &form).await;
+    assert_eq!(status, 303, "the replay runs as a job");
+    // SIGTERM as soon as copies arrive in the source queue.
+    while common::dlq::ready_now(&ch, &q).await == 0 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let pid = c.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill")
+        .success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let exit = loop {
+        if let Some(status) = c.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no exit 60 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+    // The replay was audited with what it did, and every message is in one place once.
+    let line = c.line_with(&["console audit", "action=\"replay\""]);
+    let (copies, left) = (
+        ready(&ch, &q).await as usize,
+        ready(&ch, &dlq).await as usize,
+    );
+    eprintln!("SIGTERM during a console replay: {copies} copies, {left} left of {N}; {line}");
+    assert!(line.contains(&format!("count={copies}")), "{line}");
+    assert_eq!(copies + left, N, "a message lost or copied twice");
+    cleanup(&q).await;
 }

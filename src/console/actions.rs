@@ -169,7 +169,7 @@ fn spawn_replay(
         .client(&prep.connection)
         .map_err(|e| broker_error(&e))?;
     let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
-    Ok(tokio::spawn(async move {
+    Ok(state.tasks.spawn(async move {
         let _held = lock.lock().await;
         let now = crate::clock::now_ms();
         let opts = ReplayOptions {
@@ -224,7 +224,7 @@ async fn run_purge(
         .client(&prep.connection)
         .map_err(|e| broker_error(&e))?;
     let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
-    let task = tokio::spawn(async move {
+    let task = state.tasks.spawn(async move {
         let _held = lock.lock().await;
         let now = crate::clock::now_ms();
         let mut report = PurgeReport::start(&prep.topology, dry_run);
@@ -408,7 +408,7 @@ pub async fn replay(
         Err(r) => return r,
     };
     let shared = Arc::clone(&state);
-    tokio::spawn(async move {
+    state.tasks.spawn(async move {
         let result = task.await;
         shared.scans.invalidate(&key);
         let (report, error) = match result {

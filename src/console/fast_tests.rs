@@ -419,7 +419,12 @@ async fn scans_are_single_flight_cached_and_give_every_message_back() {
             .collect::<Vec<_>>()
     };
     let before = ids();
-    let scans = Arc::new(scan::Scans::new(3, 64, Duration::from_secs(3600)));
+    let scans = Arc::new(scan::Scans::new(
+        3,
+        64,
+        Duration::from_secs(3600),
+        tokio_util::task::TaskTracker::new(),
+    ));
     let cancel = CancellationToken::new();
     let client = || crate::broker::BrokerFactory::client(&fake, &prep.connection).expect("client");
     // The lock held: the first scan waits, and a second request starts none.

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::broker::BrokerFactory;
 use crate::collector::{Collector, Reading};
@@ -136,6 +137,9 @@ pub struct State {
     pub interval: Option<Duration>,
     /// Cancelled on shutdown: scans and actions stop (held messages given back).
     pub cancel: CancellationToken,
+    /// Every scan and action task: [`Console::serve`] waits for them after cancelling,
+    /// so a replay stopped by SIGTERM settles its copies in flight and is audited.
+    pub tasks: TaskTracker,
 }
 
 /// A mutex's guard, also after a panic elsewhere (the data is plain counts and maps).
@@ -187,6 +191,7 @@ impl Console {
                 std::io::Error::new(e.kind(), format!("--bind-address {}: {e}", opts.bind))
             })?;
         let port = listener.local_addr()?.port();
+        let tasks = TaskTracker::new();
         let state = Arc::new(State {
             auth,
             sessions: auth::Sessions::default(),
@@ -199,11 +204,13 @@ impl Console {
                 opts.scan_max_messages,
                 PREVIEW_BYTES,
                 opts.scan_ttl,
+                tasks.clone(),
             )),
             jobs: jobs::Jobs::default(),
             pending: Mutex::new(HashMap::new()),
             interval: opts.interval,
             cancel: CancellationToken::new(),
+            tasks,
         });
         Ok(Console {
             listener,
@@ -221,7 +228,8 @@ impl Console {
     }
 
     /// Polls and serves until `shutdown`; then scans and actions in flight are
-    /// cancelled (their held messages given back, copies in flight settled).
+    /// cancelled (their held messages given back, copies in flight settled) and waited
+    /// for.
     ///
     /// # Errors
     /// The server's I/O error.
@@ -240,6 +248,10 @@ impl Console {
             .await;
         state.cancel.cancel();
         poller.abort();
+        // Scans and actions end promptly once cancelled (held messages given back,
+        // copies in flight settled, the action audited): wait for them.
+        state.tasks.close();
+        state.tasks.wait().await;
         served
     }
 }

@@ -196,7 +196,7 @@ async fn run(
         .client(&prep.connection)
         .map_err(|e| broker_error(&e))?;
     let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
-    let task = tokio::spawn(async move {
+    let task = state.tasks.spawn(async move {
         let _held = lock.lock().await;
         let now = crate::clock::now_ms();
         repair_with(

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::broker::BrokerClient;
 use crate::dlq::browse::{inspect_with, InspectOptions};
@@ -41,6 +42,7 @@ struct Entry {
 /// The scans of every DeadLetterQueue (by `namespace/name`).
 pub struct Scans {
     entries: Mutex<HashMap<String, Entry>>,
+    tasks: TaskTracker,
     next: std::sync::atomic::AtomicU64,
     ttl: Duration,
     opts: InspectOptions,
@@ -57,10 +59,12 @@ pub struct Cached {
 
 impl Scans {
     /// Scans reading at most `max_messages` messages (all kept as the sample, bodies cut
-    /// to `preview_bytes`), fresh for `ttl`.
-    pub fn new(max_messages: u64, preview_bytes: usize, ttl: Duration) -> Self {
+    /// to `preview_bytes`), fresh for `ttl`, each run as a task of `tasks` (which the
+    /// console waits for on shutdown).
+    pub fn new(max_messages: u64, preview_bytes: usize, ttl: Duration, tasks: TaskTracker) -> Self {
         Scans {
             entries: Mutex::new(HashMap::new()),
+            tasks,
             next: std::sync::atomic::AtomicU64::new(1),
             ttl,
             opts: InspectOptions {
@@ -129,7 +133,7 @@ impl Scans {
             e.lock.clone()
         };
         let (scans, key_owned, cancel) = (Arc::clone(self), key.to_string(), cancel.clone());
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let _held = lock.lock().await;
             let now_ms = crate::clock::now_ms();
             let result = inspect_with(client.as_ref(), &topology, scans.opts, now_ms, &cancel)
