@@ -357,6 +357,56 @@ async fn the_smallest_delivery_limit_of_argument_and_policies_is_respected() {
     cleanup(&q).await;
 }
 
+/// An operator policy's delivery limit counts at once: just after it is set the queue's
+/// effective definition in the statistics does not show it yet (on RabbitMQ 4.0.5 the
+/// operator's own `delivery-limit: -1` showed, and three messages were lost to the
+/// limit of 2 it did not know of).
+#[tokio::test]
+async fn an_operator_policys_delivery_limit_is_respected_at_once() {
+    let q = common::unique("t-inspect-op");
+    let t = applied(&q, None).await;
+    let dlq = format!("{q}.dlq");
+    let (conn, ch) = confirm_channel().await;
+    for i in 0..3 {
+        publish(&ch, &dlq, &format!("o{i}"), FieldTable::default()).await;
+    }
+    // Read a few times first: without a limit the messages are simply requeued.
+    for run in 0..3 {
+        let i = inspect(&connection(), &t, OPTS, now_ms())
+            .await
+            .unwrap_or_else(|e| panic!("run {run}: {e}"));
+        assert_eq!(i.scanned, 3, "run {run}: {i:?}");
+    }
+    let url = format!("{MGMT}/api/operator-policies/%2F/{q}-op");
+    let http = reqwest::Client::new();
+    let status = http
+        .put(&url)
+        .basic_auth("guest", Some("guest"))
+        .json(
+            &json!({"pattern": format!("^{dlq}$"), "apply-to": "queues", "priority": 0,
+                      "definition": {"delivery-limit": 2}}),
+        )
+        .send()
+        .await
+        .expect("operator policy")
+        .status();
+    assert!(status.is_success(), "operator policy refused: {status}");
+    for run in 0..5 {
+        let i = inspect(&connection(), &t, OPTS, now_ms())
+            .await
+            .unwrap_or_else(|e| panic!("run {run} after the operator policy: {e}"));
+        assert_eq!(i.scanned, 3, "run {run}: {i:?}");
+    }
+    assert_eq!(drain_ids(&ch, &dlq).await, ["o0", "o1", "o2"], "none lost");
+    let _ = http
+        .delete(&url)
+        .basic_auth("guest", Some("guest"))
+        .send()
+        .await;
+    let _ = conn.close(200, "bye".into()).await;
+    cleanup(&q).await;
+}
+
 /// A full quorum dead-letter queue with a delivery limit is not read (a message near the
 /// limit could not be moved: the copy would be refused); once there is room, it is, and
 /// nothing is lost.

@@ -183,9 +183,9 @@ impl RabbitMq {
     /// What reading queue `name` of `vhost` without losing a message must know
     /// ([`QueueLimits`]), taken conservatively — the smallest delivery and length limit
     /// any source could apply: the queue's arguments, its effective policy, and every
-    /// policy of the vhost whose pattern matches the name (read from the policy list,
-    /// which is current, while the queue's effective policy comes from statistics that lag
-    /// by `collect_statistics_interval`). A pattern that cannot be evaluated here
+    /// policy and operator policy of the vhost whose pattern matches the name (read from
+    /// the policy lists, which are current, while the queue's effective policy comes from
+    /// statistics that lag by `collect_statistics_interval`). A pattern that cannot be evaluated here
     /// ([`pattern_matches`]) counts as matching. With no delivery limit set, a quorum queue gets 20 on RabbitMQ 4.0 to
     /// 4.2, which apply that default (RabbitMQ 4.0 release notes).
     ///
@@ -203,13 +203,25 @@ impl RabbitMq {
                 &format!("queue {name:?} in vhost {vhost:?}"),
             )
             .await?;
-        let policies: Vec<Value> = self
+        let mut policies: Vec<Value> = self
             .mgmt
             .get_json(
                 &format!("policies/{}", enc(vhost)),
                 &format!("vhost {vhost:?}"),
             )
             .await?;
+        // Operator policies too: their limits apply alongside the policies' (the smaller
+        // wins), and right after one is set the queue's effective definition in the
+        // statistics does not show it yet (the break test lost messages on 4.0.5 that
+        // way). A `policymaker` user may read them.
+        let operator_policies: Vec<Value> = self
+            .mgmt
+            .get_json(
+                &format!("operator-policies/{}", enc(vhost)),
+                &format!("vhost {vhost:?}"),
+            )
+            .await?;
+        policies.extend(operator_policies);
         // A record without its type or arguments must not read as "no delivery limit":
         // that would let inspection requeue a message past the limit.
         if !q["type"].is_string() || !q["arguments"].is_object() {
