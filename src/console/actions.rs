@@ -20,11 +20,12 @@ use super::server::{broker_error, find, html, page, scan_of, Shared};
 use super::templates::{Confirm, Done};
 use super::views::{self, Group};
 use super::{locked, Pending, State};
-use crate::broker::BrokerError;
+use crate::broker::{BrokerClient, BrokerError};
 use crate::dlq::filter::Filter;
 use crate::dlq::purge::{purge_with, PurgeReport};
 use crate::dlq::replay::{replay_with, ReplayOptions, ReplayReport, Target, MAX_IN_FLIGHT};
 use crate::printable::{shown, PREVIEW_BYTES};
+use crate::reconcile::Prepared;
 
 /// Skip a message already replayed this many times (the CLI's `--max-replays` default).
 pub const MAX_REPLAYS: u64 = 3;
@@ -162,12 +163,7 @@ fn spawn_replay(
     dry_run: bool,
     mut observer: impl crate::dlq::replay::Observer + 'static,
 ) -> Result<tokio::task::JoinHandle<Result<ReplayReport, BrokerError>>, Response> {
-    let (planned, i) = find(state, collector_ns(key), collector_name(key))?;
-    let prep = planned[i].prepared.clone();
-    let client = state
-        .brokers
-        .client(&prep.connection)
-        .map_err(|e| broker_error(&e))?;
+    let (prep, client) = prepared_client(state, key)?;
     let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
     Ok(state.tasks.spawn(async move {
         let _held = lock.lock().await;
@@ -217,12 +213,7 @@ async fn run_purge(
     filter: Filter,
     dry_run: bool,
 ) -> Result<(PurgeReport, Option<String>), Response> {
-    let (planned, i) = find(state, collector_ns(key), collector_name(key))?;
-    let prep = planned[i].prepared.clone();
-    let client = state
-        .brokers
-        .client(&prep.connection)
-        .map_err(|e| broker_error(&e))?;
+    let (prep, client) = prepared_client(state, key)?;
     let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
     let task = state.tasks.spawn(async move {
         let _held = lock.lock().await;
@@ -254,12 +245,25 @@ async fn run_purge(
     })
 }
 
-fn collector_ns(key: &str) -> &str {
-    crate::collector::split_key(key).0
-}
-
-fn collector_name(key: &str) -> &str {
-    crate::collector::split_key(key).1
+/// The planned DeadLetterQueue `key` (`namespace/name`) and a broker client for it, for
+/// an action.
+///
+/// # Errors
+/// The page to answer: 404 for an unknown DeadLetterQueue, the broker error's page when
+/// no client can be made.
+#[allow(clippy::result_large_err)]
+pub(crate) fn prepared_client(
+    state: &Shared,
+    key: &str,
+) -> Result<(Prepared, Arc<dyn BrokerClient>), Response> {
+    let (ns, name) = crate::collector::split_key(key);
+    let (planned, i) = find(state, ns, name)?;
+    let prep = planned[i].prepared.clone();
+    let client = state
+        .brokers
+        .client(&prep.connection)
+        .map_err(|e| broker_error(&e))?;
+    Ok((prep, client))
 }
 
 /// Skipped and failed counts of a replay, shown.

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::actions::{checked_post, ActionForm};
 use super::audit::{self, Entry};
-use super::server::{broker_error, find, html, page, scan_of, Shared};
+use super::server::{broker_error, html, page, scan_of, Shared};
 use super::templates::{Message, RepairDone};
 use super::views;
 use crate::dlq::repair::{protected, repair_with, RepairOutcome, RepairReport, Rewrite};
@@ -188,13 +188,7 @@ async fn run(
     message_id: String,
     rewrite: Rewrite,
 ) -> Result<RepairReport, Response> {
-    let (ns, name) = crate::collector::split_key(key);
-    let (planned, i) = find(state, ns, name)?;
-    let prep = planned[i].prepared.clone();
-    let client = state
-        .brokers
-        .client(&prep.connection)
-        .map_err(|e| broker_error(&e))?;
+    let (prep, client) = super::actions::prepared_client(state, key)?;
     let (lock, cancel) = (state.scans.lock(key), state.cancel.clone());
     let task = state.tasks.spawn(async move {
         let _held = lock.lock().await;
