@@ -21,8 +21,13 @@ use crate::standalone::Planned;
 /// Shared state as the handlers take it.
 pub type Shared = Arc<State>;
 
+/// The largest request body (bytes): a repair form carries the message's editable headers,
+/// which may come near AMQP's 128 KiB frame, URL-encoded (up to three times as long).
+pub const MAX_FORM_BYTES: usize = 1024 * 1024;
+
 /// The console's routes, behind a guard on every one: the Host check (421) and the
-/// security headers (CSP, no framing, no referrer, no caching).
+/// security headers (CSP, no framing, no Referer to other sites, no caching); request
+/// bodies at most [`MAX_FORM_BYTES`].
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -49,7 +54,7 @@ pub fn router(state: Shared) -> Router {
         )
         .route("/dlq/{ns}/{name}/purge", post(super::actions::purge))
         .route("/jobs/{id}", get(super::jobs::job_page))
-        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_FORM_BYTES))
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
 }
