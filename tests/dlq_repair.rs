@@ -129,6 +129,15 @@ async fn repairs_one_message(queue_type: &str) {
             vec!["--id", "m2", "--remove-header", "dlq-replay-id"],
             "header \"dlq-replay-id\" is protected",
         ),
+        // An endless file is not read without end (it ran a machine out of memory).
+        (
+            vec!["--id", "m2", "--body-file", "/dev/zero"],
+            "larger than 16777216 bytes",
+        ),
+        (
+            vec!["--id", "m2", "--set-header", "big=18446744073709551616"],
+            "signed 64-bit",
+        ),
     ] {
         let out = repair(&path, &args);
         let said = common::text(&out);

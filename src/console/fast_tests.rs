@@ -616,3 +616,32 @@ async fn a_repair_is_refused_when_the_scan_read_two_messages_with_its_id() {
     assert_eq!(fake.messages("/", SOURCE).len(), 0, "nothing sent");
     stop.cancel();
 }
+
+#[tokio::test]
+async fn a_repair_form_with_large_headers_is_read_not_refused_for_its_size() {
+    let (base, token, fake, dlq, stop) = started().await;
+    let cookie = login(&base, &token).await;
+    let dlq_page = scanned_page(&base, &cookie).await;
+    let csrf = hidden(&dlq_page, "csrf");
+    let (g, index, _) = message_page(&base, &cookie, &hidden(&dlq_page, "g"), "v1").await;
+    let path = format!("/dlq/default/order-events/messages/{index}/repair");
+    // 200 KB of headers, about 600 KB URL-encoded: over the old 64 KiB limit.
+    let headers = format!(r#"{{"tenant": "{}"}}"#, "é".repeat(100_000));
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("g", g.as_str()),
+        ("headers", headers.as_str()),
+    ];
+    let (status, html) = post(&base, &cookie, &path, &form).await;
+    assert_ne!(status, 413, "{html}");
+    assert!(
+        html.contains("id=\"repair-outcome\"") || html.contains("id=\"repair-error\""),
+        "{status}: {html}"
+    );
+    assert_eq!(
+        fake.messages("/", &dlq).len() + fake.messages("/", SOURCE).len(),
+        5,
+        "nothing lost"
+    );
+    stop.cancel();
+}
