@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::cleanup;
 use common::console::Console;
-use common::dlq::{applied_manifests, confirm_channel, header, publish, ready, text};
+use common::dlq::{applied_manifests, confirm_channel, header, publish, ready, take_all, text};
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -243,39 +243,6 @@ async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() 
     drop(c);
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;
-}
-
-/// One message taken from a queue: message id, body, headers.
-struct Taken {
-    id: String,
-    body: Vec<u8>,
-    headers: lapin::types::FieldTable,
-}
-
-/// Takes every message of `queue` (acked), in order.
-async fn take_all(ch: &lapin::Channel, queue: &str) -> Vec<Taken> {
-    ready(ch, queue).await;
-    let mut out = Vec::new();
-    while let Some(m) = ch
-        .basic_get(
-            queue.into(),
-            lapin::options::BasicGetOptions { no_ack: true },
-        )
-        .await
-        .expect("get")
-    {
-        let p = &m.delivery.properties;
-        out.push(Taken {
-            id: p
-                .message_id()
-                .as_ref()
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
-            body: m.delivery.data.clone(),
-            headers: p.headers().clone().unwrap_or_default(),
-        });
-    }
-    out
 }
 
 /// Repair and replay of one message from its page: invalid JSON refused (400, nothing

@@ -4,10 +4,9 @@
 
 mod common;
 
-use lapin::options::BasicGetOptions;
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::AMQPValue;
 
-use common::dlq::{confirm_channel, header, publish, ready, text};
+use common::dlq::{confirm_channel, header, publish, ready, take_all, text, Taken};
 
 /// Manifests of a Secret, a RetryPolicy and a DeadLetterQueue `d` for source queue
 /// `queue` of type `queue_type` (`Classic`, `Quorum`), applied: the dir and its path.
@@ -32,49 +31,6 @@ fn applied(queue: &str, queue_type: &str) -> (tempfile::TempDir, String) {
     let out = common::cli(&["apply", "-f", &path]);
     assert!(out.status.success(), "{}", common::text(&out));
     (dir, path)
-}
-
-/// One message taken from a queue: message id, body, headers.
-struct Taken {
-    id: String,
-    body: Vec<u8>,
-    headers: FieldTable,
-}
-
-impl Taken {
-    fn header(&self, name: &str) -> Option<&AMQPValue> {
-        self.headers.inner().get(name)
-    }
-
-    fn text(&self, name: &str) -> Option<String> {
-        match self.header(name)? {
-            AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into()),
-            other => Some(format!("{other:?}")),
-        }
-    }
-}
-
-/// Takes every message of `queue` (acked), in order.
-async fn take_all(ch: &lapin::Channel, queue: &str) -> Vec<Taken> {
-    ready(ch, queue).await;
-    let mut out = Vec::new();
-    while let Some(m) = ch
-        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
-        .await
-        .expect("get")
-    {
-        let p = &m.delivery.properties;
-        out.push(Taken {
-            id: p
-                .message_id()
-                .as_ref()
-                .map(|s| s.to_string())
-                .unwrap_or_default(),
-            body: m.delivery.data.clone(),
-            headers: p.headers().clone().unwrap_or_default(),
-        });
-    }
-    out
 }
 
 /// `dlq repair --standalone -f PATH --name d EXTRA…`.

@@ -209,3 +209,51 @@ pub async fn policy(name: &str, queue: &str, definition: serde_json::Value) {
         .status();
     assert!(status.is_success(), "policy refused: {status}");
 }
+
+/// One message taken from a queue: message id, body, headers.
+pub struct Taken {
+    /// Its message_id (empty without one).
+    pub id: String,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// Its headers.
+    pub headers: FieldTable,
+}
+
+impl Taken {
+    /// Header `name`.
+    pub fn header(&self, name: &str) -> Option<&AMQPValue> {
+        self.headers.inner().get(name)
+    }
+
+    /// Header `name` as text (a long string, else its debug form).
+    pub fn text(&self, name: &str) -> Option<String> {
+        match self.header(name)? {
+            AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into()),
+            other => Some(format!("{other:?}")),
+        }
+    }
+}
+
+/// Takes every message of `queue` (acked), in order.
+pub async fn take_all(ch: &lapin::Channel, queue: &str) -> Vec<Taken> {
+    ready(ch, queue).await;
+    let mut out = Vec::new();
+    while let Some(m) = ch
+        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+    {
+        let p = &m.delivery.properties;
+        out.push(Taken {
+            id: p
+                .message_id()
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+            body: m.delivery.data.clone(),
+            headers: p.headers().clone().unwrap_or_default(),
+        });
+    }
+    out
+}
