@@ -130,3 +130,49 @@ ServiceMonitor. */}}
 {{- define "dlq-operator.routerClusterName" -}}
 {{- printf "%s-router" (include "dlq-operator.clusterName" . | trunc 56 | trimSuffix "-") }}
 {{- end }}
+
+{{/* Full name of the console's objects (Deployment, ServiceAccount, Service,
+NetworkPolicy). */}}
+{{- define "dlq-operator.consoleFullname" -}}
+{{- printf "%s-console" (include "dlq-operator.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Labels selecting the console Pod: a name label of its own, like the router's, so that
+no other Deployment, Service or NetworkPolicy of the chart selects it. */}}
+{{- define "dlq-operator.consoleSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-console" (include "dlq-operator.name" . | trunc 55 | trimSuffix "-") }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of every console object. */}}
+{{- define "dlq-operator.consoleLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "dlq-operator.consoleSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: dlq-operator
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount the console runs as. */}}
+{{- define "dlq-operator.consoleServiceAccountName" -}}
+{{- if .Values.console.serviceAccount.create }}
+{{- default (include "dlq-operator.consoleFullname" .) .Values.console.serviceAccount.name }}
+{{- else }}
+{{- required "console.serviceAccount.name is required when console.serviceAccount.create is false" .Values.console.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the console's (Cluster)Role and binding for the DeadLetterQueues: like
+dlq-operator.clusterName. */}}
+{{- define "dlq-operator.consoleClusterName" -}}
+{{- printf "%s-console" (include "dlq-operator.clusterName" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Name of the console's ClusterRole and binding for the TokenReviews and
+SubjectAccessReviews (cluster-scoped calls, so cluster-wide even with watchNamespace). */}}
+{{- define "dlq-operator.consoleReviewsName" -}}
+{{- printf "%s-console-reviews" (include "dlq-operator.clusterName" . | trunc 47 | trimSuffix "-") }}
+{{- end }}
