@@ -1709,8 +1709,7 @@ fn console_deployment_runs_one_hardened_probed_console() {
 
     // Values reach it: watched namespace, scan limits, port, scheduling, Pod settings.
     let tolerations = json!([{"key": "dedicated", "operator": "Equal", "value": "tools", "effect": "NoSchedule"}]);
-    let resources =
-        json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}});
+    let resources = json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}});
     let objects = render(
         &helm,
         &json!({"console": {"enabled": true, "port": 9000, "scanMaxMessages": 500, "scanTtl": "2m",
