@@ -9,8 +9,7 @@
 //! TokenReview, and every page and action authorised by SubjectAccessReview per
 //! DeadLetterQueue: [`crate::access`]).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
@@ -189,9 +188,33 @@ pub struct Session {
     pub identity: Identity,
 }
 
-/// The sessions, by the SHA-256 of their cookie value (the cookie itself is not kept).
-#[derive(Debug, Default)]
-pub struct Sessions(Mutex<HashMap<[u8; 32], Session>>);
+/// How long a session lasts without a request (s): after that, log in again.
+pub const SESSION_IDLE_S: u64 = 8 * 3600;
+
+/// Most sessions kept at once (the least recently used beyond it end first).
+pub const MAX_SESSIONS: u64 = 10_000;
+
+/// The sessions, by the SHA-256 of their cookie value (the cookie itself is not kept);
+/// each ends after [`SESSION_IDLE_S`] seconds without a request, at logout, or when the
+/// console stops.
+pub struct Sessions(moka::sync::Cache<[u8; 32], Session>);
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Sessions(
+            moka::sync::Cache::builder()
+                .max_capacity(MAX_SESSIONS)
+                .time_to_idle(std::time::Duration::from_secs(SESSION_IDLE_S))
+                .build(),
+        )
+    }
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sessions({})", self.0.entry_count())
+    }
+}
 
 impl Sessions {
     /// Opens a session for `user` with `identity`: the cookie value to set.
@@ -202,27 +225,21 @@ impl Sessions {
             csrf: random_token(),
             identity,
         };
-        self.lock().insert(TokenDigest::of(&id).0, session);
+        self.0.insert(TokenDigest::of(&id).0, session);
         id
     }
 
     /// The session of the request's cookie, if any.
     pub fn of(&self, headers: &HeaderMap) -> Option<Session> {
         let id = cookie_value(headers, COOKIE)?;
-        self.lock().get(&TokenDigest::of(id).0).cloned()
+        self.0.get(&TokenDigest::of(id).0)
     }
 
     /// Ends the session of the request's cookie.
     pub fn close(&self, headers: &HeaderMap) {
         if let Some(id) = cookie_value(headers, COOKIE) {
-            self.lock().remove(&TokenDigest::of(id).0);
+            self.0.invalidate(&TokenDigest::of(id).0);
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Session>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
