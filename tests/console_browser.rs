@@ -15,52 +15,16 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
+use common::browser::{browser_tools, run_script};
+use common::cleanup;
 use common::console::Console;
 use common::dlq::{applied_manifests, confirm_channel, header, now_ms, ready, text};
-use common::helm::skip;
-use common::{cleanup, root};
 use futures::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::BasicProperties;
-
-/// The browser's path: `DLQ_CHROMIUM`, else Debian's.
-fn chromium() -> PathBuf {
-    std::env::var_os("DLQ_CHROMIUM")
-        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
-}
-
-/// The directory of the browser script.
-fn scripts() -> PathBuf {
-    root().join("tests/console_browser")
-}
-
-/// True when node, playwright-core and Chromium are there; else reports `test` skipped.
-fn browser_tools(test: &str) -> bool {
-    let how = "apt-get install nodejs npm chromium, then npm ci in tests/console_browser (as .ci/run does)";
-    if !matches!(Command::new("node").arg("--version").output(), Ok(o) if o.status.success()) {
-        skip(test, &format!("node is not in PATH: {how}"));
-        return false;
-    }
-    if !scripts()
-        .join("node_modules/playwright-core/package.json")
-        .exists()
-    {
-        skip(test, &format!("playwright-core is not installed: {how}"));
-        return false;
-    }
-    if !chromium().exists() {
-        skip(
-            test,
-            &format!("no browser at {}: {how}", chromium().display()),
-        );
-        return false;
-    }
-    true
-}
 
 /// Publishes a dead letter of `class` with `id` and a JSON `body` to `queue`, confirmed.
 async fn dead_letter(ch: &lapin::Channel, queue: &str, id: &str, body: &str, headers: FieldTable) {
@@ -131,28 +95,23 @@ async fn a_dead_letter_is_repaired_in_the_browser_and_consumed_once() {
     );
     std::fs::create_dir_all(&shots).expect("screenshot dir");
     let repaired = "{\"orderId\":7,\"amount\":5}";
-    let out = Command::new("node")
-        .arg(scripts().join("console.mjs"))
-        .current_dir(scripts())
-        .env("BASE", &console.base)
-        .env("TOKEN", &console.token)
-        .env("NS", "default")
-        .env("NAME", "d")
-        .env("DEPTH", "2")
-        .env("MESSAGE_ID", "order-7")
-        .env("CLASS", "Validation")
-        .env("REPAIRED_BODY", repaired)
-        .env("HOSTILE", hostile)
-        .env("SHOTS", &shots)
-        .env("CHROMIUM", chromium())
-        .output()
-        .expect("node runs");
-    let steps = String::from_utf8_lossy(&out.stdout);
-    eprintln!(
-        "browser steps:\n{steps}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "the browser flow failed: {steps}");
+    let env: [(&str, &str); 9] = [
+        ("BASE", &console.base),
+        ("TOKEN", &console.token),
+        ("NS", "default"),
+        ("NAME", "d"),
+        ("DEPTH", "2"),
+        ("MESSAGE_ID", "order-7"),
+        ("CLASS", "Validation"),
+        ("REPAIRED_BODY", repaired),
+        ("HOSTILE", hostile),
+    ];
+    let mut env: Vec<(&str, &std::ffi::OsStr)> = env
+        .iter()
+        .map(|(k, v)| (*k, std::ffi::OsStr::new(*v)))
+        .collect();
+    env.push(("SHOTS", shots.as_os_str()));
+    run_script("console.mjs", &env);
     console.line_with(&["repair", "order-7"]);
 
     // A real consumer of the source queue receives the repaired message, once.

@@ -4,8 +4,11 @@
 //! SubjectAccessReview decides per DeadLetterQueue — a ServiceAccount without a binding
 //! sees nothing, a viewer sees the dead letters but may not replay, an actor replays (the
 //! message is back in its source queue) and the replay is a Kubernetes Event on the
-//! DeadLetterQueue. The DeadLetterQueue is built by `dlq-operator run`. Needs
-//! `DLQ_E2E_KUBECONFIG` (.ci/run starts an API server); skipped by name without it.
+//! DeadLetterQueue. The login and the refusals are also driven in Chromium
+//! (tests/console_browser/cluster.mjs; skipped by name without node, playwright-core and
+//! Chromium, failed with `DLQ_REQUIRE_TOOLS=1`). The DeadLetterQueue is built by
+//! `dlq-operator run`. Needs `DLQ_E2E_KUBECONFIG` (.ci/run starts an API server); skipped
+//! by name without it.
 
 mod common;
 
@@ -17,6 +20,7 @@ use kube::Client;
 use lapin::types::AMQPValue;
 use serde_json::json;
 
+use common::browser::{browser_tools, run_script};
 use common::console::Console;
 use common::dlq::{confirm_channel, drain_ids, header, publish, ready, text};
 use common::e2e::{
@@ -200,6 +204,24 @@ async fn cluster_console_reviews_tokens_and_rbac_and_audits_as_events() {
     let (status, refused, _) = post(&c, &cookie, &preview, &form).await;
     assert_eq!(status, 403, "{refused}");
     assert!(refused.contains("create on deadletterreplays"), "{refused}");
+
+    // The same in Chromium: the login form, refusals, and the actor's dry run (a
+    // same-origin POST under a Host the console cannot know in advance).
+    if browser_tools(TEST) {
+        let env = [
+            ("BASE", c.base.as_str()),
+            ("NS", ns.as_str()),
+            ("NAME", "orders"),
+            ("CLASS", "Timeout"),
+            ("NOBODY_TOKEN", nobody.as_str()),
+            ("ACTOR_TOKEN", actor.as_str()),
+        ];
+        let env: Vec<(&str, &std::ffi::OsStr)> = env
+            .iter()
+            .map(|(k, v)| (*k, std::ffi::OsStr::new(*v)))
+            .collect();
+        run_script("cluster.mjs", &env);
+    }
 
     // The actor replays it: a dry run, then the job; the message is back in its queue.
     let cookie = login(&c, &actor).await;

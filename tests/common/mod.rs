@@ -2,6 +2,7 @@
 //! local RabbitMQ (127.0.0.1, guest/guest; started by .ci/run).
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod console;
 pub mod dlq;
 pub mod e2e;
