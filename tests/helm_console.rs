@@ -83,7 +83,8 @@ fn console_rbac_grants_only_what_the_console_calls() {
     let Some(helm) = Helm::new("console_rbac_grants_only_what_the_console_calls") else {
         return;
     };
-    // The console's Events use the operator's Event API (events.k8s.io).
+    // The console's Events use the operator's Event API (events.k8s.io) and, like the
+    // operator's (kube's Recorder patches a repeated Event into a series), create and patch.
     let event_groups: Vec<&str> = RULES
         .iter()
         .filter(|r| r.resources.contains(&"events"))
@@ -113,6 +114,7 @@ fn console_rbac_grants_only_what_the_console_calls() {
                 ("dlqoperator.io", "retrypolicies", "get"),
                 ("", "secrets", "get"),
                 ("events.k8s.io", "events", "create"),
+                ("events.k8s.io", "events", "patch"),
             ]
             .iter()
             .map(|(g, r, v)| (ns.clone(), g.to_string(), r.to_string(), v.to_string())),
@@ -140,7 +142,7 @@ fn console_rbac_grants_only_what_the_console_calls() {
                 {"apiGroups": ["dlqoperator.io"], "resources": ["deadletterqueues"], "verbs": ["get", "list"]},
                 {"apiGroups": ["dlqoperator.io"], "resources": ["retrypolicies"], "verbs": ["get"]},
                 {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}
+                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
             ]),
             "{name}"
         );
@@ -193,7 +195,7 @@ fn console_rbac_grants_only_what_the_console_calls() {
         find(&objects, "Deployment", CONSOLE)["spec"]["template"]["spec"]["serviceAccountName"],
         "viewers"
     );
-    assert_eq!(granted_to(&objects, "viewers").len(), 7);
+    assert_eq!(granted_to(&objects, "viewers").len(), 8);
     // rbac.create false: no role for the console either.
     let objects = render(
         &helm,
@@ -240,8 +242,15 @@ fn console_deployment_runs_one_hardened_probed_console() {
         c["ports"],
         json!([{"name": "http", "containerPort": 8081, "protocol": "TCP"}])
     );
-    let probe = json!({"path": "/healthz", "port": "http",
-                       "httpHeaders": [{"name": "Host", "value": "127.0.0.1:8081"}]});
+    // The Pod's name is the reporting instance of the console's Events.
+    assert_eq!(
+        c["env"],
+        json!([{"name": "RUST_LOG", "value": "info"},
+               {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}])
+    );
+    // No Host header: in the cluster the console answers to any Host (the kubelet's is the
+    // Pod IP).
+    let probe = json!({"path": "/healthz", "port": "http"});
     assert_eq!(c["livenessProbe"]["httpGet"], probe);
     assert_eq!(c["readinessProbe"]["httpGet"], probe);
     // The operator's image and hardening; the console's own ServiceAccount.
@@ -258,7 +267,7 @@ fn console_deployment_runs_one_hardened_probed_console() {
     assert_eq!(pod["spec"]["automountServiceAccountToken"], true);
     assert_eq!(pod["spec"]["serviceAccountName"], CONSOLE);
     find(&objects, "ServiceAccount", CONSOLE);
-    // The Service reaches the port under the same number (port-forward keeps the Host).
+    // The Service reaches the port under the same number.
     let svc = find(&objects, "Service", CONSOLE);
     assert_eq!(svc["spec"]["type"], "ClusterIP");
     assert_eq!(
@@ -317,8 +326,12 @@ fn console_deployment_runs_one_hardened_probed_console() {
     assert_eq!(env(c, "RUST_LOG"), Some("debug"));
     assert_eq!(c["ports"][0]["containerPort"], 9000);
     assert_eq!(
-        c["readinessProbe"]["httpGet"]["httpHeaders"],
-        json!([{"name": "Host", "value": "127.0.0.1:9000"}])
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "http"})
+    );
+    assert_eq!(
+        c["env"][1]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
     );
     assert_eq!(c["resources"], resources);
     let spec = &pod["spec"];
@@ -486,4 +499,7 @@ fn console_notes_say_how_to_reach_it_and_what_users_need() {
         notes.contains("port-forward svc/dlq-dlq-operator-console 9000"),
         "{notes}"
     );
+    // Any local port will do: the console in the cluster answers to any Host.
+    assert!(notes.contains("LOCAL:9000"), "{notes}");
+    assert!(!notes.contains("Host"), "{notes}");
 }
