@@ -183,6 +183,13 @@ fn console_rbac_grants_only_what_the_console_calls() {
             assert!(sas.contains(&bound[0]["subjects"]), "{name}: {}", bound[0]);
         }
     }
+}
+
+#[test]
+fn console_rbac_follows_its_service_account_and_rbac_create() {
+    let Some(helm) = Helm::new("console_rbac_follows_its_service_account_and_rbac_create") else {
+        return;
+    };
     // An existing ServiceAccount: none created; the Deployment and both bindings use it.
     let objects = render(
         &helm,
@@ -294,7 +301,13 @@ fn console_deployment_runs_one_hardened_probed_console() {
         );
     }
     assert!(!selects(sel, &op_pod["metadata"]["labels"]));
+}
 
+#[test]
+fn console_deployment_takes_its_values() {
+    let Some(helm) = Helm::new("console_deployment_takes_its_values") else {
+        return;
+    };
     // Values reach it: watched namespace, scan limits, port, scheduling, Pod settings.
     let tolerations = json!([{"key": "dedicated", "operator": "Equal", "value": "tools", "effect": "NoSchedule"}]);
     let resources = json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}});
