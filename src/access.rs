@@ -266,6 +266,80 @@ impl Reviewer for KubeReviewer {
     }
 }
 
+/// A [`Reviewer`] answering from tables, for the fast tests (TokenReview and
+/// SubjectAccessReview against a real API server: `tests/e2e_access.rs`).
+#[cfg(test)]
+pub mod fake {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use super::{AccessError, Caller, Permission, Reviewer};
+
+    /// Tokens by value, each with its user and the permissions granted; `reviews` counts
+    /// the reviews asked.
+    #[derive(Default)]
+    pub struct Tables {
+        /// Token → (user name, permissions granted).
+        pub tokens: Mutex<BTreeMap<String, (String, Vec<Permission>)>>,
+        /// Reviews asked (token and access reviews).
+        pub reviews: Mutex<u64>,
+    }
+
+    impl Tables {
+        /// Adds `token` for `user`, granted `permissions`.
+        pub fn with(self, token: &str, user: &str, permissions: Vec<Permission>) -> Self {
+            self.tokens
+                .lock()
+                .expect("lock")
+                .insert(token.into(), (user.into(), permissions));
+            self
+        }
+
+        /// Revokes `token`.
+        pub fn revoke(&self, token: &str) {
+            self.tokens.lock().expect("lock").remove(token);
+        }
+    }
+
+    fn caller(user: &str) -> Caller {
+        Caller {
+            username: user.into(),
+            uid: None,
+            groups: vec!["system:authenticated".into()],
+            extra: BTreeMap::new(),
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Reviewer for Tables {
+        async fn authenticate(&self, token: &str) -> Result<Option<Caller>, AccessError> {
+            *self.reviews.lock().expect("lock") += 1;
+            Ok(self
+                .tokens
+                .lock()
+                .expect("lock")
+                .get(token)
+                .map(|(user, _)| caller(user)))
+        }
+
+        async fn allowed(
+            &self,
+            who: &Caller,
+            permission: &Permission,
+        ) -> Result<bool, AccessError> {
+            *self.reviews.lock().expect("lock") += 1;
+            let granted = self
+                .tokens
+                .lock()
+                .expect("lock")
+                .values()
+                .filter(|(user, _)| *user == who.username)
+                .any(|(_, granted)| granted.contains(permission));
+            Ok(granted)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

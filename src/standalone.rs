@@ -547,12 +547,11 @@ impl DepthSource for Endpoint<'_> {
 /// `spacing_ms`: the poll interval, ms.
 pub fn groups<'a>(
     brokers: &'a dyn BrokerFactory,
-    planned: &'a [Planned],
+    prepared: impl IntoIterator<Item = &'a reconcile::Prepared>,
     spacing_ms: u64,
 ) -> Vec<(String, Group<'a, Endpoint<'a>>)> {
     let mut groups: BTreeMap<(String, &str), Group<'_, Endpoint<'_>>> = BTreeMap::new();
-    for p in planned {
-        let prep = &p.prepared;
+    for prep in prepared {
         let endpoint = prep.connection.redacted_management_uri();
         groups
             .entry((endpoint, prep.topology.vhost.as_str()))
@@ -605,7 +604,9 @@ async fn poll_depths(
     // state.
     let spacing_ms = u64::try_from(poll_interval.as_millis()).unwrap_or(u64::MAX);
     let (endpoints, groups): (Vec<String>, Vec<_>) =
-        groups(brokers, planned, spacing_ms).into_iter().unzip();
+        groups(brokers, planned.iter().map(|p| &p.prepared), spacing_ms)
+            .into_iter()
+            .unzip();
     let polls =
         crate::collector::poll(collector, &groups, crate::clock::now_ms(), 1, |_, _| None).await;
     let mut any_missing = false;

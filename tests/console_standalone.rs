@@ -380,7 +380,10 @@ fn bad_flags_are_refused_with_one_clear_error() {
             ],
             "loopback address only",
         ),
-        (vec!["console", "-f", &path], "console needs --standalone"),
+        (
+            vec!["console", "-f", &path],
+            "-f PATH is for `console --standalone`",
+        ),
         (vec!["console", "--standalone"], "needs -f PATH"),
         (
             vec!["console", "--standalone", "-f", "-"],

@@ -7,61 +7,10 @@
 
 mod common;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, PostParams};
-use kube::Client;
 use serde_json::json;
 
-use common::e2e::{client, namespace};
+use common::e2e::{account, client, namespace};
 use dlq_operator::access::{KubeReviewer, Permission};
-
-/// Creates ServiceAccount `name` in `ns`, bound to a Role granting `rules` (none: no
-/// binding), and returns a 10-minute token of it.
-async fn account(client: &Client, ns: &str, name: &str, rules: serde_json::Value) -> String {
-    let pp = PostParams::default();
-    let sa: ServiceAccount =
-        serde_json::from_value(json!({"metadata": {"name": name}})).expect("sa");
-    Api::<ServiceAccount>::namespaced(client.clone(), ns)
-        .create(&pp, &sa)
-        .await
-        .expect("create ServiceAccount");
-    if rules.as_array().is_some_and(|r| !r.is_empty()) {
-        let role: Role =
-            serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules}))
-                .expect("role");
-        Api::<Role>::namespaced(client.clone(), ns)
-            .create(&pp, &role)
-            .await
-            .expect("create Role");
-        let binding: RoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-        }))
-        .expect("binding");
-        Api::<RoleBinding>::namespaced(client.clone(), ns)
-            .create(&pp, &binding)
-            .await
-            .expect("create RoleBinding");
-    }
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    Api::<ServiceAccount>::namespaced(client.clone(), ns)
-        .create_token_request(name, &pp, &request)
-        .await
-        .expect("TokenRequest")
-        .status
-        .expect("token status")
-        .token
-}
 
 #[tokio::test]
 async fn service_account_tokens_are_reviewed_and_their_rbac_decides() {

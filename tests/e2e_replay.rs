@@ -12,7 +12,6 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::Client;
@@ -22,10 +21,11 @@ use serde_json::{json, Value};
 
 use common::dlq::{confirm_channel, drain_ids, header, publish, ready, ready_now, text};
 use common::e2e::{
-    client, dlqs, ensure_crds, namespace, ready as dlq_ready, rps, table, wait_for, Operator,
+    client, create_dlq, dlqs, ensure_crds, namespace_with_broker, ready as dlq_ready, table,
+    wait_for, Operator,
 };
-use common::{cleanup, unique, AMQP, MGMT};
-use dlq_operator::crd::{DeadLetterQueue, DeadLetterReplay, RetryPolicy};
+use common::{cleanup, unique, AMQP};
+use dlq_operator::crd::DeadLetterReplay;
 use dlq_operator::object::api_resource;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -37,42 +37,6 @@ fn replays(client: &Client, ns: &str) -> Api<DynamicObject> {
 /// A namespace with the broker Secret `rabbit` and the RetryPolicy `policy`.
 async fn namespace_with_references(client: &Client, prefix: &str) -> String {
     namespace_with_broker(client, prefix, AMQP).await
-}
-
-/// [`namespace_with_references`] with the Secret's AMQP URI `amqp`.
-async fn namespace_with_broker(client: &Client, prefix: &str, amqp: &str) -> String {
-    let ns = namespace(client, prefix).await;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "rabbit"},
-        "stringData": {"uri": amqp, "managementUri": MGMT}
-    }))
-    .expect("secret");
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("secret");
-    let rp = DynamicObject::new("policy", &api_resource::<RetryPolicy>())
-        .data(json!({"spec": {"maxRetries": 1, "tiers": ["5s"]}}));
-    rps(client, &ns)
-        .create(&PostParams::default(), &rp)
-        .await
-        .expect("rp");
-    ns
-}
-
-/// Creates the DeadLetterQueue `name` for source queue `queue` (classic queues; the
-/// dead-letter queue is `<queue>.dlq`) with `monitoring`.
-async fn create_dlq(client: &Client, ns: &str, name: &str, queue: &str, monitoring: Value) {
-    let dlq = DynamicObject::new(name, &api_resource::<DeadLetterQueue>()).data(json!({"spec": {
-        "broker": {"secretRef": {"name": "rabbit"}},
-        "source": {"queue": queue, "queueType": "Classic"},
-        "retryPolicyRef": {"name": "policy"},
-        "monitoring": monitoring,
-    }}));
-    dlqs(client, ns)
-        .create(&PostParams::default(), &dlq)
-        .await
-        .expect("dlq");
 }
 
 async fn create_replay(client: &Client, ns: &str, name: &str, spec: Value) -> String {

@@ -237,14 +237,20 @@ pub struct RouterArgs {
 /// The flags of `console`.
 #[derive(clap::Args)]
 pub struct ConsoleArgs {
-    /// Read the DeadLetterQueues from manifest files (the only mode so far).
+    /// Read the DeadLetterQueues from manifest files and let in the holder of a random
+    /// token printed at start (without it: the cluster's DeadLetterQueues, and users log
+    /// in with Kubernetes bearer tokens checked by TokenReview and SubjectAccessReview).
     #[arg(long)]
     pub standalone: bool,
     /// Manifest file or directory (repeatable; with --standalone).
     #[arg(short = 'f', long = "filename")]
     pub files: Vec<PathBuf>,
-    /// Address to listen on: a loopback IP:port (127.0.0.1:PORT or [::1]:PORT; port 0
-    /// picks a free one, printed at start).
+    /// Only this namespace's DeadLetterQueues (default: all namespaces; cluster only).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Address to listen on, IP:port (port 0 picks a free one, printed at start). With
+    /// --standalone a loopback address only (127.0.0.1:PORT or [::1]:PORT); in a cluster
+    /// e.g. 0.0.0.0:8081.
     // The doc comment is the --help text: `[::1]` stays as written, not a rustdoc link.
     #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, default_value = "127.0.0.1:8081", value_parser = socket_address)]

@@ -88,6 +88,10 @@ pub enum CliError {
     /// metrics address could not be bound.
     #[error("{0}")]
     Standalone(#[source] std::io::Error),
+    /// `console` (cluster) could not list the DeadLetterQueues at start: the API
+    /// server's error, and the RBAC to check.
+    #[error("{0}; the console's ServiceAccount needs the RBAC in docs/CONSOLE.md (list deadletterqueues, get retrypolicies and secrets)")]
+    ConsoleSource(String),
     /// The controller stopped with an error (metrics address, Lease, selector).
     #[error(transparent)]
     Controller(#[from] RunError),
@@ -132,6 +136,7 @@ impl CliError {
             | CliError::Interrupted
             | CliError::Apply(_)
             | CliError::Standalone(_)
+            | CliError::ConsoleSource(_)
             | CliError::Controller(_)
             | CliError::File { .. }
             | CliError::Yaml(_)

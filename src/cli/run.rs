@@ -153,7 +153,7 @@ async fn run_controller(args: RunArgs) -> Result<ExitCode, CliError> {
 }
 
 /// `<host name>-<pid>`: unique enough among replicas that do not set `POD_NAME`.
-fn default_identity() -> String {
+pub(super) fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_string())

@@ -14,8 +14,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Redirect, Response};
 use serde::Deserialize;
 
-use super::audit::{self, Entry};
-use super::auth::{self, Session};
+use super::audit::Entry;
+use super::auth::{self, Need, Session};
 use super::server::{broker_error, find, html, page, scan_of, Shared};
 use super::templates::{Confirm, Done};
 use super::views::{self, Group};
@@ -52,21 +52,22 @@ pub struct ActionForm {
 }
 
 /// The session of a POST that comes from the console's own page: same origin (403),
-/// logged in (401), with the session's CSRF token (403).
-#[allow(clippy::result_large_err)]
-pub fn checked_post(
+/// logged in and allowed what `need` says ([`super::server::authorized`]: 401, 403, 503),
+/// with the session's CSRF token (403).
+pub async fn checked_post(
     state: &State,
     headers: &HeaderMap,
     form: &ActionForm,
+    need: Need<'_>,
 ) -> Result<Session, Response> {
-    if !auth::same_origin(headers, state.port) {
+    if !state.hosts.same_origin(headers) {
         return Err(page(
             StatusCode::FORBIDDEN,
             "Refused",
             "Cross-origin request refused.".into(),
         ));
     }
-    let session = super::server::session(state, headers)?;
+    let session = super::server::authorized(state, headers, need).await?;
     if !auth::csrf_ok(&session, form.csrf.as_deref()) {
         return Err(page(
             StatusCode::FORBIDDEN,
@@ -129,7 +130,7 @@ pub async fn rescan(
     Path((ns, name)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    if let Err(r) = checked_post(&state, &headers, &form) {
+    if let Err(r) = checked_post(&state, &headers, &form, Need::View(&ns, &name)).await {
         return r;
     }
     let (planned, i) = match find(&state, &ns, &name) {
@@ -329,7 +330,7 @@ pub async fn replay_preview(
     Path((ns, name)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let s = match checked_post(&state, &headers, &form) {
+    let s = match checked_post(&state, &headers, &form, Need::Act(&ns, &name)).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -342,7 +343,7 @@ pub async fn replay_preview(
         Ok(r) => r,
         Err(r) => return r,
     };
-    audit::record(&Entry {
+    state.audit(&Entry {
         user: &s.user,
         action: "replay-dry-run",
         resource: &key,
@@ -395,7 +396,7 @@ pub async fn replay(
     Path((ns, name)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let s = match checked_post(&state, &headers, &form) {
+    let s = match checked_post(&state, &headers, &form, Need::Act(&ns, &name)).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -426,7 +427,7 @@ pub async fn replay(
         }
         let count = j.report.as_ref().map_or(0, |r| r.replayed);
         let failed = j.report.as_ref().is_some_and(|r| r.failed_total() > 0);
-        audit::record(&Entry {
+        shared.audit(&Entry {
             user: &j.user,
             action: "replay",
             resource: &key,
@@ -452,7 +453,7 @@ pub async fn purge_preview(
     Path((ns, name)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let s = match checked_post(&state, &headers, &form) {
+    let s = match checked_post(&state, &headers, &form, Need::Act(&ns, &name)).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -468,7 +469,7 @@ pub async fn purge_preview(
     if let Some(e) = error {
         return page(StatusCode::BAD_GATEWAY, "Broker error", e);
     }
-    audit::record(&Entry {
+    state.audit(&Entry {
         user: &s.user,
         action: "purge-dry-run",
         resource: &key,
@@ -538,7 +539,7 @@ pub async fn purge(
     Path((ns, name)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let s = match checked_post(&state, &headers, &form) {
+    let s = match checked_post(&state, &headers, &form, Need::Act(&ns, &name)).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -549,7 +550,7 @@ pub async fn purge(
         Err(r) => return r,
     };
     if !typed {
-        audit::record(&Entry {
+        state.audit(&Entry {
             user: &s.user,
             action: "purge-refused",
             resource: &key,
@@ -569,7 +570,7 @@ pub async fn purge(
         Ok(r) => r,
         Err(r) => return r,
     };
-    audit::record(&Entry {
+    state.audit(&Entry {
         user: &s.user,
         action: "purge",
         resource: &key,

@@ -1,8 +1,11 @@
 //! The audit trail of the console's actions: one log line per replay, purge or repair, dry runs,
 //! refusals and failures included (who, when, what, how many), at target
-//! `dlq_operator::console::audit`. Text from the user or the messages is escaped
-//! ([`crate::printable::escape`]). The cluster mode is to add Kubernetes Events on the
-//! DeadLetterQueue here.
+//! `dlq_operator::console::audit`; in a cluster also a Kubernetes Event on the
+//! DeadLetterQueue for every replay, purge and repair that ran (dry runs and refusals
+//! only in the log), as `kubectl describe` shows them. Text from the user or the messages
+//! is escaped ([`crate::printable::escape`]).
+
+use crate::controller::Note;
 
 /// One action, as logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,5 +42,105 @@ pub fn record(entry: &Entry<'_>) {
     } else {
         tracing::warn!(target: "dlq_operator::console::audit", %at, ?user, action = entry.action,
             resource = entry.resource, ?what, count = entry.count, ?outcome, "console audit");
+    }
+}
+
+/// The Event of `entry`, or `None` for a dry run or a refusal (log only). Type Normal when
+/// it succeeded, else Warning; reason `ConsoleReplay`, `ConsolePurge` or `ConsoleRepair`
+/// (CamelCase, as the Kubernetes API conventions ask of reasons); action `Replay`,
+/// `Purge` or `Repair`; the note says who, what, how many and the outcome.
+pub fn note_of(entry: &Entry<'_>) -> Option<Note> {
+    let (reason, action) = match entry.action {
+        "replay" => ("ConsoleReplay", "Replay"),
+        "purge" => ("ConsolePurge", "Purge"),
+        "repair" => ("ConsoleRepair", "Repair"),
+        _ => return None,
+    };
+    let text = format!(
+        "{} by {} in the dead-letter console: {}; {} message(s); {}",
+        action.to_lowercase(),
+        entry.user,
+        entry.what,
+        entry.count,
+        entry.outcome
+    );
+    Some(if entry.outcome == "ok" {
+        Note::normal(reason, action, text)
+    } else {
+        Note::warning(reason, action, text)
+    })
+}
+
+impl super::State {
+    /// Audits `entry`: the log line ([`record`]), and in a cluster the Event
+    /// ([`note_of`]) on the DeadLetterQueue, published in a task the shutdown waits for
+    /// (a failed publish is logged by [`crate::controller::publish`]).
+    pub fn audit(&self, entry: &Entry<'_>) {
+        record(entry);
+        let (Some(recorder), Some(note)) = (&self.events, note_of(entry)) else {
+            return;
+        };
+        let targets = self.targets();
+        let Some(object) = targets
+            .iter()
+            .find(|t| t.prepared.key == entry.resource)
+            .and_then(|t| t.object.clone())
+        else {
+            return;
+        };
+        let recorder = recorder.clone();
+        self.tasks.spawn(async move {
+            let resource = crate::object::api_resource::<crate::crd::DeadLetterQueue>();
+            crate::controller::publish(&recorder, &object, &resource, note).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry<'a>(action: &'a str, outcome: &'a str) -> Entry<'a> {
+        Entry {
+            user: "system:serviceaccount:ops:alice",
+            action,
+            resource: "shop/orders",
+            what: "error class ValidationError",
+            count: 3,
+            outcome,
+        }
+    }
+
+    #[test]
+    fn actions_that_ran_become_events_dry_runs_and_refusals_do_not() {
+        let n = note_of(&entry("replay", "ok")).expect("replay");
+        assert_eq!(
+            (n.reason.as_str(), n.action.as_str()),
+            ("ConsoleReplay", "Replay")
+        );
+        assert_eq!(n.type_, kube::runtime::events::EventType::Normal);
+        for part in [
+            "system:serviceaccount:ops:alice",
+            "ValidationError",
+            "3 message(s)",
+            "ok",
+        ] {
+            assert!(n.note.contains(part), "{part} in {}", n.note);
+        }
+        let failed = note_of(&entry("purge", "broker unreachable")).expect("purge");
+        assert_eq!(failed.type_, kube::runtime::events::EventType::Warning);
+        assert_eq!(failed.reason, "ConsolePurge");
+        assert_eq!(
+            note_of(&entry("repair", "ok")).expect("repair").action,
+            "Repair"
+        );
+        for quiet in [
+            "replay-dry-run",
+            "purge-dry-run",
+            "purge-refused",
+            "repair-refused",
+        ] {
+            assert!(note_of(&entry(quiet, "ok")).is_none(), "{quiet}");
+        }
     }
 }

@@ -1,26 +1,44 @@
 //! Who may use the console, and the checks every request passes: the Host header (DNS
 //! rebinding), the session cookie, and on every POST the CSRF token and a same-origin
-//! `Origin` / `Sec-Fetch-Site`. Pure, except for the random tokens.
+//! `Origin` / `Sec-Fetch-Site`. Pure, except for the random tokens and the reviews of
+//! [`Auth::Kubernetes`].
 //!
-//! [`Auth`] is the seam for the ways a user is recognised: today only
-//! [`Auth::Token`] (standalone: the random token printed at start); the cluster mode
-//! (TokenReview and SubjectAccessReview) is to be added as another variant.
+//! [`Auth`] is the seam for the ways a user is recognised: [`Auth::Token`] (standalone:
+//! the random token printed at start; the holder may do everything) and
+//! [`Auth::Kubernetes`] (in a cluster: a Kubernetes bearer token, reviewed by
+//! TokenReview, and every page and action authorised by SubjectAccessReview per
+//! DeadLetterQueue: [`crate::access`]).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
+
+use crate::access::{AccessError, Permission, Reviewer};
 
 /// The session cookie's name.
 pub const COOKIE: &str = "dlq_console";
 
 /// How users are recognised.
-#[derive(Debug)]
 pub enum Auth {
     /// Standalone: whoever presents this token (printed on stderr at start) once, in
-    /// `GET /login?token=…`, gets a session. The token's SHA-256 is kept, not the token.
+    /// `GET /login?token=…` or the login form, gets a session. The token's SHA-256 is
+    /// kept, not the token.
     Token(TokenDigest),
+    /// In a cluster: whoever presents a Kubernetes bearer token that a TokenReview
+    /// authenticates gets a session; what they may see and do is asked per
+    /// DeadLetterQueue by SubjectAccessReview ([`Permission`]).
+    Kubernetes(Arc<dyn Reviewer>),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::Token(_) => f.write_str("Auth::Token"),
+            Auth::Kubernetes(_) => f.write_str("Auth::Kubernetes"),
+        }
+    }
 }
 
 /// The SHA-256 of a secret: compared instead of the secret, so the comparison's time
@@ -41,6 +59,50 @@ pub fn random_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whose a session is.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// The holder of the standalone token.
+    Local,
+    /// A Kubernetes bearer token, kept in memory only (never shown, never logged:
+    /// `Debug` prints no byte of it) and reviewed again (answers cached
+    /// [`crate::access::CACHE_TTL_S`] s) on every request, so an expired or revoked token
+    /// ends the session.
+    Bearer(Arc<str>),
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Identity::Local => f.write_str("Local"),
+            Identity::Bearer(_) => f.write_str("Bearer(…)"),
+        }
+    }
+}
+
+/// What a request needs, checked by [`Auth::check`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need<'a> {
+    /// A valid session only (the index: its rows are filtered by [`Need::View`]).
+    Session,
+    /// See DeadLetterQueue `(namespace, name)` and its dead letters.
+    View(&'a str, &'a str),
+    /// Replay, repair or purge its dead letters (needs [`Need::View`] too).
+    Act(&'a str, &'a str),
+}
+
+/// The answer of [`Auth::check`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go on.
+    Allowed,
+    /// The session's token no longer authenticates anybody (expired, revoked): log in
+    /// again.
+    LoggedOut,
+    /// Authenticated, without the permission (`what`: the RBAC it takes, for the page).
+    Denied(String),
+}
+
 impl Auth {
     /// Standalone auth with a new random token: the auth and the token (to print once).
     pub fn new_token() -> (Auth, String) {
@@ -48,12 +110,71 @@ impl Auth {
         (Auth::Token(TokenDigest::of(&token)), token)
     }
 
-    /// The user `presented` (the login token) identifies, or `None`. Standalone: the
-    /// user is `local` (whoever holds the token printed at start).
-    pub fn login(&self, presented: &str) -> Option<String> {
+    /// The user name and identity `presented` (the login token) identifies, or `None`.
+    /// Standalone: the user is `local` (whoever holds the token printed at start); in a
+    /// cluster, the user name the TokenReview gives.
+    ///
+    /// # Errors
+    /// [`AccessError`] when the TokenReview could not be made.
+    pub async fn login(&self, presented: &str) -> Result<Option<(String, Identity)>, AccessError> {
         match self {
-            Auth::Token(digest) => (TokenDigest::of(presented) == *digest).then(|| "local".into()),
+            Auth::Token(digest) => Ok((TokenDigest::of(presented) == *digest)
+                .then(|| ("local".to_string(), Identity::Local))),
+            Auth::Kubernetes(reviewer) => Ok(reviewer
+                .authenticate(presented)
+                .await?
+                .map(|caller| (caller.username, Identity::Bearer(presented.into())))),
         }
+    }
+
+    /// Whether `identity` may do what `need` says: always, for the standalone token;
+    /// in a cluster, when its token still authenticates and every SubjectAccessReview
+    /// `need` takes allows (Act: View, then Act).
+    ///
+    /// # Errors
+    /// [`AccessError`] when a review could not be made.
+    pub async fn check(&self, identity: &Identity, need: Need<'_>) -> Result<Verdict, AccessError> {
+        let (Auth::Kubernetes(reviewer), Identity::Bearer(token)) = (self, identity) else {
+            return Ok(match (self, identity) {
+                (Auth::Token(_), Identity::Local) => Verdict::Allowed,
+                _ => Verdict::LoggedOut,
+            });
+        };
+        let Some(caller) = reviewer.authenticate(token).await? else {
+            return Ok(Verdict::LoggedOut);
+        };
+        let view = |ns: &str, name: &str| Permission::View {
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        let asks = match need {
+            Need::Session => vec![],
+            Need::View(ns, name) => vec![view(ns, name)],
+            Need::Act(ns, name) => vec![
+                view(ns, name),
+                Permission::Act {
+                    namespace: ns.into(),
+                },
+            ],
+        };
+        for permission in asks {
+            if !reviewer.allowed(&caller, &permission).await? {
+                return Ok(Verdict::Denied(rbac_text(&permission)));
+            }
+        }
+        Ok(Verdict::Allowed)
+    }
+}
+
+/// The RBAC a refused permission takes, for people.
+fn rbac_text(permission: &Permission) -> String {
+    match permission {
+        Permission::View { namespace, name } => format!(
+            "viewing DeadLetterQueue {namespace}/{name} needs get on deadletterqueues.dlqoperator.io in namespace {namespace}"
+        ),
+        Permission::Act { namespace } => format!(
+            "replaying, repairing or purging dead letters in namespace {namespace} needs create on deadletterreplays.dlqoperator.io there"
+        ),
     }
 }
 
@@ -64,6 +185,8 @@ pub struct Session {
     pub user: String,
     /// The CSRF token every form of this session carries.
     pub csrf: String,
+    /// Whose it is (for the reviews of every request).
+    pub identity: Identity,
 }
 
 /// The sessions, by the SHA-256 of their cookie value (the cookie itself is not kept).
@@ -71,12 +194,13 @@ pub struct Session {
 pub struct Sessions(Mutex<HashMap<[u8; 32], Session>>);
 
 impl Sessions {
-    /// Opens a session for `user`: the cookie value to set.
-    pub fn open(&self, user: String) -> String {
+    /// Opens a session for `user` with `identity`: the cookie value to set.
+    pub fn open(&self, user: String, identity: Identity) -> String {
         let id = random_token();
         let session = Session {
             user,
             csrf: random_token(),
+            identity,
         };
         self.lock().insert(TokenDigest::of(&id).0, session);
         id
@@ -144,6 +268,52 @@ pub fn same_origin(headers: &HeaderMap, port: u16) -> bool {
     origin_ok && site_ok
 }
 
+/// Which `Host` a console answers to, and so what a same-origin request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hosts {
+    /// Standalone: only its loopback names with this port ([`host_ok`], [`same_origin`]).
+    Loopback(u16),
+    /// In a cluster (behind a Service, a port-forward or an Ingress, under names it cannot
+    /// know): any `Host`, and a POST is same-origin when its `Origin` is `http://` or
+    /// `https://` + that `Host`. DNS rebinding gains nothing here: the session cookie is
+    /// the console's own (SameSite=Strict, never sent to the rebound name) and every
+    /// request is reviewed.
+    Any,
+}
+
+impl Hosts {
+    /// Whether a request with this `Host` header is answered.
+    pub fn allows(&self, host: Option<&str>) -> bool {
+        match self {
+            Hosts::Loopback(port) => host_ok(host, *port),
+            Hosts::Any => host.is_some(),
+        }
+    }
+
+    /// Whether a POST comes from the console's own pages (see [`same_origin`]).
+    pub fn same_origin(&self, headers: &HeaderMap) -> bool {
+        match self {
+            Hosts::Loopback(port) => same_origin(headers, *port),
+            Hosts::Any => same_origin_as_host(headers),
+        }
+    }
+}
+
+/// [`same_origin`] for [`Hosts::Any`]: `Origin`, when present, must be `http://` or
+/// `https://` + the request's own `Host`.
+pub fn same_origin_as_host(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{0}"));
+    let host = text("host");
+    let origin_ok = text("origin").is_none_or(|o| {
+        let named = o
+            .strip_prefix("http://")
+            .or_else(|| o.strip_prefix("https://"));
+        named.is_some() && named == host
+    });
+    let site_ok = text("sec-fetch-site").is_none_or(|s| s == "same-origin" || s == "none");
+    origin_ok && site_ok
+}
+
 /// Whether the CSRF token of a form (`presented`) is the session's.
 pub fn csrf_ok(session: &Session, presented: Option<&str>) -> bool {
     presented.is_some_and(|p| TokenDigest::of(p) == TokenDigest::of(&session.csrf))
@@ -162,21 +332,101 @@ mod tests {
         h
     }
 
-    #[test]
-    fn only_the_printed_token_logs_in() {
+    #[tokio::test]
+    async fn only_the_printed_token_logs_in() {
         let (auth, token) = Auth::new_token();
         assert_eq!(token.len(), 64);
-        assert_eq!(auth.login(&token).as_deref(), Some("local"));
-        assert_eq!(auth.login(""), None);
-        assert_eq!(auth.login(&token[..63]), None);
+        let user = |t: &str| {
+            let t = t.to_string();
+            let auth = &auth;
+            async move { auth.login(&t).await.expect("no review").map(|(u, _)| u) }
+        };
+        assert_eq!(user(&token).await.as_deref(), Some("local"));
+        assert_eq!(user("").await, None);
+        assert_eq!(user(&token[..63]).await, None);
         let (_, other) = Auth::new_token();
         assert_ne!(token, other, "tokens are random");
+        assert_eq!(
+            auth.check(&Identity::Local, Need::Act("ns", "orders"))
+                .await
+                .expect("check"),
+            Verdict::Allowed,
+            "the standalone token's holder may do everything"
+        );
+    }
+
+    #[tokio::test]
+    async fn kubernetes_tokens_are_reviewed_on_every_check() {
+        use crate::access::fake::Tables;
+        let view = Permission::View {
+            namespace: "ns".into(),
+            name: "orders".into(),
+        };
+        let act = Permission::Act {
+            namespace: "ns".into(),
+        };
+        let tables = Arc::new(
+            Tables::default()
+                .with("t-viewer", "viewer", vec![view.clone()])
+                .with("t-actor", "actor", vec![view, act.clone()])
+                .with("t-acts-blind", "blind", vec![act]),
+        );
+        let auth = Auth::Kubernetes(tables.clone());
+        assert_eq!(auth.login("made-up").await.expect("review"), None);
+        let (user, viewer) = auth
+            .login("t-viewer")
+            .await
+            .expect("review")
+            .expect("viewer");
+        assert_eq!(user, "viewer");
+        assert_eq!(format!("{viewer:?}"), "Bearer(…)", "Debug shows no token");
+        let (_, actor) = auth.login("t-actor").await.expect("review").expect("actor");
+        let (_, blind) = auth
+            .login("t-acts-blind")
+            .await
+            .expect("review")
+            .expect("blind");
+        let check = |who: &Identity, need| {
+            let (auth, who) = (&auth, who.clone());
+            async move { auth.check(&who, need).await.expect("check") }
+        };
+        assert_eq!(
+            check(&viewer, Need::View("ns", "orders")).await,
+            Verdict::Allowed
+        );
+        assert!(
+            matches!(check(&viewer, Need::View("ns", "other")).await, Verdict::Denied(w) if w.contains("get on deadletterqueues"))
+        );
+        assert!(
+            matches!(check(&viewer, Need::Act("ns", "orders")).await, Verdict::Denied(w) if w.contains("create on deadletterreplays"))
+        );
+        assert_eq!(
+            check(&actor, Need::Act("ns", "orders")).await,
+            Verdict::Allowed
+        );
+        assert!(
+            matches!(
+                check(&blind, Need::Act("ns", "orders")).await,
+                Verdict::Denied(_)
+            ),
+            "acting needs viewing too"
+        );
+        assert_eq!(
+            check(&Identity::Local, Need::Session).await,
+            Verdict::LoggedOut
+        );
+        tables.revoke("t-actor");
+        assert_eq!(
+            check(&actor, Need::Session).await,
+            Verdict::LoggedOut,
+            "a revoked token ends the session"
+        );
     }
 
     #[test]
     fn a_session_is_found_by_its_cookie_and_closed() {
         let sessions = Sessions::default();
-        let id = sessions.open("local".into());
+        let id = sessions.open("local".into(), Identity::Local);
         let cookie = session_cookie(&id);
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
         let h = headers(&[("cookie", &format!("other=1; {COOKIE}={id}"))]);
@@ -226,5 +476,40 @@ mod tests {
             &headers(&[("sec-fetch-site", "cross-site")]),
             80
         ));
+    }
+
+    #[test]
+    fn in_a_cluster_any_host_answers_and_posts_must_come_from_it() {
+        let any = Hosts::Any;
+        assert!(any.allows(Some("dlq-console.ops.svc:8081")));
+        assert!(!any.allows(None));
+        let host = ("host", "console.example.com");
+        for origin in ["https://console.example.com", "http://console.example.com"] {
+            assert!(
+                any.same_origin(&headers(&[host, ("origin", origin)])),
+                "{origin}"
+            );
+        }
+        assert!(
+            any.same_origin(&headers(&[host])),
+            "no Origin: the CSRF token decides"
+        );
+        for origin in [
+            "https://evil.example",
+            "null",
+            "https://console.example.com.evil",
+        ] {
+            assert!(
+                !any.same_origin(&headers(&[host, ("origin", origin)])),
+                "{origin}"
+            );
+        }
+        assert!(!any.same_origin(&headers(&[host, ("sec-fetch-site", "cross-site")])));
+        assert!(
+            !any.same_origin(&headers(&[("origin", "https://x")])),
+            "no Host"
+        );
+        let loopback = Hosts::Loopback(8081);
+        assert!(loopback.allows(Some("127.0.0.1:8081")) && !loopback.allows(Some("x:8081")));
     }
 }

@@ -44,6 +44,15 @@ fn letter(class: &str, id: &str, extra: &[(&str, &str)]) -> Message {
 /// `validation` dead letters (one with a hostile header); its base URL, token, the fake and
 /// the dead-letter queue's name.
 async fn started() -> (String, String, FakeBroker, String, CancellationToken) {
+    let (auth, token) = auth::Auth::new_token();
+    let (base, fake, dlq, stop) = started_with(auth).await;
+    (base, token, fake, dlq, stop)
+}
+
+/// [`started`] with `auth`: the base URL, the fake, the dead-letter queue and the stop.
+pub(super) async fn started_with(
+    auth: auth::Auth,
+) -> (String, FakeBroker, String, CancellationToken) {
     let paths = vec![
         repo("examples/order-events.yaml"),
         repo("examples/rabbitmq-secret.yaml"),
@@ -73,16 +82,23 @@ async fn started() -> (String, String, FakeBroker, String, CancellationToken) {
             letter("validation", &format!("v{i}"), &hostile),
         );
     }
-    let (auth, token) = auth::Auth::new_token();
+    let targets = planned
+        .into_iter()
+        .map(|p| Target {
+            prepared: p.prepared,
+            object: None,
+        })
+        .collect();
     let console = Console::bind(
         Options {
-            paths,
-            planned,
+            source: Source::Files(paths),
+            targets,
             bind: "127.0.0.1:0".parse().expect("addr"),
             interval: Some(Duration::from_millis(50)),
             scan_max_messages: 2000,
             scan_ttl: Duration::from_secs(60),
             brokers: Arc::new(fake.clone()),
+            events: None,
         },
         auth,
     )
@@ -91,17 +107,17 @@ async fn started() -> (String, String, FakeBroker, String, CancellationToken) {
     let base = format!("http://{}", console.local_addr().expect("addr"));
     let stop = CancellationToken::new();
     tokio::spawn(console.serve(stop.clone()));
-    (base, token, fake, dlq, stop)
+    (base, fake, dlq, stop)
 }
 
 /// `pairs` as an `application/x-www-form-urlencoded` body.
-fn encoded(pairs: &[(&str, &str)]) -> String {
+pub(super) fn encoded(pairs: &[(&str, &str)]) -> String {
     url::form_urlencoded::Serializer::new(String::new())
         .extend_pairs(pairs)
         .finish()
 }
 
-fn client() -> reqwest::Client {
+pub(super) fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -127,7 +143,7 @@ async fn login(base: &str, token: &str) -> String {
     set.split(';').next().expect("pair").to_string()
 }
 
-async fn get(base: &str, cookie: &str, path: &str) -> (u16, String) {
+pub(super) async fn get(base: &str, cookie: &str, path: &str) -> (u16, String) {
     let r = client()
         .get(format!("{base}{path}"))
         .header("cookie", cookie)
@@ -137,7 +153,12 @@ async fn get(base: &str, cookie: &str, path: &str) -> (u16, String) {
     (r.status().as_u16(), r.text().await.expect("body"))
 }
 
-async fn post(base: &str, cookie: &str, path: &str, form: &[(&str, &str)]) -> (u16, String) {
+pub(super) async fn post(
+    base: &str,
+    cookie: &str,
+    path: &str,
+    form: &[(&str, &str)],
+) -> (u16, String) {
     let r = client()
         .post(format!("{base}{path}"))
         .header("cookie", cookie)
@@ -150,7 +171,7 @@ async fn post(base: &str, cookie: &str, path: &str, form: &[(&str, &str)]) -> (u
 }
 
 /// The value of hidden input `name` in `html`.
-fn hidden(html: &str, name: &str) -> String {
+pub(super) fn hidden(html: &str, name: &str) -> String {
     let needle = format!("name=\"{name}\" value=\"");
     let at = html
         .find(&needle)
@@ -173,7 +194,7 @@ async fn job_done(base: &str, cookie: &str, path: &str) -> String {
 }
 
 /// The DLQ page once its scan is done.
-async fn scanned_page(base: &str, cookie: &str) -> String {
+pub(super) async fn scanned_page(base: &str, cookie: &str) -> String {
     for _ in 0..1500 {
         let (status, html) = get(base, cookie, "/dlq/default/order-events").await;
         assert_eq!(status, 200, "{html}");

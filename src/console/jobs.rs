@@ -9,7 +9,8 @@ use axum::extract::{Path, State as Extract};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
-use super::server::{html, page, session, Shared};
+use super::auth::Need;
+use super::server::{authorized, html, page, Shared};
 use super::templates::JobPage;
 use super::{auth, locked};
 use crate::dlq::replay::ReplayReport;
@@ -62,7 +63,7 @@ pub async fn job_page(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let s = match session(&state, &headers) {
+    let s = match authorized(&state, &headers, Need::Session).await {
         Ok(s) => s,
         Err(r) => return r,
     };

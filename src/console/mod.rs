@@ -7,9 +7,12 @@
 //! [`crate::collector::poll`]), polled by the console itself, with a depth ring per
 //! DeadLetterQueue ([`history`]).
 //!
-//! Standalone only for now: it binds a loopback address and lets in whoever presents the
-//! random token printed at start ([`auth`]); the cluster mode (TokenReview and
-//! SubjectAccessReview) is to be another [`auth::Auth`].
+//! Two modes, one code: standalone ([`source::Source::Files`], [`auth::Auth::Token`]) it
+//! binds a loopback address and lets in whoever presents the random token printed at
+//! start; in a cluster ([`source::Source::Cluster`], [`auth::Auth::Kubernetes`]) it lists
+//! the DeadLetterQueues from the API server, lets in whoever presents a Kubernetes bearer
+//! token (TokenReview) and shows and allows per DeadLetterQueue what SubjectAccessReview
+//! allows; its audit trail is also Kubernetes Events on the DeadLetterQueue ([`audit`]).
 
 pub mod actions;
 pub mod audit;
@@ -19,12 +22,12 @@ pub mod jobs;
 pub mod repair;
 pub mod scan;
 pub mod server;
+pub mod source;
 pub mod templates;
 pub mod views;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -33,18 +36,20 @@ use tokio_util::task::TaskTracker;
 
 use crate::broker::BrokerFactory;
 use crate::collector::{Collector, Reading};
-use crate::standalone::Planned;
+use source::{Source, Target};
 
 /// Body bytes kept per message by a scan (the message view's preview).
 pub const PREVIEW_BYTES: usize = 4096;
 
 /// What the console serves and how.
 pub struct Options {
-    /// The manifest files or directories (re-read every poll; the last valid kept).
-    pub paths: Vec<PathBuf>,
-    /// The manifests as read at start.
-    pub planned: Vec<Planned>,
-    /// Where to listen: a loopback address ([`check_bind`]); port 0 picks one.
+    /// Where the DeadLetterQueues come from (read again every poll; on an error the last
+    /// read stays in force).
+    pub source: Source,
+    /// The DeadLetterQueues as read at start.
+    pub targets: Vec<Target>,
+    /// Where to listen (port 0 picks one); standalone ([`auth::Auth::Token`]) a loopback
+    /// address only ([`check_bind`]).
     pub bind: SocketAddr,
     /// Poll interval; default: the smallest `spec.monitoring.interval` (15 s without).
     pub interval: Option<Duration>,
@@ -54,6 +59,8 @@ pub struct Options {
     pub scan_ttl: Duration,
     /// The brokers ([`crate::broker::default_factory`], or a fake in tests).
     pub brokers: Arc<dyn BrokerFactory>,
+    /// In a cluster: the recorder of the audit's Events on the DeadLetterQueues.
+    pub events: Option<kube::runtime::events::Recorder>,
 }
 
 /// Refuses an address a standalone console must not listen on: anything but loopback
@@ -117,12 +124,14 @@ pub struct State {
     pub auth: auth::Auth,
     /// Open sessions.
     pub sessions: auth::Sessions,
-    /// The port listened on (Host and Origin checks).
-    pub port: u16,
+    /// The `Host` names answered to (and so what a same-origin POST is).
+    pub hosts: auth::Hosts,
     /// The brokers.
     pub brokers: Arc<dyn BrokerFactory>,
-    /// The manifests in force.
-    pub planned: RwLock<Arc<Vec<Planned>>>,
+    /// The DeadLetterQueues in force.
+    pub targets: RwLock<Arc<Vec<Target>>>,
+    /// In a cluster: the recorder of the audit's Events.
+    pub events: Option<kube::runtime::events::Recorder>,
     /// The last poll per DeadLetterQueue.
     pub polled: Mutex<BTreeMap<String, Polled>>,
     /// Depth rings.
@@ -148,9 +157,9 @@ pub(crate) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl State {
-    /// The manifests in force.
-    pub fn planned(&self) -> Arc<Vec<Planned>> {
-        self.planned
+    /// The DeadLetterQueues in force.
+    pub fn targets(&self) -> Arc<Vec<Target>> {
+        self.targets
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
@@ -160,7 +169,7 @@ impl State {
     /// `spec.monitoring.interval` (15 s without any), as `run --standalone` does.
     pub fn interval(&self) -> Duration {
         self.interval.unwrap_or_else(|| {
-            self.planned()
+            self.targets()
                 .iter()
                 .filter_map(|p| p.prepared.monitoring_interval_ms)
                 .min()
@@ -173,31 +182,40 @@ impl State {
 pub struct Console {
     listener: tokio::net::TcpListener,
     state: Arc<State>,
-    paths: Vec<PathBuf>,
+    source: Source,
 }
 
 impl Console {
     /// Binds `opts.bind` with `auth`.
     ///
     /// # Errors
-    /// [`std::io::ErrorKind::InvalidInput`] for a non-loopback address ([`check_bind`]);
-    /// the bind error, naming the address.
+    /// [`std::io::ErrorKind::InvalidInput`] for a non-loopback address with the standalone
+    /// token ([`check_bind`]); the bind error, naming the address.
     pub async fn bind(opts: Options, auth: auth::Auth) -> std::io::Result<Console> {
-        check_bind(opts.bind)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let standalone = matches!(auth, auth::Auth::Token(_));
+        if standalone {
+            check_bind(opts.bind)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        }
         let listener = tokio::net::TcpListener::bind(opts.bind)
             .await
             .map_err(|e| {
                 std::io::Error::new(e.kind(), format!("--bind-address {}: {e}", opts.bind))
             })?;
         let port = listener.local_addr()?.port();
+        let hosts = if standalone {
+            auth::Hosts::Loopback(port)
+        } else {
+            auth::Hosts::Any
+        };
         let tasks = TaskTracker::new();
         let state = Arc::new(State {
             auth,
             sessions: auth::Sessions::default(),
-            port,
+            hosts,
             brokers: opts.brokers,
-            planned: RwLock::new(Arc::new(opts.planned)),
+            targets: RwLock::new(Arc::new(opts.targets)),
+            events: opts.events,
             polled: Mutex::new(BTreeMap::new()),
             history: Mutex::new(history::DepthHistory::default()),
             scans: Arc::new(scan::Scans::new(
@@ -215,7 +233,7 @@ impl Console {
         Ok(Console {
             listener,
             state,
-            paths: opts.paths,
+            source: opts.source,
         })
     }
 
@@ -235,7 +253,7 @@ impl Console {
     /// The server's I/O error.
     pub async fn serve(self, shutdown: CancellationToken) -> std::io::Result<()> {
         let state = self.state;
-        let poller = tokio::spawn(poll_loop(Arc::clone(&state), self.paths));
+        let poller = tokio::spawn(poll_loop(Arc::clone(&state), self.source));
         let app = server::router(Arc::clone(&state));
         let (stop, cancel) = (shutdown.clone(), state.cancel.clone());
         // On shutdown the scans and actions in flight are cancelled first, so the
@@ -256,25 +274,25 @@ impl Console {
     }
 }
 
-/// Every interval: re-reads the manifests (on a blocking thread; the last valid ones are
-/// kept and the error logged), polls the depths with the collector `run --standalone`
-/// uses, and records each DeadLetterQueue's depth, ratio and alert and its depth ring.
-async fn poll_loop(state: Arc<State>, paths: Vec<PathBuf>) {
+/// Every interval: reads the DeadLetterQueues again ([`Source::read`]; on an error the
+/// last ones stay in force and the error is logged), polls the depths with the collector
+/// `run --standalone` uses, and records each DeadLetterQueue's depth, ratio and alert and
+/// its depth ring.
+async fn poll_loop(state: Arc<State>, source: Source) {
     let mut collector = Collector::new(crate::metrics::Metrics::new());
     loop {
-        let read = paths.clone();
-        match tokio::task::spawn_blocking(move || crate::standalone::load_and_plan(&read)).await {
-            Ok(Ok((_, planned))) => {
+        let last = state.targets();
+        match source.read(&last).await {
+            Ok(targets) => {
                 *state
-                    .planned
+                    .targets
                     .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(planned);
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(targets);
             }
-            Ok(Err(e)) => tracing::warn!(
-                "console: the manifests are invalid, the last valid ones stay in force: {}",
-                crate::printable::escape_lines(&e.to_string())
+            Err(e) => tracing::warn!(
+                "console: the DeadLetterQueues cannot be read, the last ones read stay in force: {}",
+                crate::printable::escape_lines(&e)
             ),
-            Err(e) => tracing::warn!("console: reading the manifests failed: {e}"),
         }
         let interval = state.interval();
         poll_once(&state, &mut collector, interval).await;
@@ -287,11 +305,12 @@ async fn poll_loop(state: Arc<State>, paths: Vec<PathBuf>) {
 
 /// One poll of every DeadLetterQueue in force ([`crate::collector::poll`]).
 async fn poll_once(state: &State, collector: &mut Collector, interval: Duration) {
-    let planned = state.planned();
-    let keys: Vec<&str> = planned.iter().map(|p| p.prepared.key.as_str()).collect();
+    let targets = state.targets();
+    let keys: Vec<&str> = targets.iter().map(|t| t.prepared.key.as_str()).collect();
     collector.retain(|k| keys.contains(&k));
     let spacing_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
-    let groups: Vec<_> = crate::standalone::groups(state.brokers.as_ref(), &planned, spacing_ms)
+    let prepared = targets.iter().map(|t| &t.prepared);
+    let groups: Vec<_> = crate::standalone::groups(state.brokers.as_ref(), prepared, spacing_ms)
         .into_iter()
         .map(|(_, g)| g)
         .collect();
@@ -323,6 +342,8 @@ async fn poll_once(state: &State, collector: &mut Collector, interval: Duration)
     *locked(&state.polled) = polled;
 }
 
+#[cfg(test)]
+mod cluster_tests;
 #[cfg(test)]
 mod fast_tests;
 

@@ -16,7 +16,8 @@ use axum::response::Response;
 use serde_json::Value;
 
 use super::actions::{checked_post, ActionForm};
-use super::audit::{self, Entry};
+use super::audit::Entry;
+use super::auth::Need;
 use super::server::{broker_error, html, page, scan_of, Shared};
 use super::templates::{Message, RepairDone};
 use super::views;
@@ -227,7 +228,7 @@ pub async fn repair(
     Path((ns, name, index)): Path<(String, String, usize)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let s = match checked_post(&state, &headers, &form) {
+    let s = match checked_post(&state, &headers, &form, Need::Act(&ns, &name)).await {
         Ok(s) => s,
         Err(r) => return r,
     };
@@ -240,7 +241,7 @@ pub async fn repair(
         return page(StatusCode::NOT_FOUND, "No such message", String::new());
     };
     let refused = |what: &str, error: String, status: StatusCode| {
-        audit::record(&Entry {
+        state.audit(&Entry {
             user: &s.user,
             action: "repair-refused",
             resource: &key,
@@ -296,12 +297,13 @@ pub async fn repair(
     };
     let result = run(&state, &key, id, rw).await;
     state.scans.invalidate(&key);
-    finished(&s.user, &what, (key, ns, name), result)
+    finished(&state, &s.user, &what, (key, ns, name), result)
 }
 
 /// Audits the repair of `what` by `user` on `(key, ns, name)` and renders its result:
 /// the report's page, or the broker's error page.
 fn finished(
+    state: &super::State,
     user: &str,
     what: &str,
     (key, namespace, name): (String, String, String),
@@ -310,7 +312,7 @@ fn finished(
     let report = match result {
         Ok(report) => report,
         Err(r) => {
-            audit::record(&Entry {
+            state.audit(&Entry {
                 user,
                 action: "repair",
                 resource: &key,
@@ -323,7 +325,7 @@ fn finished(
     };
     let (word, text, status) = outcome(&report);
     let repaired = report.outcome == RepairOutcome::Repaired;
-    audit::record(&Entry {
+    state.audit(&Entry {
         user,
         action: "repair",
         resource: &key,

@@ -12,11 +12,11 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 
-use super::auth::{self, Session};
+use super::auth::{self, Need, Session, Verdict};
+use super::source::Target;
 use super::templates::{self, MessagePage};
 use super::{locked, views, State};
 use crate::printable::{shown, PREVIEW_BYTES};
-use crate::standalone::Planned;
 
 /// Shared state as the handlers take it.
 pub type Shared = Arc<State>;
@@ -31,7 +31,7 @@ pub const MAX_FORM_BYTES: usize = 1024 * 1024;
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
-        .route("/login", get(login))
+        .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
         .route("/static/console.css", get(css))
         .route("/", get(index))
@@ -59,15 +59,15 @@ pub fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
-/// Refuses a request whose Host is not the console's own loopback address (DNS
-/// rebinding: 421), and sets the security headers on every response (a strict CSP
+/// Refuses a request whose Host the console does not answer to ([`auth::Hosts`];
+/// standalone, DNS rebinding: 421), and sets the security headers on every response (a strict CSP
 /// without scripts, no framing, no referrer, no caching).
 async fn guard(Extract(state): Extract<Shared>, request: Request, next: Next) -> Response {
     let host = request
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok());
-    let mut response = if auth::host_ok(host, state.port) {
+    let mut response = if state.hosts.allows(host) {
         next.run(request).await
     } else {
         page(
@@ -127,32 +127,60 @@ pub fn page(status: StatusCode, title: &str, text: String) -> Response {
     )
 }
 
-/// The request's session, or the 401 page saying how to log in.
-#[allow(clippy::result_large_err)]
-pub fn session(state: &State, headers: &HeaderMap) -> Result<Session, Response> {
-    state.sessions.of(headers).ok_or_else(|| {
+/// The request's session when it may do what `need` says ([`auth::Auth::check`]): else
+/// 401 with the login link (no session, or its token no longer authenticates anybody: the
+/// session is closed), 403 naming the RBAC it takes, or 503 when the API server could
+/// not review the caller.
+pub async fn authorized(
+    state: &State,
+    headers: &HeaderMap,
+    need: Need<'_>,
+) -> Result<Session, Response> {
+    let logged_out = || {
         page(
             StatusCode::UNAUTHORIZED,
             "Log in",
-            "Open the login link printed on the console's standard error when it started (console: http://127.0.0.1:PORT/login?token=…).".into(),
+            "You are not logged in (or your token expired): log in at /login.".into(),
         )
-    })
+    };
+    let session = state.sessions.of(headers).ok_or_else(logged_out)?;
+    match state.auth.check(&session.identity, need).await {
+        Ok(Verdict::Allowed) => Ok(session),
+        Ok(Verdict::LoggedOut) => {
+            state.sessions.close(headers);
+            Err(logged_out())
+        }
+        Ok(Verdict::Denied(what)) => Err(page(
+            StatusCode::FORBIDDEN,
+            "Not allowed",
+            format!(
+                "{} may not do this: {}.",
+                shown(&session.user, PREVIEW_BYTES),
+                shown(&what, PREVIEW_BYTES)
+            ),
+        )),
+        Err(e) => {
+            tracing::error!("console: {e}");
+            Err(page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Cannot check access",
+                crate::printable::escape_lines(&e.to_string()),
+            ))
+        }
+    }
 }
 
-/// The DeadLetterQueue `ns/name` in the manifests in force, or the 404 page.
+/// The DeadLetterQueue `ns/name` in force, or the 404 page.
 #[allow(clippy::result_large_err)]
-pub fn find(state: &State, ns: &str, name: &str) -> Result<(Arc<Vec<Planned>>, usize), Response> {
-    let planned = state.planned();
+pub fn find(state: &State, ns: &str, name: &str) -> Result<(Arc<Vec<Target>>, usize), Response> {
+    let targets = state.targets();
     let key = format!("{ns}/{name}");
-    match planned.iter().position(|p| p.prepared.key == key) {
-        Some(i) => Ok((planned, i)),
+    match targets.iter().position(|t| t.prepared.key == key) {
+        Some(i) => Ok((targets, i)),
         None => Err(page(
             StatusCode::NOT_FOUND,
             "Not found",
-            format!(
-                "No DeadLetterQueue {} in the manifests.",
-                shown(&key, PREVIEW_BYTES)
-            ),
+            format!("No DeadLetterQueue {} here.", shown(&key, PREVIEW_BYTES)),
         )),
     }
 }
@@ -162,28 +190,81 @@ struct LoginQuery {
     token: Option<String>,
 }
 
-/// `GET /login?token=T`: a session cookie and a redirect to `/`, or 401.
-async fn login(Extract(state): Extract<Shared>, Query(q): Query<LoginQuery>) -> Response {
-    match q.token.as_deref().and_then(|t| state.auth.login(t)) {
-        Some(user) => {
-            let id = state.sessions.open(user);
+/// `GET /login?token=T` (standalone: the link printed at start): a session cookie and a
+/// redirect to `/`, or 401. Without a token: the login form. In a cluster a token in the
+/// URL is refused (URLs end up in histories and proxy logs): the form is shown.
+async fn login_page(Extract(state): Extract<Shared>, Query(q): Query<LoginQuery>) -> Response {
+    match (&state.auth, q.token) {
+        (auth::Auth::Token(_), Some(token)) => logged_in(&state, &token).await,
+        (auth::Auth::Kubernetes(_), Some(_)) => login_form(
+            &state,
+            StatusCode::BAD_REQUEST,
+            Some("A token in the address is refused: paste it in the form instead.".into()),
+        ),
+        (_, None) => login_form(&state, StatusCode::OK, None),
+    }
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: Option<String>,
+}
+
+/// `POST /login` (the form; same origin only): a session for the token, or the form
+/// again with 401.
+async fn login(
+    Extract(state): Extract<Shared>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<LoginForm>,
+) -> Response {
+    if !state.hosts.same_origin(&headers) {
+        return page(
+            StatusCode::FORBIDDEN,
+            "Refused",
+            "Cross-origin request.".into(),
+        );
+    }
+    logged_in(&state, form.token.as_deref().unwrap_or_default().trim()).await
+}
+
+/// The session of `token` ([`auth::Auth::login`]) as a cookie and a redirect to `/`; the
+/// form with 401 when it identifies nobody; 503 when it could not be reviewed.
+async fn logged_in(state: &State, token: &str) -> Response {
+    match state.auth.login(token).await {
+        Ok(Some((user, identity))) => {
+            tracing::info!(target: "dlq_operator::console::audit", user = ?crate::printable::escape(&user), "console login");
+            let id = state.sessions.open(user, identity);
             let mut r = Redirect::to("/").into_response();
             if let Ok(v) = HeaderValue::from_str(&auth::session_cookie(&id)) {
                 r.headers_mut().insert(header::SET_COOKIE, v);
             }
             r
         }
-        None => page(
+        Ok(None) => login_form(
+            state,
             StatusCode::UNAUTHORIZED,
-            "Log in",
-            "Wrong or missing token: open the login link printed on the console's standard error when it started.".into(),
+            Some("Wrong, expired or missing token.".into()),
         ),
+        Err(e) => {
+            tracing::error!("console: {e}");
+            page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Cannot check the token",
+                crate::printable::escape_lines(&e.to_string()),
+            )
+        }
     }
+}
+
+/// The login form with `status` and an error, if any.
+fn login_form(state: &State, status: StatusCode, error: Option<String>) -> Response {
+    let kubernetes = matches!(state.auth, auth::Auth::Kubernetes(_));
+    html(status, &templates::Login { kubernetes, error })
 }
 
 /// `POST /logout`: ends the session.
 async fn logout(Extract(state): Extract<Shared>, headers: HeaderMap) -> Response {
-    if !auth::same_origin(&headers, state.port) {
+    if !state.hosts.same_origin(&headers) {
         return page(
             StatusCode::FORBIDDEN,
             "Refused",
@@ -204,16 +285,20 @@ async fn css() -> Response {
 
 /// `GET /`: every DeadLetterQueue with its depth, ratio, alert and sparkline.
 async fn index(Extract(state): Extract<Shared>, headers: HeaderMap) -> Response {
-    if let Err(r) = session(&state, &headers) {
-        return r;
-    }
+    let s = match authorized(&state, &headers, Need::Session).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let visible = match visible(&state, &s).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
     let polled = locked(&state.polled).clone();
     let history = locked(&state.history);
-    let rows = state
-        .planned()
+    let rows = visible
         .iter()
-        .map(|p| {
-            let key = &p.prepared.key;
+        .map(|t| {
+            let key = &t.prepared.key;
             let (ns, name) = crate::collector::split_key(key);
             let last = polled.get(key);
             let depths = history.of(key);
@@ -239,8 +324,35 @@ async fn index(Extract(state): Extract<Shared>, headers: HeaderMap) -> Response 
         &templates::Index {
             rows,
             interval: crate::duration::format_ms(interval),
+            user: s.user,
         },
     )
+}
+
+/// The DeadLetterQueues in force that session `s` may view ([`Need::View`]), reviewed
+/// together; or the error page of the first failed review.
+async fn visible(state: &State, s: &Session) -> Result<Vec<Target>, Response> {
+    let targets = state.targets();
+    let checks = targets.iter().map(|t| {
+        let (ns, name) = crate::collector::split_key(&t.prepared.key);
+        state.auth.check(&s.identity, Need::View(ns, name))
+    });
+    let verdicts = futures::future::join_all(checks).await;
+    let mut shown = Vec::new();
+    for (t, verdict) in targets.iter().zip(verdicts) {
+        match verdict {
+            Ok(Verdict::Allowed) => shown.push(t.clone()),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(page(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Cannot check access",
+                    crate::printable::escape_lines(&e.to_string()),
+                ))
+            }
+        }
+    }
+    Ok(shown)
 }
 
 /// `GET /dlq/{ns}/{name}`: the dead-letter queues' counts now (passive declares), and the
@@ -251,15 +363,15 @@ async fn dlq_page(
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
-    let s = match session(&state, &headers) {
+    let s = match authorized(&state, &headers, Need::View(&ns, &name)).await {
         Ok(s) => s,
         Err(r) => return r,
     };
-    let (planned, i) = match find(&state, &ns, &name) {
+    let (targets, i) = match find(&state, &ns, &name) {
         Ok(found) => found,
         Err(r) => return r,
     };
-    let prep = &planned[i].prepared;
+    let prep = &targets[i].prepared;
     let client = match state.brokers.client(&prep.connection) {
         Ok(c) => c,
         Err(e) => return broker_error(&e),
@@ -388,7 +500,7 @@ async fn messages(
     Path((ns, name)): Path<(String, String)>,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    if let Err(r) = session(&state, &headers) {
+    if let Err(r) = authorized(&state, &headers, Need::View(&ns, &name)).await {
         return r;
     }
     let key = format!("{ns}/{name}");
@@ -447,7 +559,7 @@ async fn message(
     Path((ns, name, index)): Path<(String, String, usize)>,
     Query(q): Query<MessageQuery>,
 ) -> Response {
-    let s = match session(&state, &headers) {
+    let s = match authorized(&state, &headers, Need::View(&ns, &name)).await {
         Ok(s) => s,
         Err(r) => return r,
     };

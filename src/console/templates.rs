@@ -47,10 +47,23 @@ pub struct IndexRow {
 #[derive(Template)]
 #[template(path = "console/index.html")]
 pub struct Index {
-    /// The DeadLetterQueues.
+    /// The DeadLetterQueues (in a cluster, those the user may view).
     pub rows: Vec<IndexRow>,
     /// The poll interval, formatted.
     pub interval: String,
+    /// Who is logged in (shown).
+    pub user: String,
+}
+
+/// `GET /login`: the form taking a token (standalone: the one printed at start; in a
+/// cluster: a Kubernetes bearer token).
+#[derive(Template)]
+#[template(path = "console/login.html")]
+pub struct Login {
+    /// In a cluster (the form says which token).
+    pub kubernetes: bool,
+    /// Why the last try failed, if it did.
+    pub error: Option<String>,
 }
 
 /// `GET /dlq/{ns}/{name}`.
@@ -344,9 +357,14 @@ mod tests {
                 points_count: 2,
             }],
             interval: "15s".into(),
+            user: "<script>x</script>".into(),
         };
         let html = page.render().expect("render");
         assert!(html.contains("points=\"0.0,24.0 120.0,0.0\""), "{html}");
+        assert!(
+            !html.contains("<script>") && html.contains("Logged in as &#60;script"),
+            "{html}"
+        );
         assert!(html.contains("/dlq/ns/d"));
     }
 

@@ -6,12 +6,15 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 
+use super::MGMT;
 use dlq_operator::crd::{all_crds, DeadLetterQueue, RetryPolicy};
 use dlq_operator::object::api_resource;
 
@@ -449,4 +452,87 @@ pub async fn table(client: &Client, ns: &str, plural: &str) -> (Vec<String>, Vec
         .map(|r| r["cells"].as_array().cloned().unwrap_or_default())
         .collect();
     (columns, rows)
+}
+
+/// Creates ServiceAccount `name` in `ns`, bound to a Role granting `rules` (none: no
+/// binding), and returns a 10-minute token of it.
+pub async fn account(client: &Client, ns: &str, name: &str, rules: serde_json::Value) -> String {
+    let pp = PostParams::default();
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("sa");
+    Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create(&pp, &sa)
+        .await
+        .expect("create ServiceAccount");
+    if rules.as_array().is_some_and(|r| !r.is_empty()) {
+        let role: Role =
+            serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules}))
+                .expect("role");
+        Api::<Role>::namespaced(client.clone(), ns)
+            .create(&pp, &role)
+            .await
+            .expect("create Role");
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+        }))
+        .expect("binding");
+        Api::<RoleBinding>::namespaced(client.clone(), ns)
+            .create(&pp, &binding)
+            .await
+            .expect("create RoleBinding");
+    }
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create_token_request(name, &pp, &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("token status")
+        .token
+}
+
+/// A new namespace (prefix `prefix`) with the broker Secret `rabbit` (AMQP URI `amqp`, the
+/// local management API) and the RetryPolicy `policy` (1 retry, one 5 s tier).
+pub async fn namespace_with_broker(client: &Client, prefix: &str, amqp: &str) -> String {
+    let ns = namespace(client, prefix).await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "rabbit"},
+        "stringData": {"uri": amqp, "managementUri": MGMT}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret");
+    let rp = DynamicObject::new("policy", &api_resource::<RetryPolicy>())
+        .data(json!({"spec": {"maxRetries": 1, "tiers": ["5s"]}}));
+    rps(client, &ns)
+        .create(&PostParams::default(), &rp)
+        .await
+        .expect("rp");
+    ns
+}
+
+/// Creates the DeadLetterQueue `name` for source queue `queue` (classic queues; the
+/// dead-letter queue is `<queue>.dlq`) with `monitoring`.
+pub async fn create_dlq(client: &Client, ns: &str, name: &str, queue: &str, monitoring: Value) {
+    let dlq = DynamicObject::new(name, &api_resource::<DeadLetterQueue>()).data(json!({"spec": {
+        "broker": {"secretRef": {"name": "rabbit"}},
+        "source": {"queue": queue, "queueType": "Classic"},
+        "retryPolicyRef": {"name": "policy"},
+        "monitoring": monitoring,
+    }}));
+    dlqs(client, ns)
+        .create(&PostParams::default(), &dlq)
+        .await
+        .expect("dlq");
 }
