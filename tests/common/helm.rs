@@ -4,12 +4,18 @@
 //!
 //! Without the tools a test reports itself as skipped — unless `DLQ_REQUIRE_TOOLS=1`
 //! (set by `.ci/run`), where their absence fails the test instead of hiding it.
+//!
+//! Also what the chart tests (tests/helm_*.rs) share: the release they render, the
+//! documented variants of the values, and readers of the rendered objects (containers,
+//! selectors, RBAC rules).
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
-use serde_json::Value;
+use dlq_operator::controller::rbac::{Rule, RULES};
+use serde_json::{json, Value};
 
 use super::root;
 
@@ -167,4 +173,194 @@ pub fn kinds(objects: &[Value]) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Release name the chart tests render with.
+pub const RELEASE: &str = "dlq";
+/// Namespace the chart tests render in.
+pub const NS: &str = "dlq-system";
+/// Full name (`<release>-dlq-operator`) of the operator's objects for [`RELEASE`].
+pub const FULLNAME: &str = "dlq-dlq-operator";
+
+/// Name of the router's Deployment, ServiceAccount, PodDisruptionBudget, ServiceMonitor
+/// and NetworkPolicy for release [`RELEASE`].
+pub const ROUTER: &str = "dlq-dlq-operator-router";
+
+/// Name of the console's Deployment, ServiceAccount, Service and NetworkPolicy for release
+/// [`RELEASE`].
+pub const CONSOLE: &str = "dlq-dlq-operator-console";
+
+/// The values of each documented variant, by name.
+pub fn scenarios() -> Vec<(&'static str, Value)> {
+    vec![
+        ("default", json!({})),
+        ("namespaced", json!({"watchNamespace": "apps"})),
+        (
+            "monitoring",
+            json!({"serviceMonitor": {"enabled": true, "labels": {"release": "kube-prometheus-stack"}},
+                   "prometheusRule": {"enabled": true}, "dashboard": {"enabled": true},
+                   "networkPolicy": {"enabled": true,
+                       "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]}}),
+        ),
+        (
+            "single-replica",
+            json!({"replicaCount": 1, "leaderElection": {"enabled": false}}),
+        ),
+        (
+            "customised",
+            json!({"image": {"repository": "registry.example/dlq-operator", "tag": "v9", "pullPolicy": "Always"},
+                   "imagePullSecrets": [{"name": "pull"}], "commonLabels": {"team": "messaging"},
+                   "commonAnnotations": {"owner": "platform"}, "podLabels": {"tier": "ops"},
+                   "nodeSelector": {"kubernetes.io/os": "linux"},
+                   "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}],
+                   "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                       {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "dlq-operator"}}}}]}},
+                   "priorityClassName": "system-cluster-critical",
+                   "logging": {"level": "debug", "format": "text"}, "labelSelector": "dlqoperator.io/shard=a",
+                   "serviceAccount": {"name": "dlq-sa", "annotations": {"a": "b"}}}),
+        ),
+        (
+            "router",
+            json!({"router": {"replicas": 2}, "serviceMonitor": {"enabled": true},
+                   "networkPolicy": {"enabled": true}}),
+        ),
+        (
+            "router-namespaced",
+            json!({"router": {"replicas": 1, "resync": "1m"}, "watchNamespace": "apps",
+                   "labelSelector": "dlqoperator.io/shard=a"}),
+        ),
+        (
+            "console",
+            json!({"console": {"enabled": true}, "networkPolicy": {"enabled": true}}),
+        ),
+        (
+            "console-namespaced",
+            json!({"console": {"enabled": true, "port": 9000, "scanMaxMessages": 500, "scanTtl": "2m",
+                               "networkPolicy": {"from": [{"namespaceSelector": {"matchLabels": {"name": "ingress"}}}]},
+                               "nodeSelector": {"pool": "tools"}},
+                   "watchNamespace": "apps", "networkPolicy": {"enabled": true},
+                   "router": {"replicas": 1}}),
+        ),
+    ]
+}
+
+/// Every object `helm template` renders for `values` as release [`RELEASE`] in [`NS`]
+/// (panics with the engine's error).
+pub fn render(helm: &Helm, values: &Value) -> Vec<Value> {
+    helm.template(values, RELEASE, NS)
+        .unwrap_or_else(|e| panic!("helm template {values}: {e}"))
+}
+
+/// The container's arguments.
+pub fn args_of(c: &Value) -> Vec<&str> {
+    c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// The literal value of the container's environment variable `name`.
+pub fn env<'a>(c: &'a Value, name: &str) -> Option<&'a str> {
+    c["env"].as_array()?.iter().find(|e| e["name"] == name)?["value"].as_str()
+}
+
+/// The operator's container (of Deployment [`FULLNAME`]) among `objects`.
+pub fn container(objects: &[Value]) -> &Value {
+    &find(objects, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// Whether every label of `selector` (a matchLabels map) is among `labels`.
+pub fn selects(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .expect("selector map")
+        .iter()
+        .all(|(k, v)| &labels[k] == v)
+}
+
+/// The RBAC rules of `objects` as (group, resource, verb), with the namespace each is
+/// granted in (`None`: cluster-wide).
+pub fn granted(objects: &[Value]) -> BTreeSet<(Option<String>, String, String, String)> {
+    let mut out = BTreeSet::new();
+    for role in objects
+        .iter()
+        .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+    {
+        let ns = role["metadata"]["namespace"].as_str().map(str::to_string);
+        assert_eq!(
+            ns.is_some(),
+            role["kind"] == "Role",
+            "a Role has a namespace, a ClusterRole none"
+        );
+        for rule in role["rules"].as_array().expect("rules") {
+            for g in rule["apiGroups"].as_array().expect("apiGroups") {
+                for r in rule["resources"].as_array().expect("resources") {
+                    for v in rule["verbs"].as_array().expect("verbs") {
+                        out.insert((
+                            ns.clone(),
+                            g.as_str().expect("group").to_string(),
+                            r.as_str().expect("resource").to_string(),
+                            v.as_str().expect("verb").to_string(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The operator's own list: every (group, resource, verb) of [`RULES`].
+pub fn code_rules() -> BTreeSet<(String, String, String)> {
+    flat_rules(RULES)
+}
+
+/// Every (group, resource, verb) of `rules`.
+pub fn flat_rules(rules: &[Rule]) -> BTreeSet<(String, String, String)> {
+    rules
+        .iter()
+        .flat_map(|r| {
+            r.resources.iter().flat_map(move |res| {
+                r.verbs
+                    .iter()
+                    .map(move |v| (r.api_group.to_string(), res.to_string(), v.to_string()))
+            })
+        })
+        .collect()
+}
+
+/// The rules of the Roles and ClusterRoles bound to ServiceAccount `sa` of the release
+/// namespace, as in [`granted`].
+pub fn granted_to(
+    objects: &[Value],
+    sa: &str,
+) -> BTreeSet<(Option<String>, String, String, String)> {
+    let subject = json!([{"kind": "ServiceAccount", "name": sa, "namespace": NS}]);
+    let bound: Vec<(&Value, &Value, &Value)> = objects
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
+        .filter(|b| b["subjects"] == subject)
+        .map(|b| {
+            (
+                &b["roleRef"]["kind"],
+                &b["roleRef"]["name"],
+                &b["metadata"]["namespace"],
+            )
+        })
+        .collect();
+    let roles: Vec<Value> = objects
+        .iter()
+        .filter(|o| {
+            bound.contains(&(
+                &o["kind"],
+                &o["metadata"]["name"],
+                &o["metadata"]["namespace"],
+            ))
+        })
+        .cloned()
+        .collect();
+    granted(&roles)
 }
