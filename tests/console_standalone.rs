@@ -13,80 +13,8 @@ mod common;
 use std::time::Duration;
 
 use common::cleanup;
-use common::console::Console;
+use common::console::{client, encoded, get, hidden, page_with, post, post_with, Console};
 use common::dlq::{applied_manifests, confirm_channel, header, publish, ready, take_all, text};
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("client")
-}
-
-fn encoded(pairs: &[(&str, &str)]) -> String {
-    url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(pairs)
-        .finish()
-}
-
-async fn get(c: &Console, cookie: &str, path: &str) -> (u16, String) {
-    let r = client()
-        .get(format!("{}{path}", c.base))
-        .header("cookie", cookie)
-        .send()
-        .await
-        .expect("get");
-    (r.status().as_u16(), r.text().await.expect("body"))
-}
-
-async fn post_with(
-    c: &Console,
-    cookie: &str,
-    path: &str,
-    form: &[(&str, &str)],
-    origin: &str,
-) -> (u16, String) {
-    let r = client()
-        .post(format!("{}{path}", c.base))
-        .header("cookie", cookie)
-        .header("origin", origin)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(encoded(form))
-        .send()
-        .await
-        .expect("post");
-    (r.status().as_u16(), r.text().await.expect("body"))
-}
-
-async fn post(c: &Console, cookie: &str, path: &str, form: &[(&str, &str)]) -> (u16, String) {
-    let origin = c.base.clone();
-    post_with(c, cookie, path, form, &origin).await
-}
-
-/// The value of hidden input `name` in `html`.
-fn hidden(html: &str, name: &str) -> String {
-    let needle = format!("name=\"{name}\" value=\"");
-    let at = html
-        .find(&needle)
-        .unwrap_or_else(|| panic!("no {name} in {html}"))
-        + needle.len();
-    html[at..].split('"').next().expect("value").to_string()
-}
-
-/// Polls `path` until its page contains `needle` (at most about a minute).
-async fn page_with(c: &Console, cookie: &str, path: &str, needle: &str) -> String {
-    let mut last = String::new();
-    for _ in 0..300 {
-        let (status, html) = get(c, cookie, path).await;
-        assert_eq!(status, 200, "{html}");
-        if html.contains(needle) && !html.contains("Scanning") {
-            return html;
-        }
-        last = html;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("{path} never showed {needle:?}: {last}");
-}
 
 #[tokio::test]
 async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() {

@@ -21,7 +21,7 @@ use lapin::types::AMQPValue;
 use serde_json::json;
 
 use common::browser::{browser_tools, run_script};
-use common::console::Console;
+use common::console::{form_login, get, hidden, page_with, post, post_for_location, Console};
 use common::dlq::{confirm_channel, drain_ids, header, publish, ready, text};
 use common::e2e::{
     account, client, create_dlq, dlqs, ensure_crds, kubeconfig, namespace_with_broker,
@@ -31,94 +31,11 @@ use common::{cleanup, unique, AMQP};
 
 const LONG: Duration = Duration::from_secs(60);
 
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("client")
-}
-
-/// `pairs` as an `application/x-www-form-urlencoded` body.
-fn encoded(pairs: &[(&str, &str)]) -> String {
-    url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(pairs)
-        .finish()
-}
-
 /// Logs in with `token` through the form: the session's `Cookie` value.
 async fn login(c: &Console, token: &str) -> String {
-    let r = http()
-        .post(format!("{}/login", c.base))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(encoded(&[("token", token)]))
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(r.status(), 303, "login with a ServiceAccount token");
-    let set = r.headers()["set-cookie"].to_str().expect("ascii");
-    set.split(';').next().expect("pair").to_string()
-}
-
-async fn get(c: &Console, cookie: &str, path: &str) -> (u16, String) {
-    let r = http()
-        .get(format!("{}{path}", c.base))
-        .header("cookie", cookie)
-        .send()
-        .await
-        .expect("get");
-    (r.status().as_u16(), r.text().await.expect("body"))
-}
-
-/// POSTs `form` with the session's CSRF token (read from `page`): status, body and
-/// `Location`.
-async fn post(
-    c: &Console,
-    cookie: &str,
-    path: &str,
-    form: &[(&str, &str)],
-) -> (u16, String, String) {
-    let r = http()
-        .post(format!("{}{path}", c.base))
-        .header("cookie", cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(encoded(form))
-        .send()
-        .await
-        .expect("post");
-    let location = r
-        .headers()
-        .get("location")
-        .and_then(|l| l.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    (r.status().as_u16(), r.text().await.expect("body"), location)
-}
-
-/// The value of hidden input `name` in `html`.
-fn hidden(html: &str, name: &str) -> String {
-    let needle = format!("name=\"{name}\" value=\"");
-    let at = html
-        .find(&needle)
-        .unwrap_or_else(|| panic!("no {name} in {html}"))
-        + needle.len();
-    html[at..].split('"').next().expect("value").to_string()
-}
-
-/// The page of `path` once `done` holds for it.
-async fn page_when(c: &Console, cookie: &str, path: &str, done: impl Fn(&str) -> bool) -> String {
-    let deadline = std::time::Instant::now() + LONG;
-    loop {
-        let (status, html) = get(c, cookie, path).await;
-        assert_eq!(status, 200, "{path}: {html}");
-        if done(&html) {
-            return html;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{path} never got there: {html}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (status, cookie) = form_login(c, token).await;
+    assert_eq!(status, 303, "login with a ServiceAccount token");
+    cookie.expect("a session cookie")
 }
 
 /// Notes of the Events with `reason` about DeadLetterQueue `name`.
@@ -181,7 +98,7 @@ async fn cluster_console_reviews_tokens_and_rbac_and_audits_as_events() {
 
     // No token, a made-up one: refused.
     assert_eq!(get(&c, "", "/").await.0, 401);
-    let (status, _, _) = post(&c, "", "/login", &[("token", "not-a-token")]).await;
+    let (status, _) = post(&c, "", "/login", &[("token", "not-a-token")]).await;
     assert_eq!(status, 401);
     // Nobody: an empty index, the DeadLetterQueue refused.
     let cookie = login(&c, &nobody).await;
@@ -195,13 +112,13 @@ async fn cluster_console_reviews_tokens_and_rbac_and_audits_as_events() {
 
     // The viewer sees the dead letter under its class, and may not replay it.
     let cookie = login(&c, &viewer).await;
-    page_when(&c, &cookie, "/", |h| h.contains(&dlq_path)).await;
-    let html = page_when(&c, &cookie, &dlq_path, |h| h.contains("Last scan")).await;
+    page_with(&c, &cookie, "/", &dlq_path).await;
+    let html = page_with(&c, &cookie, &dlq_path, "Last scan").await;
     assert!(html.contains("Timeout"), "{html}");
     let csrf = hidden(&html, "csrf");
     let preview = format!("{dlq_path}/replay/preview");
     let form = [("csrf", csrf.as_str()), ("filter", "class=Timeout")];
-    let (status, refused, _) = post(&c, &cookie, &preview, &form).await;
+    let (status, refused) = post(&c, &cookie, &preview, &form).await;
     assert_eq!(status, 403, "{refused}");
     assert!(refused.contains("create on deadletterreplays"), "{refused}");
 
@@ -225,10 +142,10 @@ async fn cluster_console_reviews_tokens_and_rbac_and_audits_as_events() {
 
     // The actor replays it: a dry run, then the job; the message is back in its queue.
     let cookie = login(&c, &actor).await;
-    let html = page_when(&c, &cookie, &dlq_path, |h| h.contains("Last scan")).await;
+    let html = page_with(&c, &cookie, &dlq_path, "Last scan").await;
     let csrf = hidden(&html, "csrf");
     let form = [("csrf", csrf.as_str()), ("filter", "class=Timeout")];
-    let (status, confirm, _) = post(&c, &cookie, &preview, &form).await;
+    let (status, confirm) = post(&c, &cookie, &preview, &form).await;
     assert_eq!(status, 200, "{confirm}");
     assert!(
         confirm.contains("<strong id=\"count\">1</strong>"),
@@ -237,9 +154,9 @@ async fn cluster_console_reviews_tokens_and_rbac_and_audits_as_events() {
     let action = hidden(&confirm, "action");
     let replay = format!("{dlq_path}/replay");
     let form = [("csrf", csrf.as_str()), ("action", action.as_str())];
-    let (status, _, job) = post(&c, &cookie, &replay, &form).await;
+    let (status, job) = post_for_location(&c, &cookie, &replay, &form).await;
     assert_eq!(status, 303);
-    let done = page_when(&c, &cookie, &job, |h| h.contains("Done:")).await;
+    let done = page_with(&c, &cookie, &job, "Done:").await;
     assert!(done.contains("<strong id=\"count\">1</strong>"), "{done}");
     assert_eq!(drain_ids(&ch, &q).await, vec!["m-1".to_string()]);
     assert_eq!(ready(&ch, &dlq).await, 0);

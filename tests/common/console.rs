@@ -96,3 +96,124 @@ fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Child, Receiver<String>, Strin
     };
     (child, lines, said)
 }
+
+/// An HTTP client that does not follow redirects (the tests look at them).
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+/// `pairs` as an `application/x-www-form-urlencoded` body.
+pub fn encoded(pairs: &[(&str, &str)]) -> String {
+    url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+/// GET `path` with the session `cookie`: status and body.
+pub async fn get(c: &Console, cookie: &str, path: &str) -> (u16, String) {
+    let r = client()
+        .get(format!("{}{path}", c.base))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .expect("get");
+    (r.status().as_u16(), r.text().await.expect("body"))
+}
+
+/// POSTs `form` to `path` with `cookie` and `Origin: origin`: status and body.
+pub async fn post_with(
+    c: &Console,
+    cookie: &str,
+    path: &str,
+    form: &[(&str, &str)],
+    origin: &str,
+) -> (u16, String) {
+    let r = client()
+        .post(format!("{}{path}", c.base))
+        .header("cookie", cookie)
+        .header("origin", origin)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encoded(form))
+        .send()
+        .await
+        .expect("post");
+    (r.status().as_u16(), r.text().await.expect("body"))
+}
+
+/// [`post_with`] from the console's own origin.
+pub async fn post(c: &Console, cookie: &str, path: &str, form: &[(&str, &str)]) -> (u16, String) {
+    let origin = c.base.clone();
+    post_with(c, cookie, path, form, &origin).await
+}
+
+/// The value of hidden input `name` in `html`.
+pub fn hidden(html: &str, name: &str) -> String {
+    let needle = format!("name=\"{name}\" value=\"");
+    let at = html
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {name} in {html}"))
+        + needle.len();
+    html[at..].split('"').next().expect("value").to_string()
+}
+
+/// Polls `path` until its page contains `needle` (at most about a minute).
+pub async fn page_with(c: &Console, cookie: &str, path: &str, needle: &str) -> String {
+    let mut last = String::new();
+    for _ in 0..300 {
+        let (status, html) = get(c, cookie, path).await;
+        assert_eq!(status, 200, "{html}");
+        if html.contains(needle) && !html.contains("Scanning") {
+            return html;
+        }
+        last = html;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("{path} never showed {needle:?}: {last}");
+}
+
+/// POSTs `form` to `path` with `cookie` (no `Origin`): status and `Location` (empty when
+/// none).
+pub async fn post_for_location(
+    c: &Console,
+    cookie: &str,
+    path: &str,
+    form: &[(&str, &str)],
+) -> (u16, String) {
+    let r = client()
+        .post(format!("{}{path}", c.base))
+        .header("cookie", cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encoded(form))
+        .send()
+        .await
+        .expect("post");
+    let location = r
+        .headers()
+        .get("location")
+        .and_then(|l| l.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    (r.status().as_u16(), location)
+}
+
+/// Logs in through the form with `token`: the status and the session's `Cookie` value,
+/// when one was set.
+pub async fn form_login(c: &Console, token: &str) -> (u16, Option<String>) {
+    let r = client()
+        .post(format!("{}/login", c.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encoded(&[("token", token)]))
+        .send()
+        .await
+        .expect("login");
+    let cookie = r
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::to_string);
+    (r.status().as_u16(), cookie)
+}

@@ -3,7 +3,7 @@
 kubernetes-validate (both PyPI packages, installed into .venv by .ci/run).
 
 Every command prints one JSON document on stdout; a failure prints the tool's own message
-on stderr and exits 1 (2 for a usage error). The Rust tests (tests/helm_chart.rs,
+on stderr and exits 1 (2 for a usage error). The Rust tests (tests/helm_*.rs,
 tests/e2e_chart.rs) make every assertion; this script only runs the tools.
 
   check                                    the tools import (exit 0) or not (exit 1)
