@@ -21,13 +21,10 @@ use lapin::types::AMQPValue;
 use serde_json::json;
 
 use common::browser::{browser_tools, run_script};
+use common::cleanup;
 use common::console::{form_login, get, hidden, page_with, post, post_for_location, Console};
 use common::dlq::{confirm_channel, drain_ids, header, publish, ready, text};
-use common::e2e::{
-    account, client, create_dlq, dlqs, ensure_crds, kubeconfig, namespace_with_broker,
-    ready as dlq_ready, wait_for, Operator,
-};
-use common::{cleanup, unique, AMQP};
+use common::e2e::{account, ready_orders};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -59,25 +56,10 @@ async fn event_notes(client: &Client, ns: &str, name: &str, reason: &str) -> Vec
 #[tokio::test]
 async fn cluster_console_reviews_tokens_and_rbac_and_audits_as_events() {
     const TEST: &str = "cluster_console_reviews_tokens_and_rbac_and_audits_as_events";
-    let Some(client) = client(TEST).await else {
+    let Some(o) = ready_orders(TEST, "e2e-console", "e2e-con").await else {
         return;
     };
-    let kubeconfig = kubeconfig(TEST).expect("set");
-    ensure_crds(&client).await;
-    let ns = namespace_with_broker(&client, "e2e-console", AMQP).await;
-    let prefix = unique("e2e-con");
-    let q = format!("{prefix}-orders");
-    let dlq = format!("{q}.dlq");
-    let op = Operator::start(
-        &kubeconfig,
-        &["--namespace", &ns, "--leader-election=false"],
-    );
-    create_dlq(&client, &ns, "orders", &q, json!({"interval": "1s"})).await;
-    let api = dlqs(&client, &ns);
-    wait_for(LONG, "orders Ready", &op, || async {
-        dlq_ready(&api, "orders").await.filter(|r| r.0 == "True")
-    })
-    .await;
+    let (client, kubeconfig, ns, q, dlq) = (&o.client, &o.kubeconfig, &o.ns, &o.q, &o.dlq);
     let (_conn, ch) = confirm_channel().await;
     let letter = header(&[
         ("dlq-error-class", text("Timeout")),
@@ -180,5 +162,5 @@ async fn cluster_console_reviews_tokens_and_rbac_and_audits_as_events() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     drop(c);
-    cleanup(&prefix).await;
+    cleanup(&o.prefix).await;
 }

@@ -21,8 +21,8 @@ use serde_json::{json, Value};
 
 use common::dlq::{confirm_channel, drain_ids, header, publish, ready, ready_now, text};
 use common::e2e::{
-    client, create_dlq, dlqs, ensure_crds, namespace_with_broker, ready as dlq_ready, table,
-    wait_for, Operator,
+    client, create_dlq, dlqs, ensure_crds, namespace_with_broker, ready as dlq_ready, ready_orders,
+    table, wait_for, Operator,
 };
 use common::{cleanup, unique, AMQP};
 use dlq_operator::crd::DeadLetterReplay;
@@ -129,25 +129,12 @@ fn dead_letter(q: &str, class: &str) -> FieldTable {
 #[tokio::test]
 async fn a_filtered_replay_succeeds_with_exact_counts_events_columns_and_metrics() {
     const TEST: &str = "a_filtered_replay_succeeds_with_exact_counts_events_columns_and_metrics";
-    let Some(client) = client(TEST).await else {
+    let Some(o) = ready_orders(TEST, "e2e-replay", "e2e-rpl").await else {
         return;
     };
-    let kubeconfig = common::e2e::kubeconfig(TEST).expect("set");
-    ensure_crds(&client).await;
-    let ns = namespace_with_references(&client, "e2e-replay").await;
-    let prefix = unique("e2e-rpl");
-    let q = format!("{prefix}-orders");
-    let dlq = format!("{q}.dlq");
-    let op = Operator::start(
-        &kubeconfig,
-        &["--namespace", &ns, "--leader-election=false"],
-    );
-    create_dlq(&client, &ns, "orders", &q, json!({"interval": "1s"})).await;
-    let api = dlqs(&client, &ns);
-    wait_for(LONG, "orders Ready", &op, || async {
-        dlq_ready(&api, "orders").await.filter(|r| r.0 == "True")
-    })
-    .await;
+    let prefix = o.prefix.clone();
+    let (client, ns, q, dlq, op) = (&o.client, &o.ns, &o.q, &o.dlq, &o.op);
+    let api = dlqs(client, ns);
     // The monitor has seen the empty dead-letter queue (the ratio's starting point).
     wait_for(LONG, "a first depth poll", &op, || async {
         let o = api.get("orders").await.ok()?;
@@ -284,7 +271,7 @@ async fn a_filtered_replay_succeeds_with_exact_counts_events_columns_and_metrics
     );
 
     let _ = conn.close(200, "bye".into()).await;
-    drop(op);
+    drop(o);
     cleanup(&prefix).await;
 }
 

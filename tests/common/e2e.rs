@@ -536,3 +536,54 @@ pub async fn create_dlq(client: &Client, ns: &str, name: &str, queue: &str, moni
         .await
         .expect("dlq");
 }
+
+/// What [`ready_orders`] set up.
+pub struct Orders {
+    /// The API client.
+    pub client: Client,
+    /// The kubeconfig's path.
+    pub kubeconfig: String,
+    /// The namespace.
+    pub ns: String,
+    /// The unique prefix of the queue names ([`super::cleanup`] it at the end).
+    pub prefix: String,
+    /// The source queue `<prefix>-orders`.
+    pub q: String,
+    /// Its dead-letter queue `<q>.dlq`.
+    pub dlq: String,
+    /// `dlq-operator run` on the namespace.
+    pub op: Operator,
+}
+
+/// A namespace (`ns_prefix`…) with the broker Secret and the RetryPolicy
+/// ([`namespace_with_broker`]), `dlq-operator run` on it, and its DeadLetterQueue `orders`
+/// (source queue `<unique queue_prefix>-orders`, classic, depths polled every 1 s) Ready;
+/// `None` after reporting `test` skipped without an API server.
+pub async fn ready_orders(test: &str, ns_prefix: &str, queue_prefix: &str) -> Option<Orders> {
+    let client = client(test).await?;
+    let kubeconfig = kubeconfig(test)?;
+    ensure_crds(&client).await;
+    let ns = namespace_with_broker(&client, ns_prefix, super::AMQP).await;
+    let prefix = super::unique(queue_prefix);
+    let q = format!("{prefix}-orders");
+    let dlq = format!("{q}.dlq");
+    let op = Operator::start(
+        &kubeconfig,
+        &["--namespace", &ns, "--leader-election=false"],
+    );
+    create_dlq(&client, &ns, "orders", &q, json!({"interval": "1s"})).await;
+    let api = dlqs(&client, &ns);
+    wait_for(Duration::from_secs(60), "orders Ready", &op, || async {
+        ready(&api, "orders").await.filter(|r| r.0 == "True")
+    })
+    .await;
+    Some(Orders {
+        client,
+        kubeconfig,
+        ns,
+        prefix,
+        q,
+        dlq,
+        op,
+    })
+}
