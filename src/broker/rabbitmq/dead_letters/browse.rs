@@ -1,31 +1,38 @@
 //! The RabbitMQ engine of `dlq inspect` ([`crate::dlq::browse`]: how no message is lost).
 //!
 //! Every message read is held unacknowledged until the whole scan is done; then each is
-//! requeued (`basic.nack`, in read order) or, on a quorum queue whose delivery limit a
-//! return could reach, rotated — an exact copy published to the same queue with a
-//! publisher confirm, and only then the original acknowledged.
+//! requeued, in read order, or, on a quorum queue whose delivery limit a return could
+//! reach, rotated — an exact copy published to the same queue with a publisher confirm,
+//! and only then the original acknowledged.
 //!
 //! **How it reads.** A consumer (manual acknowledgements) with a prefetch window of the
-//! scan's budget (at most 65,535 per consumer: a fuller window is handed to a fresh
-//! consumer, RabbitMQ keeping a cancelled consumer's unacknowledged messages with the
-//! channel). It takes deliveries until the budget — never more than the queue held at the
-//! start (its passive declare), so a message that arrives or returns meanwhile at the tail
-//! is not read as a new one — or until nothing came for [`IDLE`] and the queue has no
-//! ready message left (others took some of those counted), or `cancel` fires. Then the
-//! consumer is cancelled, and whatever it still delivered (beyond the count, or after
-//! `cancel`: held by the channel too) is requeued after the messages read, which keep
-//! their order. One `basic.get` per message was a synchronous round trip each, about
-//! 1 ms on a quorum queue (a command through its Raft log) and 0.3 ms on a classic one;
-//! the window streams them (docs/BENCHMARKS.md, "Dead-letter console").
+//! scan's budget. It takes deliveries until the budget — never more than the queue held
+//! at the start (its passive declare), so a message that arrives or returns meanwhile at
+//! the tail is not read as a new one — or until nothing came for [`IDLE`] and the queue
+//! has no ready message left (others took some of those counted), or `cancel` fires. One
+//! `basic.get` per message was a synchronous round trip each, about 1 ms on a quorum queue
+//! (a command through its Raft log) and 0.3 ms on a classic one; the window streams them
+//! (docs/BENCHMARKS.md, "Dead-letter console").
+//!
+//! **How the consumer's messages go back.** The consumer is left consuming and the
+//! channel closed (close-ok awaited): the broker then returns every message the channel
+//! holds — read, or delivered and not read — to the head of the queue, in queue order,
+//! with one delivery counted, as a requeue does. Not `basic.nack` one by one: on
+//! RabbitMQ 3.10 a quorum queue puts a message nacked after `basic.cancel` at the *tail*
+//! (measured: a scan of 10 of 30 left them behind the other 20), and one nacked before
+//! it is delivered again at once to the same consumer, whose window it frees. Nothing is
+//! rotated on this path: it only reads queues where a return cannot reach a delivery
+//! limit ([`release_for`] requeues them all).
 //!
 //! **Where `basic.get` stays.** A quorum queue with a delivery limit is still read one
 //! `basic.get` at a time, as `dlq replay` reads it: a message delivered and not yet
 //! decided returns with a delivery counted if the process dies, and a prefetch window
 //! holds many such — one of them already at its limit would then be dead-lettered by the
 //! reading. One at a time keeps that to the single message in hand, and each read message
-//! near the limit is rotated before the next is read ([`keep`]). The dead-letter queues
-//! `dlq-operator apply` manages have no delivery limit (`delivery-limit: -1` in their
-//! policy), so they take the fast way.
+//! near the limit is rotated before the next is read ([`keep`]); the others are nacked in
+//! read order at the end. So is a budget above 65,535 (the largest prefetch window). The
+//! dead-letter queues `dlq-operator apply` manages have no delivery limit
+//! (`delivery-limit: -1` in their policy), so they take the fast way.
 
 use std::time::Duration;
 
