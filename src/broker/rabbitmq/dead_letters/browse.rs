@@ -18,11 +18,12 @@
 //! channel closed (close-ok awaited): the broker then returns every message the channel
 //! holds — read, or delivered and not read — to the head of the queue, in queue order,
 //! with one delivery counted, as a requeue does. Not `basic.nack` one by one: on
-//! RabbitMQ 3.10 a quorum queue puts a message nacked after `basic.cancel` at the *tail*
-//! (measured: a scan of 10 of 30 left them behind the other 20), and one nacked before
-//! it is delivered again at once to the same consumer, whose window it frees. Nothing is
-//! rotated on this path: it only reads queues where a return cannot reach a delivery
-//! limit ([`release_for`] requeues them all).
+//! RabbitMQ 3.10 a quorum queue without a delivery limit puts a nacked message at its
+//! *tail* (measured: a scan of 10 of 30 left them behind the other 20 — with the consumer
+//! after `basic.cancel`, and with the former `basic.get` reads too), and a message nacked
+//! while the consumer still runs is delivered again at once, into the window it freed.
+//! Nothing is rotated on this path: it only reads queues where a return cannot reach a
+//! delivery limit ([`release_for`] requeues them all).
 //!
 //! **Where `basic.get` stays.** A quorum queue with a delivery limit is still read one
 //! `basic.get` at a time, as `dlq replay` reads it: a message delivered and not yet
