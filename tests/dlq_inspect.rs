@@ -665,3 +665,122 @@ async fn cli_outputs_escape_message_text_and_cut_long_headers() {
     let _ = conn.close(200, "bye".into()).await;
     cleanup(&q).await;
 }
+
+/// The `x-delivery-count` of each message of `queue`, in queue order (all taken): `(id,
+/// count)`, 0 for a message never returned.
+async fn delivery_counts(ch: &lapin::Channel, queue: &str) -> Vec<(String, i64)> {
+    let count = |v: Option<&AMQPValue>| match v {
+        Some(AMQPValue::LongLongInt(n)) => *n,
+        Some(AMQPValue::LongInt(n)) => i64::from(*n),
+        Some(AMQPValue::LongUInt(n)) => i64::from(*n),
+        Some(AMQPValue::ShortInt(n)) => i64::from(*n),
+        Some(other) => panic!("x-delivery-count {other:?}"),
+        None => 0,
+    };
+    let all = common::dlq::take_all(ch, queue).await;
+    all.iter()
+        .map(|m| (m.id.clone(), count(m.header("x-delivery-count"))))
+        .collect()
+}
+
+/// A scan bounded below the queue's size reads its head, one above it reads it all, and
+/// afterwards every message is there once, in its order, each returned once per scan
+/// that read it — on a quorum dead-letter queue without a delivery limit (read by a
+/// consumer and a prefetch window), with one (one `basic.get` at a time), and on a
+/// classic one (`limit` "classic" below).
+#[tokio::test]
+async fn quorum_scans_below_and_above_the_size_keep_every_message_in_order() {
+    for (classic, limit) in [(false, None), (false, Some(5)), (true, None)] {
+        let q = common::unique("t-inspect-bound");
+        let t = if classic {
+            applied_classic(&q).await
+        } else {
+            applied(&q, limit).await
+        };
+        let limit = if classic {
+            "classic".into()
+        } else {
+            format!("{limit:?}")
+        };
+        let dlq = format!("{q}.dlq");
+        let (conn, ch) = confirm_channel().await;
+        let ids: Vec<String> = (0..30).map(|i| format!("b{i:02}")).collect();
+        for id in &ids {
+            publish(&ch, &dlq, id, FieldTable::default()).await;
+        }
+        for (max, scanned) in [(10, 10), (100, 30)] {
+            let opts = InspectOptions {
+                max_messages: max,
+                ..OPTS
+            };
+            let i = inspect(&connection(), &t, opts, now_ms())
+                .await
+                .expect("inspect");
+            assert_eq!((i.total, i.scanned, i.rotated), (30, scanned, 0), "{i:?}");
+            assert_eq!(i.sample[0].body_preview, "body of b00", "the head: {limit}");
+            assert_eq!(ready(&ch, &dlq).await, 30, "{limit}");
+        }
+        let counts = delivery_counts(&ch, &dlq).await;
+        let order: Vec<&str> = counts.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(order, ids, "same messages, same order ({limit})");
+        for (n, (id, count)) in counts.iter().enumerate() {
+            // Read by both scans (the first 10) or by the second only: a return each at
+            // most (RabbitMQ 4 counts fewer), far from the limit of 5.
+            let most = if n < 10 { 2 } else { 1 };
+            assert!(*count <= most, "{id}: x-delivery-count {count} ({limit})");
+        }
+        let _ = conn.close(200, "bye".into()).await;
+        cleanup(&q).await;
+    }
+}
+
+/// [`common::dlq::topology`] of `queue` with classic queues, applied to the local broker.
+async fn applied_classic(queue: &str) -> dlq_operator::topology::DesiredTopology {
+    let spec = serde_json::from_value(json!({
+        "broker": {"secretRef": {"name": "rabbitmq"}},
+        "source": {"queue": queue, "queueType": "Classic"},
+        "retryPolicyRef": {"name": "rp"},
+    }))
+    .expect("spec");
+    let rp = serde_json::from_value(json!({"maxRetries": 1, "tiers": ["1s"]})).expect("rp");
+    let policy = dlq_operator::backoff::ResolvedPolicy::from_spec(&rp).expect("policy");
+    let t = dlq_operator::topology::plan("test/inspect", &spec, &policy);
+    dlq_operator::broker::rabbitmq::RabbitMq::new(&connection())
+        .expect("client")
+        .apply(&t)
+        .await
+        .expect("apply");
+    t
+}
+
+/// A scan that starts right after another ended counts every message: the first one's
+/// requeues have reached the queue when it returns (quorum and classic).
+#[tokio::test]
+async fn two_scans_back_to_back_count_the_same() {
+    for classic in [false, true] {
+        let q = common::unique("t-inspect-twice");
+        let t = if classic {
+            applied_classic(&q).await
+        } else {
+            applied(&q, None).await
+        };
+        let dlq = format!("{q}.dlq");
+        let (conn, ch) = confirm_channel().await;
+        for i in 0..200 {
+            publish(&ch, &dlq, &format!("t{i:03}"), FieldTable::default()).await;
+        }
+        for run in 0..10 {
+            let first = inspect(&connection(), &t, OPTS, now_ms()).await;
+            let second = inspect(&connection(), &t, OPTS, now_ms()).await;
+            let (first, second) = (first.expect("first"), second.expect("second"));
+            assert_eq!(
+                (first.total, first.scanned, second.total, second.scanned),
+                (200, 200, 200, 200),
+                "run {run}, classic {classic}"
+            );
+        }
+        assert_eq!(ready(&ch, &dlq).await, 200);
+        let _ = conn.close(200, "bye".into()).await;
+        cleanup(&q).await;
+    }
+}

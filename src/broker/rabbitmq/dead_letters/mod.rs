@@ -63,6 +63,13 @@ pub(super) async fn prepare_channel(channel: &Channel, queue: &str) -> Result<u6
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
+    ready_count(channel, queue).await
+}
+
+/// How many messages `queue` holds ready right now (a passive declare on `channel`:
+/// current, unlike the management statistics; messages delivered and not yet settled
+/// are not counted).
+pub(super) async fn ready_count(channel: &Channel, queue: &str) -> Result<u64, lapin::Error> {
     let declared = channel
         .queue_declare(
             queue.into(),
