@@ -274,25 +274,30 @@ impl Console {
     }
 }
 
-/// Every interval: reads the DeadLetterQueues again ([`Source::read`]; on an error the
-/// last ones stay in force and the error is logged), polls the depths with the collector
+/// Every interval: reads the DeadLetterQueues again when due ([`Source::due`],
+/// [`Source::read`]; on an error the last ones stay in force and the error is logged), polls the depths with the collector
 /// `run --standalone` uses, and records each DeadLetterQueue's depth, ratio and alert and
 /// its depth ring.
 async fn poll_loop(state: Arc<State>, source: Source) {
     let mut collector = Collector::new(crate::metrics::Metrics::new());
+    // The targets given at start were read just before: the first poll uses them.
+    let mut read_at = Some(std::time::Instant::now());
     loop {
-        let last = state.targets();
-        match source.read(&last).await {
-            Ok(targets) => {
-                *state
-                    .targets
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(targets);
+        if source.due(read_at.map(|t| t.elapsed())) {
+            let last = state.targets();
+            match source.read(&last).await {
+                Ok(targets) => {
+                    *state
+                        .targets
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(targets);
+                }
+                Err(e) => tracing::warn!(
+                    "console: the DeadLetterQueues cannot be read, the last ones read stay in force: {}",
+                    crate::printable::escape_lines(&e)
+                ),
             }
-            Err(e) => tracing::warn!(
-                "console: the DeadLetterQueues cannot be read, the last ones read stay in force: {}",
-                crate::printable::escape_lines(&e)
-            ),
+            read_at = Some(std::time::Instant::now());
         }
         let interval = state.interval();
         poll_once(&state, &mut collector, interval).await;

@@ -1,7 +1,9 @@
 //! Where the console learns its DeadLetterQueues: manifest files (standalone, validated
 //! and planned as `apply` does, without a network) or the cluster (listed from the API
 //! server and resolved with their RetryPolicies and Secrets, as the retry router does:
-//! [`crate::router::sources::in_cluster`]). Read again every poll.
+//! [`crate::router::sources::in_cluster`]). Files are read again every poll; the cluster
+//! every [`CLUSTER_RESYNC_S`] seconds (each read lists the DeadLetterQueues and GETs the
+//! RetryPolicy and Secret of each one: not at every depth poll).
 
 use std::path::PathBuf;
 
@@ -11,6 +13,10 @@ use kube::{Api, Client};
 use crate::crd::DeadLetterQueue;
 use crate::manifest::object_key;
 use crate::reconcile::Prepared;
+
+/// How often the cluster's DeadLetterQueues are read again (s), as the retry router's
+/// default `--resync`.
+pub const CLUSTER_RESYNC_S: u64 = 30;
 
 /// One DeadLetterQueue the console shows.
 #[derive(Debug, Clone)]
@@ -37,6 +43,18 @@ pub enum Source {
 }
 
 impl Source {
+    /// Whether the DeadLetterQueues are to be read again, the last read `since` ago
+    /// (`None`: never read by the poll loop): files at every poll, the cluster every
+    /// [`CLUSTER_RESYNC_S`] seconds.
+    pub fn due(&self, since: Option<std::time::Duration>) -> bool {
+        match (self, since) {
+            (Source::Files(_), _) | (_, None) => true,
+            (Source::Cluster { .. }, Some(age)) => {
+                age >= std::time::Duration::from_secs(CLUSTER_RESYNC_S)
+            }
+        }
+    }
+
     /// The DeadLetterQueues now, in `namespace/name` order. In a cluster, one that does
     /// not resolve this time (a missing Secret, an invalid spec) keeps its entry of
     /// `last`, if any, and is logged; one being deleted is left out.
@@ -107,4 +125,25 @@ async fn in_cluster(
         }
     }
     Ok(targets)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn files_are_read_every_poll_the_cluster_every_resync() {
+        let files = Source::Files(vec![]);
+        assert!(files.due(None) && files.due(Some(Duration::ZERO)));
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("uri"));
+        let cluster = Source::Cluster {
+            client: Client::try_from(config).expect("client"),
+            namespace: None,
+        };
+        assert!(cluster.due(None), "never read: now");
+        assert!(!cluster.due(Some(Duration::from_secs(CLUSTER_RESYNC_S - 1))));
+        assert!(cluster.due(Some(Duration::from_secs(CLUSTER_RESYNC_S))));
+    }
 }
