@@ -65,17 +65,17 @@ async fn cluster_console_reviews_tokens_and_rbac_and_audits_as_events() {
         ("dlq-error-class", text("Timeout")),
         ("dlq-retry-count", AMQPValue::LongLongInt(3)),
         ("dlq-reason", text("MaxRetriesExceeded")),
-        ("dlq-original-queue", text(&q)),
+        ("dlq-original-queue", text(q)),
     ]);
-    publish(&ch, &dlq, "m-1", letter).await;
-    assert_eq!(ready(&ch, &dlq).await, 1);
+    publish(&ch, dlq, "m-1", letter).await;
+    assert_eq!(ready(&ch, dlq).await, 1);
 
     let view = json!({"apiGroups": ["dlqoperator.io"], "resources": ["deadletterqueues"], "verbs": ["get"]});
     let act = json!({"apiGroups": ["dlqoperator.io"], "resources": ["deadletterreplays"], "verbs": ["create"]});
-    let viewer = account(&client, &ns, "viewer", json!([view])).await;
-    let actor = account(&client, &ns, "actor", json!([view, act])).await;
-    let nobody = account(&client, &ns, "nobody", json!([])).await;
-    let c = Console::cluster(&kubeconfig, &ns);
+    let viewer = account(client, ns, "viewer", json!([view])).await;
+    let actor = account(client, ns, "actor", json!([view, act])).await;
+    let nobody = account(client, ns, "nobody", json!([])).await;
+    let c = Console::cluster(kubeconfig, ns);
     let dlq_path = format!("/dlq/{ns}/orders");
 
     // No token, a made-up one: refused.
@@ -140,14 +140,14 @@ async fn cluster_console_reviews_tokens_and_rbac_and_audits_as_events() {
     assert_eq!(status, 303);
     let done = page_with(&c, &cookie, &job, "Done:").await;
     assert!(done.contains("<strong id=\"count\">1</strong>"), "{done}");
-    assert_eq!(drain_ids(&ch, &q).await, vec!["m-1".to_string()]);
-    assert_eq!(ready(&ch, &dlq).await, 0);
+    assert_eq!(drain_ids(&ch, q).await, vec!["m-1".to_string()]);
+    assert_eq!(ready(&ch, dlq).await, 0);
 
     // The audit: an Event on the DeadLetterQueue naming the actor.
     let user = format!("system:serviceaccount:{ns}:actor");
     let deadline = std::time::Instant::now() + LONG;
     loop {
-        let notes = event_notes(&client, &ns, "orders", "ConsoleReplay").await;
+        let notes = event_notes(client, ns, "orders", "ConsoleReplay").await;
         if let Some(note) = notes.first() {
             assert!(
                 note.contains(&user) && note.contains("1 message(s)"),

@@ -136,7 +136,7 @@ async fn a_filtered_replay_succeeds_with_exact_counts_events_columns_and_metrics
     let (client, ns, q, dlq, op) = (&o.client, &o.ns, &o.q, &o.dlq, &o.op);
     let api = dlqs(client, ns);
     // The monitor has seen the empty dead-letter queue (the ratio's starting point).
-    wait_for(LONG, "a first depth poll", &op, || async {
+    wait_for(LONG, "a first depth poll", op, || async {
         let o = api.get("orders").await.ok()?;
         o.data["status"]["depth"]["deadLetter"].as_u64()
     })
@@ -156,32 +156,26 @@ async fn a_filtered_replay_succeeds_with_exact_counts_events_columns_and_metrics
             expected.insert(id.clone());
         }
         all.insert(id.clone());
-        publish(&ch, &dlq, &id, dead_letter(&q, class)).await;
+        publish(&ch, dlq, &id, dead_letter(q, class)).await;
     }
-    let mut looping = dead_letter(&q, "Timeout");
+    let mut looping = dead_letter(q, "Timeout");
     looping.insert("dlq-replay-count".into(), AMQPValue::LongLongInt(3));
-    publish(&ch, &dlq, "looping", looping).await;
-    publish(
-        &ch,
-        &dlq,
-        "elsewhere",
-        dead_letter("other-queue", "Timeout"),
-    )
-    .await;
+    publish(&ch, dlq, "looping", looping).await;
+    publish(&ch, dlq, "elsewhere", dead_letter("other-queue", "Timeout")).await;
     all.extend(["looping".to_string(), "elsewhere".to_string()]);
 
     let uid = create_replay(
-        &client,
-        &ns,
+        client,
+        ns,
         "timeouts",
         json!({"deadLetterQueueRef": {"name": "orders"}, "filter": ["class=Timeout"]}),
     )
     .await;
     let status = status_when(
-        &client,
-        &ns,
+        client,
+        ns,
         "timeouts",
-        &op,
+        op,
         "timeouts Succeeded",
         phase_is("Succeeded"),
     )
@@ -219,26 +213,24 @@ async fn a_filtered_replay_succeeds_with_exact_counts_events_columns_and_metrics
             "dlq_replayed_messages_total{{name=\"orders\",namespace=\"{ns}\",outcome=\"{outcome}\"}}"
         )
     };
-    assert_eq!(metric(&op, &sample("replayed")).await, Some(10.0));
-    assert_eq!(metric(&op, &sample("skipped")).await, Some(2.0));
-    assert_eq!(metric(&op, &sample("failed")).await, Some(0.0));
+    assert_eq!(metric(op, &sample("replayed")).await, Some(10.0));
+    assert_eq!(metric(op, &sample("skipped")).await, Some(2.0));
+    assert_eq!(metric(op, &sample("failed")).await, Some(0.0));
     // 32 dead-lettered since the first poll, 10 of them replayed: once a depth poll shows
     // the 22 left (the statistics lag by up to 5 s). Read before the queues are drained
     // below (a consumer's removals are not seen: the ratio would rise).
     let ratio = format!("dlq_compensation_success_ratio{{name=\"orders\",namespace=\"{ns}\"}}");
     let want = 10.0 / 32.0;
-    wait_for(LONG, "compensation ratio 10/32", &op, || async {
-        metric(&op, &ratio)
-            .await
-            .filter(|r| (r - want).abs() < 1e-9)
+    wait_for(LONG, "compensation ratio 10/32", op, || async {
+        metric(op, &ratio).await.filter(|r| (r - want).abs() < 1e-9)
     })
     .await;
 
     // Exactly the matching ones are in the source queue, once; the rest stayed.
-    let back: BTreeSet<String> = drain_ids(&ch, &q).await.into_iter().collect();
+    let back: BTreeSet<String> = drain_ids(&ch, q).await.into_iter().collect();
     assert_eq!(back, expected);
-    assert_eq!(ready(&ch, &q).await, 0, "drained: each replayed once");
-    let rest: BTreeSet<String> = drain_ids(&ch, &dlq).await.into_iter().collect();
+    assert_eq!(ready(&ch, q).await, 0, "drained: each replayed once");
+    let rest: BTreeSet<String> = drain_ids(&ch, dlq).await.into_iter().collect();
     assert_eq!(rest.len(), 22);
     assert_eq!(
         back.union(&rest).cloned().collect::<BTreeSet<_>>(),
@@ -247,11 +239,11 @@ async fn a_filtered_replay_succeeds_with_exact_counts_events_columns_and_metrics
     );
 
     // Events: started, then finished.
-    let reasons = event_reasons(&client, &ns, "timeouts").await;
+    let reasons = event_reasons(client, ns, "timeouts").await;
     assert_eq!(reasons, ["Started", "Succeeded"], "{reasons:?}");
 
     // `kubectl get dlqr`.
-    let (columns, rows) = table(&client, &ns, "deadletterreplays").await;
+    let (columns, rows) = table(client, ns, "deadletterreplays").await;
     assert_eq!(
         columns,
         ["Name", "DLQ", "Phase", "Matched", "Replayed", "Skipped", "Failed", "Age"]
