@@ -14,7 +14,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::browser::{browser_tools, run_script};
@@ -89,9 +88,10 @@ async fn a_dead_letter_is_repaired_in_the_browser_and_consumed_once() {
     .await;
 
     let console = Console::start(&path);
+    // A relative DIR is the repository's (the script runs in tests/console_browser).
     let shots = std::env::var("DLQ_CONSOLE_SCREENSHOTS").map_or_else(
         |_| tempfile::tempdir().expect("temp dir").keep(),
-        PathBuf::from,
+        |dir| common::root().join(dir),
     );
     std::fs::create_dir_all(&shots).expect("screenshot dir");
     let repaired = "{\"orderId\":7,\"amount\":5}";

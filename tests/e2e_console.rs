@@ -103,6 +103,8 @@ async fn cluster_console_reviews_tokens_and_rbac_and_audits_as_events() {
     let (status, refused) = post(&c, &cookie, &preview, &form).await;
     assert_eq!(status, 403, "{refused}");
     assert!(refused.contains("create on deadletterreplays"), "{refused}");
+    let audit = c.line_with(&["access-refused", ":viewer"]);
+    assert!(audit.contains(&format!("{ns}/orders")), "{audit}");
 
     // The same in Chromium: the login form, refusals, and the actor's dry run (a
     // same-origin POST under a Host the console cannot know in advance).

@@ -341,7 +341,17 @@ pub async fn replay_preview(
     };
     let report = match dry_replay(&state, &key, filter.clone()).await {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => {
+            state.audit(&Entry {
+                user: &s.user,
+                action: "replay-dry-run",
+                resource: &key,
+                what: &what,
+                count: 0,
+                outcome: "failed (the broker's error is on the page)",
+            });
+            return r;
+        }
     };
     state.audit(&Entry {
         user: &s.user,
@@ -467,6 +477,14 @@ pub async fn purge_preview(
         Err(r) => return r,
     };
     if let Some(e) = error {
+        state.audit(&Entry {
+            user: &s.user,
+            action: "purge-dry-run",
+            resource: &key,
+            what: &what,
+            count: 0,
+            outcome: &e,
+        });
         return page(StatusCode::BAD_GATEWAY, "Broker error", e);
     }
     state.audit(&Entry {

@@ -13,7 +13,8 @@ pub struct Entry<'a> {
     /// Who (the session's user).
     pub user: &'a str,
     /// `replay`, `replay-dry-run`, `purge`, `purge-dry-run`, `purge-refused`, `repair`,
-    /// `repair-refused`.
+    /// `repair-refused`, `access-refused` (a page or action the caller's RBAC does not
+    /// allow).
     pub action: &'a str,
     /// The DeadLetterQueue (`namespace/name`).
     pub resource: &'a str,

@@ -152,15 +152,29 @@ pub async fn authorized(
             state.sessions.close(headers);
             Err(logged_out())
         }
-        Ok(Verdict::Denied(what)) => Err(page(
-            StatusCode::FORBIDDEN,
-            "Not allowed",
-            format!(
-                "{} may not do this: {}.",
-                shown(&session.user, PREVIEW_BYTES),
-                shown(&what, PREVIEW_BYTES)
-            ),
-        )),
+        Ok(Verdict::Denied(what)) => Err({
+            let resource = match need {
+                Need::View(ns, name) | Need::Act(ns, name) => format!("{ns}/{name}"),
+                Need::Session => String::new(),
+            };
+            state.audit(&super::audit::Entry {
+                user: &session.user,
+                action: "access-refused",
+                resource: &resource,
+                what: &what,
+                count: 0,
+                outcome: "refused",
+            });
+            page(
+                StatusCode::FORBIDDEN,
+                "Not allowed",
+                format!(
+                    "{} may not do this: {}.",
+                    shown(&session.user, PREVIEW_BYTES),
+                    shown(&what, PREVIEW_BYTES)
+                ),
+            )
+        }),
         Err(e) => {
             tracing::error!("console: {e}");
             Err(page(
@@ -242,11 +256,14 @@ async fn logged_in(state: &State, token: &str) -> Response {
             }
             r
         }
-        Ok(None) => login_form(
-            state,
-            StatusCode::UNAUTHORIZED,
-            Some("Wrong, expired or missing token.".into()),
-        ),
+        Ok(None) => {
+            tracing::warn!(target: "dlq_operator::console::audit", "console login refused: a wrong, expired or empty token");
+            login_form(
+                state,
+                StatusCode::UNAUTHORIZED,
+                Some("Wrong, expired or missing token.".into()),
+            )
+        }
         Err(e) => {
             tracing::error!("console: {e}");
             page(
