@@ -70,11 +70,19 @@ pub async fn job_page(
     let Some(job) = state.jobs.get(&id) else {
         return page(StatusCode::NOT_FOUND, "No such job", String::new());
     };
-    let j = locked(&job);
-    if j.user != s.user {
-        return page(StatusCode::NOT_FOUND, "No such job", String::new());
+    let key = {
+        let j = locked(&job);
+        if j.user != s.user {
+            return page(StatusCode::NOT_FOUND, "No such job", String::new());
+        }
+        j.key.clone()
+    };
+    // Its DeadLetterQueue must still be the user's to view (RBAC may have changed).
+    let (namespace, name) = crate::collector::split_key(&key);
+    if let Err(r) = authorized(&state, &headers, Need::View(namespace, name)).await {
+        return r;
     }
-    let (namespace, name) = crate::collector::split_key(&j.key);
+    let j = locked(&job);
     let r = j.report.as_ref();
     html(
         StatusCode::OK,

@@ -75,7 +75,7 @@ async fn guard(Extract(state): Extract<Shared>, request: Request, next: Next) ->
         page(
             StatusCode::MISDIRECTED_REQUEST,
             "Wrong host",
-            "This console answers only to 127.0.0.1, localhost or [::1] with its port.".into(),
+            "This console answers only to its own address (standalone: 127.0.0.1, localhost or [::1] with its port).".into(),
         )
     };
     let h = response.headers_mut();

@@ -57,7 +57,8 @@ impl Source {
 
     /// The DeadLetterQueues now, in `namespace/name` order. In a cluster, one that does
     /// not resolve this time (a missing Secret, an invalid spec) keeps its entry of
-    /// `last`, if any, and is logged; one being deleted is left out.
+    /// `last`, if any, and is logged; one being deleted is listed (its dead letters may
+    /// still be drained).
     ///
     /// # Errors
     /// Files: the first invalid manifest's error. Cluster: the API server's error when
@@ -107,10 +108,9 @@ async fn in_cluster(
         )
     })?;
     let mut targets = Vec::new();
+    // One being deleted stays: the operator keeps its dead-letter queue while it holds
+    // messages, and they are drained (replayed, purged) here.
     for obj in listed.items {
-        if obj.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
         let key = object_key(&obj.metadata);
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         match crate::resolve::object_in_cluster(client.clone(), &ns, &obj).await {

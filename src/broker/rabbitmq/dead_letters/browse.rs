@@ -31,7 +31,9 @@
 //! holds many such — one of them already at its limit would then be dead-lettered by the
 //! reading. One at a time keeps that to the single message in hand, and each read message
 //! near the limit is rotated before the next is read ([`keep`]); the others are nacked in
-//! read order at the end. So is a budget above 65,535 (the largest prefetch window). The
+//! read order at the end. So is a budget above 65,535 (the largest prefetch window), and a
+//! queue whose consumer got nothing while messages were ready: another consumer holds it
+//! (`x-single-active-consumer`), and `basic.get` is not held back by that. The
 //! dead-letter queues `dlq-operator apply` manages have no delivery limit
 //! (`delivery-limit: -1` in their policy), so they take the fast way.
 
@@ -39,7 +41,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{BasicConsumeOptions, BasicGetOptions, BasicQosOptions};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Consumer};
 use tokio_util::sync::CancellationToken;
@@ -159,7 +161,19 @@ impl Scan<'_> {
         if !(self.limits.quorum && self.limits.delivery_limit.is_some())
             && to_read <= u64::from(u16::MAX)
         {
-            return self.consume(to_read, out, consumer).await;
+            let before = out.scanned;
+            self.consume(to_read, out, consumer).await?;
+            if out.scanned > before || out.interrupted || to_read == 0 {
+                return Ok(());
+            }
+            // Nothing came although the queue counted messages: another consumer holds
+            // it (`x-single-active-consumer`). `basic.get` is not subject to that.
+            if let Some(c) = consumer.take() {
+                self.channel
+                    .basic_cancel(c.tag(), BasicCancelOptions::default())
+                    .await
+                    .map_err(|e| self.amqp(e))?;
+            }
         }
         let mut requeue = Vec::new();
         // On an error the held messages return to the queue when the channel closes.

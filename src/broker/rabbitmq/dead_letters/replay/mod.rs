@@ -318,8 +318,11 @@ struct Scan {
     /// The current consumer (`None` once cancelled, and when reading one at a time).
     consumer: Option<lapin::Consumer>,
     /// Reading by `basic.get`, one message at a time (a quorum queue with a delivery
-    /// limit).
+    /// limit; or once the consumer got nothing while messages were ready: a single
+    /// active consumer elsewhere).
     one_at_a_time: bool,
+    /// Waits in a row without a delivery while the queue had ready messages.
+    idle_rounds: u32,
     /// The channel copies are published on (`Run::publisher`).
     publisher: Option<Channel>,
     /// Its connection.
@@ -369,6 +372,7 @@ impl Scan {
         Scan {
             consumer,
             one_at_a_time,
+            idle_rounds: 0,
             publisher: None,
             publishing: None,
             pending: VecDeque::new(),

@@ -13,6 +13,11 @@ use crate::dlq::replay::{
 };
 use crate::dlq::{release_for, DeadLetter, Release};
 
+/// Consecutive waits of [`super::IDLE`] without a delivery while the queue has ready
+/// messages after which the scan reads by `basic.get` instead of its consumer: on a queue
+/// with a single active consumer, ours waits behind another one for ever.
+const IDLE_ROUNDS_BEFORE_GET: u32 = 4;
+
 /// What the scan does after waiting for a delivery (short-lived: one per message, never
 /// stored).
 #[allow(clippy::large_enum_variant)]
@@ -95,7 +100,10 @@ impl Run<'_> {
             return Ok(Read::Message(d));
         }
         match self.next_delivery(state).await? {
-            Next::Delivery(d) => Ok(Read::Message(d)),
+            Next::Delivery(d) => {
+                state.idle_rounds = 0;
+                Ok(Read::Message(d))
+            }
             Next::Empty => {
                 while !state.in_flight.is_empty() {
                     self.settle_oldest(state, report).await?;
@@ -109,6 +117,13 @@ impl Run<'_> {
                 self.flush_acks(state).await?;
                 if self.cancel.is_cancelled() || self.ready().await? == 0 {
                     return Ok(Read::Done);
+                }
+                state.idle_rounds += 1;
+                if state.idle_rounds >= IDLE_ROUNDS_BEFORE_GET && !state.one_at_a_time {
+                    // Messages are ready and none comes: another consumer holds the queue
+                    // (`x-single-active-consumer`). `basic.get` is not subject to it.
+                    self.stop_consuming(state).await?;
+                    state.one_at_a_time = true;
                 }
                 Ok(Read::Again)
             }
