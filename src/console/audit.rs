@@ -140,6 +140,7 @@ mod tests {
             "purge-dry-run",
             "purge-refused",
             "repair-refused",
+            "access-refused",
         ] {
             assert!(note_of(&entry(quiet, "ok")).is_none(), "{quiet}");
         }

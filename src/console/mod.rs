@@ -43,8 +43,8 @@ pub const PREVIEW_BYTES: usize = 4096;
 
 /// What the console serves and how.
 pub struct Options {
-    /// Where the DeadLetterQueues come from (read again every poll; on an error the last
-    /// read stays in force).
+    /// Where the DeadLetterQueues come from (read again when due, [`Source::due`]; on an
+    /// error the last read stays in force).
     pub source: Source,
     /// The DeadLetterQueues as read at start.
     pub targets: Vec<Target>,
