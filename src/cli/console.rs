@@ -96,13 +96,7 @@ fn standalone_mode(args: &ConsoleArgs) -> Result<Mode, CliError> {
     }
     console::check_bind(args.bind_address).map_err(CliError::Usage)?;
     let (_, planned) = dlq_operator::standalone::load_and_plan(&args.files)?;
-    let targets = planned
-        .into_iter()
-        .map(|p| Target {
-            prepared: p.prepared,
-            object: None,
-        })
-        .collect();
+    let targets = planned.into_iter().map(Target::from).collect();
     let (auth, token) = Auth::new_token();
     Ok(Mode {
         source: Source::Files(args.files.clone()),

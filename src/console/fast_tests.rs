@@ -82,13 +82,7 @@ pub(super) async fn started_with(
             letter("validation", &format!("v{i}"), &hostile),
         );
     }
-    let targets = planned
-        .into_iter()
-        .map(|p| Target {
-            prepared: p.prepared,
-            object: None,
-        })
-        .collect();
+    let targets = planned.into_iter().map(Target::from).collect();
     let console = Console::bind(
         Options {
             source: Source::Files(paths),

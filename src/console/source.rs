@@ -28,6 +28,16 @@ pub struct Target {
     pub object: Option<DynamicObject>,
 }
 
+impl From<crate::resolve::manifests::Planned> for Target {
+    /// A DeadLetterQueue read from manifest files (no API object).
+    fn from(p: crate::resolve::manifests::Planned) -> Self {
+        Target {
+            prepared: p.prepared,
+            object: None,
+        }
+    }
+}
+
 /// Where the DeadLetterQueues come from.
 #[derive(Clone)]
 pub enum Source {
@@ -75,10 +85,7 @@ impl Source {
                 read.map_err(|e| e.to_string())?
                     .1
                     .into_iter()
-                    .map(|p| Target {
-                        prepared: p.prepared,
-                        object: None,
-                    })
+                    .map(Target::from)
                     .collect()
             }
             Source::Cluster { client, namespace } => {

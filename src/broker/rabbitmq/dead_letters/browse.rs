@@ -41,12 +41,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions};
-use lapin::types::FieldTable;
+use lapin::options::{BasicCancelOptions, BasicGetOptions, BasicQosOptions};
 use lapin::{Channel, Consumer};
 use tokio_util::sync::CancellationToken;
 
-use super::{keep, open_for_reading, prepare_channel, ready_count, requeue_all, Held};
+use super::{
+    consume_held, keep, open_for_reading, prepare_channel, ready_count, requeue_all, Held,
+};
 use crate::broker::message::Properties;
 use crate::broker::rabbitmq::amqp::map_error;
 use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
@@ -232,13 +233,7 @@ impl Scan<'_> {
             .await
             .map_err(|e| self.amqp(e))?;
         let consumer = slot.insert(
-            self.channel
-                .basic_consume(
-                    self.queue.into(),
-                    "".into(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
+            consume_held(self.channel, self.queue)
                 .await
                 .map_err(|e| self.amqp(e))?,
         );

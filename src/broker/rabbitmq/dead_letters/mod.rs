@@ -57,6 +57,22 @@ pub(super) async fn requeue_all(channel: &Channel, tags: Vec<u64>) -> Result<(),
     Ok(())
 }
 
+/// Starts a consumer of `queue` on `channel` with manual acknowledgements (the broker
+/// names it): every delivery stays held until acked, nacked, or the channel closes.
+pub(super) async fn consume_held(
+    channel: &Channel,
+    queue: &str,
+) -> Result<lapin::Consumer, lapin::Error> {
+    channel
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            lapin::options::BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+}
+
 /// Puts `channel` in confirm mode (for rotations and copies) and returns how many messages
 /// `queue` holds (a passive declare: current, unlike the management statistics).
 pub(super) async fn prepare_channel(channel: &Channel, queue: &str) -> Result<u64, lapin::Error> {

@@ -3,8 +3,8 @@
 
 use futures::StreamExt;
 use lapin::options::{
-    BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions,
-    ConfirmSelectOptions, QueueDeclareOptions,
+    BasicCancelOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation};
@@ -116,13 +116,7 @@ impl Run<'_> {
 
     /// Starts a consumer on the queue (manual acknowledgements).
     pub(super) async fn consume(&self) -> Result<lapin::Consumer, BrokerError> {
-        self.channel
-            .basic_consume(
-                self.queue.into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
+        super::super::consume_held(self.channel, self.queue)
             .await
             .map_err(|e| map_error(self.conn, &e))
     }
