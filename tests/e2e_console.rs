@@ -14,8 +14,6 @@ mod common;
 
 use std::time::Duration;
 
-use k8s_openapi::api::events::v1::Event as KubeEvent;
-use kube::api::{Api, ListParams};
 use kube::Client;
 use lapin::types::AMQPValue;
 use serde_json::json;
@@ -24,7 +22,7 @@ use common::browser::{browser_tools, run_script};
 use common::cleanup;
 use common::console::{form_login, get, hidden, page_with, post, post_for_location, Console};
 use common::dlq::{confirm_channel, drain_ids, header, publish, ready, text};
-use common::e2e::{account, ready_orders};
+use common::e2e::{account, events_about, ready_orders};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -37,18 +35,10 @@ async fn login(c: &Console, token: &str) -> String {
 
 /// Notes of the Events with `reason` about DeadLetterQueue `name`.
 async fn event_notes(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
-    Api::<KubeEvent>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
+    events_about(client, ns, "DeadLetterQueue", name)
         .await
-        .expect("events")
-        .items
         .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some("DeadLetterQueue") && r.name.as_deref() == Some(name)
-                })
-        })
+        .filter(|e| e.reason.as_deref() == Some(reason))
         .filter_map(|e| e.note)
         .collect()
 }

@@ -19,7 +19,8 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use common::e2e::{
-    client, create_examples, dlqs, ensure_crds, namespace, ready, rps, table, wait_for, Operator,
+    client, create_examples, dlqs, ensure_crds, namespace, namespace_with_broker, ready, rps,
+    table, wait_for, Operator,
 };
 use common::{cleanup, cli, mgmt_get, text, unique, AMQP};
 use dlq_operator::crd::{DeadLetterQueue, RetryPolicy};
@@ -197,28 +198,13 @@ async fn delete_policy_keeps_a_dlq_with_messages_and_removes_it_once_drained() {
     };
     let kubeconfig = common::e2e::kubeconfig(TEST).expect("set");
     ensure_crds(&client).await;
-    let ns = namespace(&client, "e2e-delete").await;
+    let ns = namespace_with_broker(&client, "e2e-delete", AMQP).await;
     let prefix = unique("e2e-del");
     let op = Operator::start(
         &kubeconfig,
         &["--namespace", &ns, "--leader-election=false"],
     );
     let q = format!("{prefix}-work");
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "rabbit"},
-        "stringData": {"uri": AMQP, "managementUri": common::MGMT}
-    }))
-    .expect("secret");
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("secret");
-    let rp = DynamicObject::new("policy", &api_resource::<RetryPolicy>())
-        .data(json!({"spec": {"maxRetries": 1, "tiers": ["5s"]}}));
-    rps(&client, &ns)
-        .create(&PostParams::default(), &rp)
-        .await
-        .expect("rp");
     let dlq = DynamicObject::new("work", &api_resource::<DeadLetterQueue>()).data(json!({"spec": {
         "broker": {"secretRef": {"name": "rabbit"}},
         "source": {"queue": q},

@@ -12,8 +12,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::events::v1::Event as KubeEvent;
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::Client;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::{AMQPValue, FieldTable};
@@ -21,8 +20,8 @@ use serde_json::{json, Value};
 
 use common::dlq::{confirm_channel, drain_ids, header, publish, ready, ready_now, text};
 use common::e2e::{
-    client, create_dlq, dlqs, ensure_crds, namespace_with_broker, ready as dlq_ready, ready_orders,
-    table, wait_for, Operator,
+    client, create_dlq, dlqs, ensure_crds, events_about, namespace_with_broker, ready as dlq_ready,
+    ready_orders, table, wait_for, Operator,
 };
 use common::{cleanup, unique, AMQP};
 use dlq_operator::crd::DeadLetterReplay;
@@ -89,20 +88,11 @@ fn count(status: &Value, field: &str) -> u64 {
 
 /// Reasons of the Events recorded about the DeadLetterReplay `name`, oldest first.
 async fn event_reasons(client: &Client, ns: &str, name: &str) -> Vec<String> {
-    let mut events: Vec<KubeEvent> = Api::<KubeEvent>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
+    events_about(client, ns, "DeadLetterReplay", name)
         .await
-        .expect("events")
-        .items
         .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().is_some_and(|r| {
-                r.kind.as_deref() == Some("DeadLetterReplay") && r.name.as_deref() == Some(name)
-            })
-        })
-        .collect();
-    events.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
-    events.into_iter().filter_map(|e| e.reason).collect()
+        .filter_map(|e| e.reason)
+        .collect()
 }
 
 /// The value of the sample `line_start` (metric name and labels, as rendered) on the

@@ -587,3 +587,26 @@ pub async fn ready_orders(test: &str, ns_prefix: &str, queue_prefix: &str) -> Op
         op,
     })
 }
+
+/// The Events of `ns` about the object of `kind` named `name`, oldest first.
+pub async fn events_about(
+    client: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let mut events: Vec<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e: &k8s_openapi::api::events::v1::Event| {
+            e.regarding
+                .as_ref()
+                .is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name))
+        })
+        .collect();
+    events.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
+    events
+}
