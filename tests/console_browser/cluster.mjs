@@ -6,20 +6,12 @@
 // Prints one JSON line per step ({"step": …, …}) and exits 1 at the first failed check.
 
 import { chromium } from 'playwright-core';
+import { check, env, groupRow as groupRowOf, report } from './steps.mjs';
 
-const env = (k) => {
-  const v = process.env[k];
-  if (v === undefined) throw new Error(`${k} is not set`);
-  return v;
-};
 const [BASE, NS, NAME, CLASS, NOBODY_TOKEN, ACTOR_TOKEN, CHROMIUM] = [
   'BASE', 'NS', 'NAME', 'CLASS', 'NOBODY_TOKEN', 'ACTOR_TOKEN', 'CHROMIUM',
 ].map(env);
 
-const report = (step, fields = {}) => console.log(JSON.stringify({ step, ...fields }));
-const check = (ok, what) => {
-  if (!ok) throw new Error(`check failed: ${what}`);
-};
 const key = `${NS}/${NAME}`;
 
 // Logs in through the form in a fresh context (its own cookies): the page and the
@@ -64,13 +56,7 @@ try {
   check(actor.status === 303, `the actor token logs in (303), not ${actor.status}`);
   const page = actor.page;
   await page.getByRole('link', { name: key }).click();
-  const groupRow = page.locator('tr', { hasText: CLASS }).filter({ has: page.getByRole('link', { name: 'messages' }) });
-  const deadline = Date.now() + 60_000;
-  while ((await groupRow.count()) === 0) {
-    check(Date.now() < deadline, `a group of class ${CLASS} within 60 s`);
-    await page.waitForTimeout(500);
-    await page.reload();
-  }
+  const groupRow = await groupRowOf(page, CLASS);
   const [preview] = await Promise.all([
     page.waitForResponse((r) => r.request().method() === 'POST'),
     groupRow.first().getByRole('button', { name: 'replay…' }).click(),

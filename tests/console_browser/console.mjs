@@ -7,20 +7,12 @@
 // Prints one JSON line per step ({"step": …, …}) and exits 1 at the first failed check.
 
 import { chromium } from 'playwright-core';
+import { check, env, groupRow as groupRowOf, report } from './steps.mjs';
 
-const env = (k) => {
-  const v = process.env[k];
-  if (v === undefined) throw new Error(`${k} is not set`);
-  return v;
-};
 const [BASE, TOKEN, NS, NAME, DEPTH, MESSAGE_ID, CLASS, REPAIRED_BODY, HOSTILE, SHOTS, CHROMIUM] = [
   'BASE', 'TOKEN', 'NS', 'NAME', 'DEPTH', 'MESSAGE_ID', 'CLASS', 'REPAIRED_BODY', 'HOSTILE', 'SHOTS', 'CHROMIUM',
 ].map(env);
 
-const report = (step, fields = {}) => console.log(JSON.stringify({ step, ...fields }));
-const check = (ok, what) => {
-  if (!ok) throw new Error(`check failed: ${what}`);
-};
 
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
 try {
@@ -58,13 +50,7 @@ try {
   // 3. Its page: the dead letter under its class once the background scan is done (the
   // page refreshes itself meanwhile; reloaded here until the group shows).
   await page.getByRole('link', { name: key }).click();
-  const groupRow = page.locator('tr', { hasText: CLASS }).filter({ has: page.getByRole('link', { name: 'messages' }) });
-  const deadline = Date.now() + 60_000;
-  while ((await groupRow.count()) === 0) {
-    check(Date.now() < deadline, `a group of class ${CLASS} within 60 s`);
-    await page.waitForTimeout(500);
-    await page.reload();
-  }
+  const groupRow = await groupRowOf(page, CLASS);
   await page.screenshot({ path: `${SHOTS}/console-dead-letter-queue.png`, fullPage: true });
   report('groups', { rows: await page.locator('tr').count() });
 
