@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use serde_json::{json, Value};
 
 use common::helm::{
-    args_of, code_rules, env, find, flat_rules, granted_to, kinds, render, scenarios, selects,
-    Helm, CONSOLE, FULLNAME, NS, RELEASE, ROUTER,
+    args_of, assert_each_role_bound_once, code_rules, env, find, flat_rules, granted_to, kinds,
+    render, scenarios, selects, Helm, CONSOLE, FULLNAME, NS, RELEASE, ROUTER,
 };
 use dlq_operator::access::REVIEW_RULES;
 use dlq_operator::controller::rbac::RULES;
@@ -164,24 +164,7 @@ fn console_rbac_grants_only_what_the_console_calls() {
             .collect();
         assert_eq!(operator, code_rules(), "{name}: the operator's rules");
         // Every role is bound, by one binding, to one ServiceAccount of the release.
-        let sas = [FULLNAME, ROUTER, CONSOLE]
-            .map(|sa| json!([{"kind": "ServiceAccount", "name": sa, "namespace": NS}]));
-        for role in objects
-            .iter()
-            .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
-        {
-            let bound: Vec<&Value> = objects
-                .iter()
-                .filter(|b| {
-                    b["kind"] == format!("{}Binding", role["kind"].as_str().expect("kind"))
-                        && b["roleRef"]["name"] == role["metadata"]["name"]
-                        && b["roleRef"]["kind"] == role["kind"]
-                        && b["metadata"]["namespace"] == role["metadata"]["namespace"]
-                })
-                .collect();
-            assert_eq!(bound.len(), 1, "{name}: {}", role["metadata"]["name"]);
-            assert!(sas.contains(&bound[0]["subjects"]), "{name}: {}", bound[0]);
-        }
+        assert_each_role_bound_once(&objects, &[FULLNAME, ROUTER, CONSOLE], name);
     }
 }
 

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use serde_json::{json, Value};
 
 use common::helm::{
-    args_of, code_rules, container, env, find, granted_to, kinds, render, selects, Helm, FULLNAME,
-    NS, RELEASE, ROUTER,
+    args_of, assert_each_role_bound_once, code_rules, container, env, find, granted_to, kinds,
+    render, selects, Helm, FULLNAME, NS, RELEASE, ROUTER,
 };
 
 #[test]
@@ -296,28 +296,7 @@ fn router_rbac_grants_only_what_the_router_calls() {
             .collect();
         assert_eq!(operator, code_rules(), "{name}: the operator's rules");
         // Every role is bound, by one binding, to one of the two ServiceAccounts.
-        let sas = [FULLNAME, ROUTER]
-            .map(|sa| json!([{"kind": "ServiceAccount", "name": sa, "namespace": NS}]));
-        for role in objects
-            .iter()
-            .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
-        {
-            let bound: Vec<&Value> = objects
-                .iter()
-                .filter(|b| {
-                    b["kind"] == format!("{}Binding", role["kind"].as_str().expect("kind"))
-                        && b["roleRef"]["name"] == role["metadata"]["name"]
-                        && b["metadata"]["namespace"] == role["metadata"]["namespace"]
-                })
-                .collect();
-            assert_eq!(
-                bound.len(),
-                1,
-                "{name}: bindings of {}",
-                role["metadata"]["name"]
-            );
-            assert!(sas.contains(&bound[0]["subjects"]), "{name}: {}", bound[0]);
-        }
+        assert_each_role_bound_once(&objects, &[FULLNAME, ROUTER], name);
     }
     // An existing ServiceAccount: none created, the Deployment and the binding use it.
     let objects = render(

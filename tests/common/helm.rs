@@ -364,3 +364,38 @@ pub fn granted_to(
         .collect();
     granted(&roles)
 }
+
+/// Asserts that every Role and ClusterRole of `objects` is bound by exactly one binding of
+/// its kind (same name, kind and namespace), to one of the ServiceAccounts `sas` of the
+/// release namespace (`scenario` names the failure).
+pub fn assert_each_role_bound_once(objects: &[Value], sas: &[&str], scenario: &str) {
+    let subjects: Vec<Value> = sas
+        .iter()
+        .map(|sa| serde_json::json!([{"kind": "ServiceAccount", "name": sa, "namespace": NS}]))
+        .collect();
+    for role in objects
+        .iter()
+        .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+    {
+        let bound: Vec<&Value> = objects
+            .iter()
+            .filter(|b| {
+                b["kind"] == format!("{}Binding", role["kind"].as_str().expect("kind"))
+                    && b["roleRef"]["name"] == role["metadata"]["name"]
+                    && b["roleRef"]["kind"] == role["kind"]
+                    && b["metadata"]["namespace"] == role["metadata"]["namespace"]
+            })
+            .collect();
+        assert_eq!(
+            bound.len(),
+            1,
+            "{scenario}: bindings of {}",
+            role["metadata"]["name"]
+        );
+        assert!(
+            subjects.contains(&bound[0]["subjects"]),
+            "{scenario}: {}",
+            bound[0]
+        );
+    }
+}
