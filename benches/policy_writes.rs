@@ -11,6 +11,10 @@
 //!   queue): separates the number of policies from the number of queues;
 //! - **B, shared**: P = 4 policies whose patterns each match a quarter of the queues (by
 //!   the last two digits of the name);
+//! - **E, shared, name lists**: P = 4 policies as in B, but each pattern lists the exact
+//!   names of its quarter of the queues (`^(?:q-0000|q-0004|…)$`): the only way a shared
+//!   policy can cover queues whose names follow no pattern of their own, such as the
+//!   operator's (a pattern like `\.dlq$` would also catch users' queues);
 //! - **C, arguments**: P = 0, the settings given as queue arguments at declaration
 //!   (`x-dead-letter-exchange`, `x-dead-letter-routing-key`, `x-message-ttl`); its timed
 //!   writes add new exact-name policies (P grows from 0 to W);
@@ -67,6 +71,8 @@ enum Layout {
     Exact { policies: usize },
     /// The 4 [`SHARED`] policies.
     Shared,
+    /// 4 policies, each listing the exact names of a quarter of the queues.
+    NameLists,
     /// No policy; the settings as queue arguments.
     Arguments,
 }
@@ -78,6 +84,7 @@ impl Layout {
             Layout::Exact { policies } if policies == n => "A exact".into(),
             Layout::Exact { .. } => "A′ exact, sparse".into(),
             Layout::Shared => "B shared".into(),
+            Layout::NameLists => "E shared, name lists".into(),
             Layout::Arguments => "C arguments".into(),
         }
     }
@@ -86,13 +93,20 @@ impl Layout {
     fn policies(self) -> usize {
         match self {
             Layout::Exact { policies } => policies,
-            Layout::Shared => SHARED.len(),
+            Layout::Shared | Layout::NameLists => SHARED.len(),
             Layout::Arguments => 0,
         }
     }
 }
 
-/// The bench's command line: `n=100,300,1000`, `w=20`, `only=a,a2,b,c,d`.
+/// Pattern number `group` of layout E for `n` queues: the exact names of every queue whose
+/// number is `group` modulo [`SHARED`]`.len()`, as one alternation.
+fn name_list(group: usize, n: usize) -> String {
+    let names: Vec<String> = (group..n).step_by(SHARED.len()).map(queue).collect();
+    format!("^(?:{})$", names.join("|"))
+}
+
+/// The bench's command line: `n=100,300,1000`, `w=20`, `only=a,a2,b,c,d,e`.
 struct Args {
     /// Queue counts of scenarios A and B.
     ns: Vec<usize>,
@@ -111,7 +125,7 @@ fn args() -> Args {
         .unwrap_or_else(|| vec![100, 300, 1000]);
     let writes = value("w=").and_then(|w| w.parse().ok()).unwrap_or(20);
     let only = value("only=")
-        .unwrap_or("a,a2,b,c,d")
+        .unwrap_or("a,a2,b,c,d,e")
         .split(',')
         .map(str::to_string)
         .collect();
@@ -211,6 +225,12 @@ async fn write(api: &Api, layout: Layout, n: usize, k: usize) -> Res<f64> {
             api.put_policy(&format!("shared-{i}"), SHARED[i], definition("shared", ttl))
                 .await
         }
+        Layout::NameLists => {
+            let i = k % SHARED.len();
+            let pattern = name_list(i, n);
+            api.put_policy(&format!("shared-{i}"), &pattern, definition("shared", ttl))
+                .await
+        }
         Layout::Arguments => {
             let q = queue((k * 37) % n);
             api.put_policy(&format!("p-{q}"), &format!("^{q}$"), definition(&q, ttl))
@@ -254,6 +274,16 @@ async fn set_up(api: &Api, layout: Layout, n: usize) -> Res<(f64, f64)> {
             for (i, pattern) in SHARED.iter().enumerate() {
                 api.put_policy(&format!("shared-{i}"), pattern, definition("shared", None))
                     .await?;
+            }
+        }
+        Layout::NameLists => {
+            for i in 0..SHARED.len() {
+                api.put_policy(
+                    &format!("shared-{i}"),
+                    &name_list(i, n),
+                    definition("shared", None),
+                )
+                .await?;
             }
         }
         Layout::Arguments => {}
@@ -305,7 +335,7 @@ async fn scenario(
     let mut deletes = Vec::with_capacity(DELETES);
     for k in 0..DELETES {
         let name = match layout {
-            Layout::Shared => format!("shared-{k}"),
+            Layout::Shared | Layout::NameLists => format!("shared-{k}"),
             _ => format!("p-{}", queue((k * 37) % n)),
         };
         deletes.push(api.delete_policy(&name).await?);
@@ -482,6 +512,9 @@ async fn main() {
         }
         if want("b") {
             plan.push((format!("b{n}"), Layout::Shared, n));
+        }
+        if want("e") {
+            plan.push((format!("e{n}"), Layout::NameLists, n));
         }
     }
     if want("a2") {

@@ -1,30 +1,37 @@
 //! Benchmark of the DeadLetterQueue controller's reconcile against the fake Kubernetes API
-//! (tests/common/fake_api.rs) and the real local RabbitMQ (issue: "time and peak RSS to
-//! reconcile 1,000 DeadLetterQueues from scratch, and the steady-state cost of 1,000
-//! unchanged ones").
+//! (tests/common/fake_api.rs) and the real local RabbitMQ: time, broker CPU and peak RSS
+//! to reconcile N DeadLetterQueues in one vhost from scratch, the steady-state cost of N
+//! unchanged ones, and the writes of one edited resource (docs/BENCHMARKS.md,
+//! "Controller reconcile of many DeadLetterQueues").
 //!
 //! ```text
-//! cargo bench --bench reconcile -- [N] [classic|quorum]      # default: 1000 classic
+//! cargo bench --bench reconcile -- [N] [classic|quorum] [arguments|policy] [tiers=T] [standalone]
 //! ```
 //!
-//! Each DeadLetterQueue gets its own source queue with one retry tier: 3 queues, 2
-//! exchanges, 2 policies and 2 bindings on the broker. Reconciles run 4 at a time (the
-//! operator's default `--concurrency`). Reported: wall time of the first full reconcile,
-//! peak RSS of this process (`VmHWM`), then one resync round of the same objects with
-//! their written status: API writes, broker writes and CPU time. Everything it created is
-//! deleted at the end.
+//! With `standalone`, the same N DeadLetterQueues go through the standalone driver
+//! (`dlq-operator apply -f`, one after another) instead of the controller.
+//!
+//! Defaults: 1000 classic, `spec.broker.queueSettings: Arguments`, 2 retry tiers. Each
+//! DeadLetterQueue gets its own source queue, dead-letter queue and T retry tiers (T + 2
+//! queues, 2 exchanges, T + 1 bindings; with `policy` also 2 policies) in the vhost `/`.
+//! Reconciles run 4 at a time (the operator's default `--concurrency`). Reported: wall
+//! time and broker CPU (`beam.smp` utime + stime) of the first full reconcile, peak RSS
+//! of this process (`VmHWM`), one resync round of the same objects with their written
+//! status (API writes, broker writes, CPU), then one resource's retention lowered and
+//! reconciled (its broker writes). Everything it created is deleted at the end.
 
+mod common;
 #[path = "../tests/common/fake_api.rs"]
 #[allow(dead_code)]
 mod fake_api;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use serde_json::{json, Value};
 
+use common::{broker_pid, cpu_seconds_since, ticks_now};
 use dlq_operator::controller::context::{BrokerClients, Context, DeadLetterQueueContext};
 use dlq_operator::controller::dead_letter_queue;
 use dlq_operator::metrics::Metrics;
@@ -44,29 +51,28 @@ fn proc_status(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// User + system CPU time of this process, in seconds (`/proc/self/stat`, clock ticks of
-/// 100 Hz as on Linux x86_64).
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or_default();
-    let f: Vec<u64> = after
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // Fields after the command: state is skipped by the parse filter; utime and stime
-    // are the 14th and 15th fields of the whole line (11th and 12th numbers here).
-    (f.get(10).copied().unwrap_or(0) + f.get(11).copied().unwrap_or(0)) as f64 / 100.0
+/// The bench's settings for every DeadLetterQueue.
+struct Shape<'a> {
+    prefix: &'a str,
+    queue_type: &'a str,
+    settings: &'a str,
 }
 
-fn dlq(i: usize, prefix: &str, queue_type: &str, status: Option<Value>) -> DynamicObject {
+fn dlq(i: usize, shape: &Shape<'_>, status: Option<Value>, retention: &str) -> DynamicObject {
+    let Shape {
+        prefix,
+        queue_type,
+        settings,
+    } = shape;
     let mut o = json!({
         "apiVersion": "dlqoperator.io/v1alpha1", "kind": "DeadLetterQueue",
         "metadata": {"name": format!("d{i}"), "namespace": NS, "uid": format!("u{i}"),
                      "generation": 1, "resourceVersion": "1",
                      "finalizers": [dead_letter_queue::FINALIZER]},
         "spec": {
-            "broker": {"secretRef": {"name": "rabbit"}},
+            "broker": {"secretRef": {"name": "rabbit"}, "queueSettings": settings},
             "source": {"queue": format!("{prefix}-{i}"), "queueType": queue_type},
+            "deadLetter": {"retention": retention},
             "retryPolicyRef": {"name": "policy"},
         },
     });
@@ -113,25 +119,50 @@ async fn delete_prefix(prefix: &str) {
     }
 }
 
-#[tokio::main]
-async fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    let n: usize = args.first().and_then(|s| s.parse().ok()).unwrap_or(1000);
-    let queue_type = match args.get(1).map(String::as_str) {
-        Some("quorum") => "Quorum",
-        _ => "Classic",
-    };
-    let prefix = format!("bench-{:06x}", rand::random::<u32>() & 0xff_ffff);
+/// Reconciles `n` objects made by `make`, 4 at a time; returns how many failed.
+async fn round(
+    ctx: &Arc<DeadLetterQueueContext>,
+    n: usize,
+    make: impl Fn(usize) -> DynamicObject,
+) -> usize {
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let ctx = ctx.clone();
+            let obj = Arc::new(make(i));
+            async move { dead_letter_queue::reconcile(obj, ctx).await.is_err() }
+        })
+        .buffer_unordered(4)
+        .filter(|failed| futures::future::ready(*failed))
+        .count()
+        .await
+}
 
+/// The status each object got, from the status PATCHes among `calls`.
+fn statuses(calls: &[fake_api::Call]) -> std::collections::HashMap<String, Value> {
+    calls
+        .iter()
+        .filter(|c| c.method == "PATCH" && c.path.ends_with("/status"))
+        .map(|c| {
+            let name = c
+                .path
+                .trim_end_matches("/status")
+                .rsplit('/')
+                .next()
+                .unwrap_or_default();
+            (name.to_string(), c.body["status"].clone())
+        })
+        .collect()
+}
+
+/// The fake API with the RetryPolicy (`tiers` tiers), the Secret and `n` DeadLetterQueues.
+fn fake_api(n: usize, tiers: usize, shape: &Shape<'_>) -> FakeApi {
     let fake = FakeApi::default();
+    let tier_names: Vec<String> = (0..tiers).map(|t| format!("{}s", 10 * (t + 1))).collect();
     fake.put(
         "/apis/dlqoperator.io/v1alpha1/namespaces/bench/retrypolicies/policy",
         json!({"apiVersion": "dlqoperator.io/v1alpha1", "kind": "RetryPolicy",
                "metadata": {"name": "policy", "namespace": NS, "generation": 1},
-               "spec": {"maxRetries": 2, "tiers": ["10s"]}}),
+               "spec": {"maxRetries": tiers, "tiers": tier_names}}),
     );
     fake.put(
         "/api/v1/namespaces/bench/secrets/rabbit",
@@ -144,49 +175,107 @@ async fn main() {
     for i in 0..n {
         fake.put(
             &format!("{DLQ_PATH}/d{i}"),
-            json!(dlq(i, &prefix, queue_type, None)),
+            json!(dlq(i, shape, None, RETENTION)),
         );
     }
+    fake
+}
+
+/// `dlq-operator apply -f DIR` (the standalone driver, in this process, output discarded)
+/// on a directory of one Secret, one RetryPolicy (`tiers` tiers) and `n` DeadLetterQueues;
+/// prints its wall time and broker CPU.
+async fn standalone(n: usize, tiers: usize, shape: &Shape<'_>, beam: Option<&str>) {
+    let dir = match tempfile::tempdir() {
+        Ok(dir) => dir,
+        Err(e) => return eprintln!("temp dir: {e}"),
+    };
+    let tier_names: Vec<String> = (0..tiers)
+        .map(|t| format!("\"{}s\"", 10 * (t + 1)))
+        .collect();
+    let mut docs = vec![
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: rabbit\n  namespace: bench\nstringData:\n  uri: amqp://guest:guest@127.0.0.1:5672/%2f\n  managementUri: http://127.0.0.1:15672\n".to_string(),
+        format!("apiVersion: dlqoperator.io/v1alpha1\nkind: RetryPolicy\nmetadata:\n  name: policy\n  namespace: bench\nspec:\n  maxRetries: {tiers}\n  tiers: [{}]\n", tier_names.join(", ")),
+    ];
+    for i in 0..n {
+        docs.push(serde_json::to_string(&dlq(i, shape, None, RETENTION)).unwrap_or_default());
+    }
+    let path = dir.path().join("all.yaml");
+    if let Err(e) = std::fs::write(&path, docs.join("\n---\n")) {
+        return eprintln!("{}: {e}", path.display());
+    }
+    let planned = match dlq_operator::standalone::load_and_plan(&[path]) {
+        Ok((_, planned)) => planned,
+        Err(e) => return eprintln!("plan: {e}"),
+    };
+    let started = ticks_now(beam);
+    let summary = dlq_operator::standalone::apply_all(
+        dlq_operator::broker::default_factory().as_ref(),
+        &planned,
+        &mut std::io::sink(),
+    )
+    .await;
+    let (broker_cpu, own_cpu) = cpu_seconds_since(beam, started);
+    println!(
+        "apply -f of {n}: {:.1} s, broker CPU {broker_cpu:.1} s, own CPU {own_cpu:.1} s, {}",
+        started.2.elapsed().as_secs_f64(),
+        match summary {
+            Ok(s) => format!("{} ready, {} not ready", s.ready, s.not_ready),
+            Err(e) => format!("output error {e}"),
+        }
+    );
+}
+
+/// Retention of every DeadLetterQueue; the edited one gets [`LOWER_RETENTION`].
+const RETENTION: &str = "7d";
+const LOWER_RETENTION: &str = "3d";
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let has = |w: &str| args.iter().any(|a| a == w);
+    let n: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(1000);
+    let tiers: usize = args
+        .iter()
+        .find_map(|a| a.strip_prefix("tiers=")?.parse().ok())
+        .unwrap_or(2);
+    let prefix = format!("bench-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let shape = Shape {
+        prefix: &prefix,
+        queue_type: if has("quorum") { "Quorum" } else { "Classic" },
+        settings: if has("policy") { "Policy" } else { "Arguments" },
+    };
+    let beam = broker_pid();
+    if has("standalone") {
+        standalone(n, tiers, &shape, beam.as_deref()).await;
+        delete_prefix(&prefix).await;
+        return;
+    }
+    let fake = fake_api(n, tiers, &shape);
     let ctx = Arc::new(DeadLetterQueueContext::new(Arc::new(Context::new(
         fake.client(NS),
         "bench",
         Metrics::new(),
         Arc::new(BrokerClients::default()),
     ))));
-
     println!(
-        "reconcile of {n} DeadLetterQueues ({queue_type} queues, 1 retry tier each), 4 at a time"
+        "reconcile of {n} DeadLetterQueues ({} queues, {tiers} retry tiers each, queueSettings: {}), 4 at a time; broker pid {}",
+        shape.queue_type,
+        shape.settings,
+        beam.as_deref().unwrap_or("unknown (no broker CPU)")
     );
     let rss_before = proc_status("VmRSS:");
-    let start = Instant::now();
-    let failures = futures::stream::iter(0..n)
-        .map(|i| {
-            let ctx = ctx.clone();
-            let obj = Arc::new(dlq(i, &prefix, queue_type, None));
-            async move { dead_letter_queue::reconcile(obj, ctx).await.is_err() }
-        })
-        .buffer_unordered(4)
-        .filter(|failed| futures::future::ready(*failed))
-        .count()
-        .await;
-    let first = start.elapsed();
+    let started = ticks_now(beam.as_deref());
+    let failures = round(&ctx, n, |i| dlq(i, &shape, None, RETENTION)).await;
+    let first = started.2.elapsed();
+    let (broker_cpu, own_cpu) = cpu_seconds_since(beam.as_deref(), started);
     let calls = fake.take();
-    let statuses: std::collections::HashMap<String, Value> = calls
-        .iter()
-        .filter(|c| c.method == "PATCH" && c.path.ends_with("/status"))
-        .map(|c| {
-            let name = c
-                .path
-                .trim_end_matches("/status")
-                .rsplit('/')
-                .next()
-                .unwrap_or_default();
-            (name.to_string(), c.body["status"].clone())
-        })
-        .collect();
+    let statuses = statuses(&calls);
     let broker = ctx.shared.brokers.request_counts();
     println!(
-        "first reconcile: {:.1} s ({:.1} ms per object), {failures} failed, {} API calls, {} broker requests ({} writes), peak RSS {} MiB (start {} MiB)",
+        "first reconcile: {:.1} s ({:.1} ms per object), {failures} failed, broker CPU {broker_cpu:.1} s, own CPU {own_cpu:.1} s, {} API calls, {} broker requests ({} writes), peak RSS {} MiB (start {} MiB)",
         first.as_secs_f64(),
         first.as_secs_f64() * 1000.0 / n as f64,
         calls.len(),
@@ -197,31 +286,39 @@ async fn main() {
     );
 
     // Steady state: the same objects with the status the controller wrote.
-    let cpu_before = cpu_seconds();
-    let start = Instant::now();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let ctx = ctx.clone();
-            let status = statuses.get(&format!("d{i}")).cloned();
-            let obj = Arc::new(dlq(i, &prefix, queue_type, status));
-            async move { dead_letter_queue::reconcile(obj, ctx).await.is_err() }
-        })
-        .buffer_unordered(4)
-        .for_each(|_| async {})
-        .await;
-    let round = start.elapsed();
-    let cpu = cpu_seconds() - cpu_before;
+    let started = ticks_now(beam.as_deref());
+    round(&ctx, n, |i| {
+        dlq(
+            i,
+            &shape,
+            statuses.get(&format!("d{i}")).cloned(),
+            RETENTION,
+        )
+    })
+    .await;
+    let (broker_cpu, cpu) = cpu_seconds_since(beam.as_deref(), started);
     let calls = fake.take();
     let api_writes = calls.iter().filter(|c| c.is_write()).count();
     let after = ctx.shared.brokers.request_counts();
     println!(
-        "steady-state resync round: {:.1} s wall, {:.2} s CPU (this process), {api_writes} API writes, {} broker writes, {} broker reads; at the default 5 min resync: {:.0} API writes/min, {:.3} CPU s/min",
-        round.as_secs_f64(),
-        cpu,
+        "steady-state resync round: {:.1} s wall, {cpu:.2} s CPU (this process), broker CPU {broker_cpu:.1} s, {api_writes} API writes, {} broker writes, {} broker reads; at the default 5 min resync: {:.0} API writes/min, {:.3} CPU s/min",
+        started.2.elapsed().as_secs_f64(),
         after.writes - broker.writes,
         after.reads - broker.reads,
         api_writes as f64 / 5.0,
         cpu / 5.0,
+    );
+
+    // One resource's retention lowered: its writes only.
+    let status = statuses.get("d0").cloned();
+    let started = ticks_now(beam.as_deref());
+    let failed = round(&ctx, 1, |_| dlq(0, &shape, status.clone(), LOWER_RETENTION)).await;
+    let edited = ctx.shared.brokers.request_counts();
+    println!(
+        "one retention lowered ({RETENTION} → {LOWER_RETENTION}): {:.0} ms, {} broker writes, broker CPU {:.2} s, {failed} failed",
+        started.2.elapsed().as_secs_f64() * 1000.0,
+        edited.writes - after.writes,
+        cpu_seconds_since(beam.as_deref(), started).0,
     );
     delete_prefix(&prefix).await;
 }

@@ -34,7 +34,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::backoff::ResolvedPolicy;
-use crate::crd::{DeadLetterQueueSpec, ErrorClass, QueueType, TopologyStatus};
+use crate::crd::{DeadLetterQueueSpec, ErrorClass, QueueSettings, QueueType, TopologyStatus};
 use crate::duration::format_ms;
 
 /// Prefix of every policy name the operator owns.
@@ -209,8 +209,15 @@ pub struct DesiredTopology {
     pub vhost: String,
     /// Exchanges to declare.
     pub exchanges: Vec<ExchangePlan>,
-    /// Operator-owned policies (applied before queues).
+    /// Operator-owned policies (applied before queues). Under
+    /// [`QueueSettings::Arguments`] these are the settings each queue must have: a queue
+    /// the operator declares carries them as arguments, and a policy is written only
+    /// where one is needed (docs/ARCHITECTURE.md, "A thousand queues per vhost").
     pub policies: Vec<PolicyPlan>,
+    /// Where the settings of the queues the operator declares live
+    /// (`spec.broker.queueSettings`; left out of the rendered plan when `Policy`).
+    #[serde(skip_serializing_if = "QueueSettings::is_policy")]
+    pub queue_settings: QueueSettings,
     /// Queues: dead-letter queues, source, retry tiers.
     pub queues: Vec<QueuePlan>,
     /// Bindings: dead-letter route, retry tiers, source exchange.
@@ -399,6 +406,7 @@ pub fn plan(owner: &str, spec: &DeadLetterQueueSpec, policy: &ResolvedPolicy) ->
         vhost: spec.broker.vhost.clone(),
         exchanges,
         policies: parts.policies,
+        queue_settings: spec.broker.queue_settings,
         queues: parts.queues,
         bindings: parts.bindings,
         source_exchange: spec.source.exchange.clone(),

@@ -66,6 +66,10 @@ pub enum Outcome {
     Conflict(String),
     /// Our policy is in place but another policy takes precedence on the queue.
     Shadowed(String),
+    /// A setting the spec asks for cannot take effect on a queue declared with it as an
+    /// argument (`queueSettings: Arguments`: a number above the argument, which RabbitMQ
+    /// applies as the lower of the two); nothing written, reason and way out given.
+    Fixed(String),
     /// An obsolete queue still holds messages; unbound and removed once empty.
     Draining(String),
     /// An obsolete queue that the operator unbound but will not delete (reason given,
@@ -88,6 +92,7 @@ impl fmt::Display for Outcome {
             Outcome::InPlace => f.write_str("in place"),
             Outcome::Conflict(r) => write!(f, "conflict: {r}"),
             Outcome::Shadowed(r) => write!(f, "shadowed: {r}"),
+            Outcome::Fixed(r) => write!(f, "fixed at declaration: {r}"),
             Outcome::Draining(r) => write!(f, "draining: {r}"),
             Outcome::Retained(r) => write!(f, "retained: {r}"),
             Outcome::Retired(r) => write!(f, "retired: {r}"),
@@ -129,7 +134,10 @@ impl ApplyReport {
         !self.actions.iter().any(|a| {
             matches!(
                 a.outcome,
-                Outcome::Conflict(_) | Outcome::Shadowed(_) | Outcome::Failed(_)
+                Outcome::Conflict(_)
+                    | Outcome::Shadowed(_)
+                    | Outcome::Fixed(_)
+                    | Outcome::Failed(_)
             )
         })
     }

@@ -131,8 +131,8 @@ pub fn remove(conditions: &mut Vec<Condition>, type_: &str) -> bool {
 /// `TopologyReady` and `Ready` for the result of one reconcile of a DeadLetterQueue.
 ///
 /// Reasons: `TopologyApplied` when everything is in place; `ArgumentConflict`,
-/// `PolicyShadowed` or `ApplyFailed` from the first object that is not (in that order of
-/// precedence); for an error, [`ReconcileError::reason`] (`InvalidSpec`,
+/// `PolicyShadowed`, `DeclaredArgument` or `ApplyFailed` from the first object that is
+/// not (in that order of precedence); for an error, [`ReconcileError::reason`] (`InvalidSpec`,
 /// `BrokerUnreachable`, …).
 pub fn for_reconcile(result: &Result<ApplyReport, ReconcileError>) -> [Desired; 2] {
     let (status, reason, message) = match result {
@@ -172,10 +172,12 @@ pub fn for_reconcile(result: &Result<ApplyReport, ReconcileError>) -> [Desired; 
                 ("ArgumentConflict", a)
             } else if let Some(a) = first(|o| matches!(o, Outcome::Shadowed(_))) {
                 ("PolicyShadowed", a)
+            } else if let Some(a) = first(|o| matches!(o, Outcome::Fixed(_))) {
+                ("DeclaredArgument", a)
             } else if let Some(a) = first(|o| matches!(o, Outcome::Failed(_))) {
                 ("ApplyFailed", a)
             } else {
-                // is_ready() is false only for the three outcomes above.
+                // is_ready() is false only for the four outcomes above.
                 return ready_pair(false, "ApplyFailed", "not ready".into());
             };
             (false, reason, action.to_string())

@@ -135,6 +135,35 @@ pub struct BrokerSpec {
     #[serde(default = "default_policy_priority")]
     #[schemars(range(min = 0, max = 10000))]
     pub policy_priority: i32,
+    /// Where the settings of the queues the operator declares live
+    /// (docs/ARCHITECTURE.md, "A thousand queues per vhost"): `Policy` (default) in one
+    /// exact-name policy per queue, every setting changeable in place; `Arguments` as
+    /// queue arguments at declaration, with no policy, for vhosts of hundreds to thousands
+    /// of queues. Under `Arguments` a retention, maximum length or delivery limit can be
+    /// lowered in place (one policy) but not raised, and the overflow, the dead-letter
+    /// exchange and router mode of a declared queue cannot change (reason
+    /// `DeclaredArgument`; give the dead-letter queue a new name instead). Queues that
+    /// already exist keep the layout they were declared in.
+    #[serde(default, skip_serializing_if = "QueueSettings::is_policy")]
+    pub queue_settings: QueueSettings,
+}
+
+/// Where the settings of the queues the operator declares live (`spec.broker.queueSettings`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum QueueSettings {
+    /// One exact-name operator policy per queue (every setting changeable in place).
+    #[default]
+    Policy,
+    /// Queue arguments at declaration; a policy only where one is needed.
+    Arguments,
+}
+
+impl QueueSettings {
+    /// Whether this is the default, [`QueueSettings::Policy`] (then the field is left out
+    /// when the spec is written back).
+    pub fn is_policy(&self) -> bool {
+        *self == QueueSettings::Policy
+    }
 }
 
 fn default_vhost() -> String {
@@ -437,7 +466,8 @@ pub struct TopologyStatus {
     /// Queues.
     #[serde(default)]
     pub queues: Vec<String>,
-    /// Operator-owned policies.
+    /// Operator-owned policies of the plan (with `spec.broker.queueSettings: Arguments`
+    /// written only where one is needed).
     #[serde(default)]
     pub policies: Vec<String>,
 }

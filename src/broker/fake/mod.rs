@@ -16,7 +16,10 @@
 //!   that differs, reports a queue of another type or with other arguments and an exchange
 //!   of another type as conflicts (untouched), a policy of higher or equal priority on the
 //!   same queue as shadowing, and unbinds obsolete retry tiers, deleting each once empty.
-//!   A second apply of the same plan writes nothing.
+//!   A second apply of the same plan writes nothing. It keeps every setting in the
+//!   operator's policies whatever `spec.broker.queueSettings` says: the arguments layout
+//!   and RabbitMQ's rules for combining arguments with policies are tested on the real
+//!   broker (tests/queue_settings.rs) and in `rabbitmq::diff`'s unit tests.
 //! - `remove` refuses while a queue to delete holds a message or has a consumer, or the
 //!   source queue has a consumer, and never touches another owner's names.
 //! - Depths are the queues' message counts; `delete_queue_if_empty` refuses a queue with

@@ -39,6 +39,7 @@
 
 pub mod amqp;
 pub mod dead_letters;
+mod declared;
 mod diff;
 mod execute;
 mod limits;

@@ -24,17 +24,25 @@
 //!   and queues.
 //! - Obsolete retry tiers and dead-letter queues are retired only once what replaces them
 //!   is usable ([`Diff::retire_tiers`], [`Diff::retire_dead_letter_queues`]).
+//! - Under `queueSettings: Arguments` (docs/ARCHITECTURE.md, "A thousand queues per
+//!   vhost") a queue to declare carries its policy's definition as arguments (the source
+//!   and the router inbox only once the dead-letter route is usable), the policy is
+//!   written only where `declared::policy_needed` says so, an argument that wins over
+//!   any policy and differs is a conflict, and a number the spec raises above its
+//!   argument is reported [`Outcome::Fixed`].
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde_json::Value;
 
+use super::declared::{self, Combine};
 use super::limits::no_default_delivery_limit;
 use super::management::{PolicyInfo, QueueInfo};
 use super::ownership::{self, Found, OwnerRecord};
 use super::patterns::{json_equal, maps_equal, matching_policies, pattern_matches};
 use super::snapshot::{Facts, Snapshot};
 use crate::broker::{Action, ObjectKind, Outcome};
+use crate::crd::QueueSettings;
 use crate::topology::{
     BindingPlan, DesiredTopology, ExchangePlan, PolicyPlan, QueuePlan, QueueRole, Step,
 };
@@ -147,7 +155,7 @@ impl Diff {
 /// ([`needs_broker_version`], [`ready_counts_needed`]). See the module documentation for
 /// the rules.
 pub fn diff(plan: &DesiredTopology, snap: &Snapshot, owners: &Found, facts: &Facts) -> Diff {
-    let adoption = Adoption::of(plan, snap, owners);
+    let adoption = Adoption::of(plan, snap, owners, facts);
     let mut walk = Walk {
         plan,
         snap,
@@ -203,14 +211,21 @@ struct Adoption {
 }
 
 impl Adoption {
-    fn of(plan: &DesiredTopology, snap: &Snapshot, owners: &Found) -> Self {
+    fn of(plan: &DesiredTopology, snap: &Snapshot, owners: &Found, facts: &Facts) -> Self {
+        let version = facts.broker_version.as_deref();
         let conflicts = plan
             .queues
             .iter()
             .filter_map(|q| {
                 let existing = snap.queue(&q.name)?;
                 let policy = plan.policies.iter().find(|p| p.queue == q.name);
-                let mut reasons = queue_conflicts(existing, q, policy);
+                let mut reasons = match (plan.queue_settings, policy) {
+                    (QueueSettings::Arguments, Some(p)) => {
+                        let settings = settings_of(plan, snap, p, version);
+                        declared_conflicts(existing, q, p, &settings)
+                    }
+                    _ => queue_conflicts(existing, q, policy),
+                };
                 if q.role == QueueRole::Inbox && !recorded(owners, &q.name) {
                     reasons.push(foreign_inbox(&q.name));
                 }
@@ -317,6 +332,9 @@ impl Walk<'_> {
     }
 
     fn policy(&mut self, p: &PolicyPlan) {
+        if self.plan.queue_settings == QueueSettings::Arguments && !self.declared_policy(p) {
+            return;
+        }
         let target = PolicyTarget::of(
             self.plan,
             self.snap,
@@ -370,6 +388,48 @@ impl Walk<'_> {
         self.entries.push_back(Entry::Report(action));
     }
 
+    /// Under `queueSettings: Arguments`: reports the numbers the spec raises above the
+    /// arguments of `p`'s existing queue ([`Outcome::Fixed`]), and says whether `p` must
+    /// be written ([`declared::policy_needed`]).
+    fn declared_policy(&mut self, p: &PolicyPlan) -> bool {
+        let version = self.facts.broker_version.as_deref();
+        let settings = settings_of(self.plan, self.snap, p, version);
+        let queue_type = queue_type_of(self.plan, self.snap, &p.queue);
+        let existing = self.snap.queue(&p.queue);
+        if let Some(q) = existing {
+            if !self.adoption.conflicts.contains_key(&p.queue) {
+                let fixed = declared::declared(&q.arguments, &settings, queue_type).fixed;
+                for (key, have, want) in fixed {
+                    let why = raised_above_argument(&p.queue, &key, &have, &want);
+                    self.entries.push_back(Entry::Report(policy_action(
+                        &p.name,
+                        Outcome::Fixed(why),
+                        &None,
+                    )));
+                }
+            }
+        }
+        declared::policy_needed(p, &settings, existing, &self.snap.policies, queue_type)
+    }
+
+    /// The arguments to declare queue `q` with: the plan's, plus under
+    /// `queueSettings: Arguments` its policy's settings — for the source queue and the
+    /// router inbox only once the dead-letter route behind them is usable (else they are
+    /// declared without, and get the policy once it is).
+    fn declare_arguments(&self, q: &QueuePlan) -> QueuePlan {
+        let mut q = q.clone();
+        let Some(p) = self.plan.policies.iter().find(|p| p.queue == q.name) else {
+            return q;
+        };
+        let routed = matches!(q.role, QueueRole::Source | QueueRole::Inbox);
+        if self.plan.queue_settings == QueueSettings::Arguments && (!routed || self.route_ready()) {
+            let version = self.facts.broker_version.as_deref();
+            let settings = settings_of(self.plan, self.snap, p, version);
+            q.arguments.extend(declared::arguments_of(&settings));
+        }
+        q
+    }
+
     /// Whether the dead-letter exchange, every dead-letter queue of the plan and (router
     /// mode) the router inbox are usable so far, so that the source queue may be pointed
     /// at the route.
@@ -394,8 +454,9 @@ impl Walk<'_> {
                 ))
             }
             None => {
+                let declare = self.declare_arguments(q);
                 self.entries
-                    .push_back(Entry::Write(Write::DeclareQueue(q.clone())));
+                    .push_back(Entry::Write(Write::DeclareQueue(declare)));
                 return;
             }
             Some(_) => match self.adoption.conflicts.get(&q.name) {
@@ -472,15 +533,7 @@ impl<'s> PolicyTarget<'s> {
         p: &PolicyPlan,
         version: Option<&str>,
     ) -> Self {
-        let queue_type = snap
-            .queue(&p.queue)
-            .and_then(|q| q.kind.as_deref())
-            .unwrap_or_else(|| {
-                plan.queues
-                    .iter()
-                    .find(|q| q.name == p.queue)
-                    .map_or("classic", |q| q.queue_type.argument())
-            });
+        let queue_type = queue_type_of(plan, snap, &p.queue);
         let (higher, lower) = matching_policies(&snap.policies, p, queue_type);
         let mut definition = p.definition.clone();
         for other in &lower {
@@ -530,6 +583,71 @@ impl<'s> PolicyTarget<'s> {
             top.name, top.priority, p.name, p.priority, p.queue
         ))
     }
+}
+
+/// The type of queue `name`: as it exists, else as planned (`classic` when unknown).
+fn queue_type_of<'a>(plan: &'a DesiredTopology, snap: &'a Snapshot, name: &str) -> &'a str {
+    snap.queue(name)
+        .and_then(|q| q.kind.as_deref())
+        .unwrap_or_else(|| {
+            plan.queues
+                .iter()
+                .find(|q| q.name == name)
+                .map_or("classic", |q| q.queue_type.argument())
+        })
+}
+
+/// The settings `p`'s queue must have under `queueSettings: Arguments`: the plan's
+/// definition and, on RabbitMQ 4.x (`version`), no default delivery limit for a quorum
+/// dead-letter queue (`limits::no_default_delivery_limit`). The keys of other policies
+/// are not merged in: they apply by themselves next to the arguments.
+fn settings_of(
+    plan: &DesiredTopology,
+    snap: &Snapshot,
+    p: &PolicyPlan,
+    version: Option<&str>,
+) -> BTreeMap<String, Value> {
+    let mut settings = p.definition.clone();
+    let quorum_dead_letter = queue_type_of(plan, snap, &p.queue) == "quorum"
+        && plan.dead_letter_queues().any(|q| q == p.queue);
+    if let (true, Some(version)) = (quorum_dead_letter, version) {
+        no_default_delivery_limit(&mut settings, version);
+    }
+    settings
+}
+
+/// Why `key` of queue `queue` stays at its argument `have` although the spec wants
+/// `want` (a number RabbitMQ applies as the lower of argument and policy), and the way
+/// out.
+fn raised_above_argument(queue: &str, key: &str, have: &Value, want: &Value) -> String {
+    format!(
+        "queue {queue:?} was declared with argument x-{key}={have} (spec.broker.queueSettings: Arguments) and RabbitMQ applies the lower of an argument and a policy, so {key}={want} cannot take effect in place; for a dead-letter queue give it a new name (spec.deadLetter.queue: the new queue gets the new settings, the old one is retired with its dead letters), for a source queue move to a new queue or keep the value at or below {have}"
+    )
+}
+
+/// Why an existing queue cannot serve the plan under `queueSettings: Arguments`: another
+/// type or a planned argument missing or different ([`queue_conflicts`] without a
+/// policy), or an argument that differs from `settings` and wins over any policy
+/// ([`Combine::Argument`]: the dead-letter exchange and routing key, the dead-letter
+/// strategy, a classic queue's overflow).
+fn declared_conflicts(
+    existing: &QueueInfo,
+    plan: &QueuePlan,
+    p: &PolicyPlan,
+    settings: &BTreeMap<String, Value>,
+) -> Vec<String> {
+    let mut reasons = queue_conflicts(existing, plan, None);
+    let queue_type = existing.kind.as_deref().unwrap_or("classic");
+    let found = declared::declared(&existing.arguments, settings, queue_type);
+    for (key, have, want) in found.fixed {
+        if declared::combine(&key, queue_type) == Combine::Argument {
+            reasons.push(format!(
+                "queue {:?} has argument x-{key}={have}, which wins over any policy, so {key}={want} of {} cannot take effect (queue arguments are fixed at declaration)",
+                plan.name, p.name
+            ));
+        }
+    }
+    reasons
 }
 
 /// Whether `owners` holds an ownership record for queue `name` (the apply's check has
@@ -623,5 +741,7 @@ pub(super) fn queue_conflicts(
     reasons
 }
 
+#[cfg(test)]
+mod arguments_tests;
 #[cfg(test)]
 mod tests;

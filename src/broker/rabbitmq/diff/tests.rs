@@ -12,7 +12,7 @@ use crate::topology::policy_name;
 
 /// The plan of source queue `orders` with two retry tiers (5 s, 30 s); `extra` is merged
 /// into the spec (e.g. `{"deadLetter": {...}}`).
-fn plan_with(extra: Value) -> DesiredTopology {
+pub(super) fn plan_with(extra: Value) -> DesiredTopology {
     let mut spec = json!({
         "source": {"queue": "orders"},
         "retryPolicyRef": {"name": "p"},
@@ -34,11 +34,11 @@ fn plan() -> DesiredTopology {
     plan_with(json!({}))
 }
 
-const DLQ: &str = "orders.dlq";
-const V3: &str = "3.10.8";
-const V4: &str = "4.0.5";
+pub(super) const DLQ: &str = "orders.dlq";
+pub(super) const V3: &str = "3.10.8";
+pub(super) const V4: &str = "4.0.5";
 
-fn facts(version: &str) -> Facts {
+pub(super) fn facts(version: &str) -> Facts {
     Facts {
         broker_version: Some(version.to_string()),
         ready: BTreeMap::new(),
@@ -52,7 +52,12 @@ fn queue_info(name: &str, kind: &str, arguments: Value, messages: u64) -> QueueI
     .expect("queue info")
 }
 
-fn policy_info(name: &str, pattern: &str, priority: i64, definition: Value) -> PolicyInfo {
+pub(super) fn policy_info(
+    name: &str,
+    pattern: &str,
+    priority: i64,
+    definition: Value,
+) -> PolicyInfo {
     serde_json::from_value(json!({
         "name": name, "pattern": pattern, "apply-to": "queues",
         "priority": priority, "definition": definition,
@@ -60,12 +65,12 @@ fn policy_info(name: &str, pattern: &str, priority: i64, definition: Value) -> P
     .expect("policy info")
 }
 
-fn exchange_info(name: &str, kind: &str) -> ExchangeInfo {
+pub(super) fn exchange_info(name: &str, kind: &str) -> ExchangeInfo {
     serde_json::from_value(json!({"name": name, "type": kind})).expect("exchange info")
 }
 
 /// What a broker of `version` holds once `plan` was applied to it.
-fn in_place(plan: &DesiredTopology, version: &str) -> Snapshot {
+pub(super) fn in_place(plan: &DesiredTopology, version: &str) -> Snapshot {
     let exchanges = plan
         .exchanges
         .iter()
@@ -124,7 +129,7 @@ fn in_place(plan: &DesiredTopology, version: &str) -> Snapshot {
 }
 
 /// Every claim of `plan` with its record: all recorded for `plan`'s owner, or none yet.
-fn owners(plan: &DesiredTopology, recorded: bool) -> Found {
+pub(super) fn owners(plan: &DesiredTopology, recorded: bool) -> Found {
     claims(plan)
         .into_iter()
         .map(|c| {
@@ -158,7 +163,7 @@ fn fresh_entries(plan: &DesiredTopology) -> Vec<Entry> {
     records.chain(lines).chain(steps).collect()
 }
 
-fn reports(diff: &Diff) -> Vec<&Action> {
+pub(super) fn reports(diff: &Diff) -> Vec<&Action> {
     diff.entries
         .iter()
         .filter_map(|e| match e {
@@ -168,7 +173,7 @@ fn reports(diff: &Diff) -> Vec<&Action> {
         .collect()
 }
 
-fn report<'d>(diff: &'d Diff, kind: ObjectKind, name: &str) -> &'d Outcome {
+pub(super) fn report<'d>(diff: &'d Diff, kind: ObjectKind, name: &str) -> &'d Outcome {
     reports(diff)
         .into_iter()
         .find(|a| a.kind == kind && a.name == name)
@@ -176,7 +181,7 @@ fn report<'d>(diff: &'d Diff, kind: ObjectKind, name: &str) -> &'d Outcome {
         .unwrap_or_else(|| panic!("no report line for {kind} {name}: {diff:#?}"))
 }
 
-fn policy_writes(diff: &Diff) -> Vec<&PolicyWrite> {
+pub(super) fn policy_writes(diff: &Diff) -> Vec<&PolicyWrite> {
     diff.writes()
         .filter_map(|w| match w {
             Write::PutPolicy(p) => Some(p),
