@@ -82,15 +82,24 @@ fn dlq(i: usize, shape: &Shape<'_>, status: Option<Value>, retention: &str) -> D
     serde_json::from_value(o).expect("object")
 }
 
+/// Deletes the bench's queues, exchanges and policies (names containing `prefix`) and
+/// their ownership records (global parameters whose object name starts with `prefix`):
+/// left behind, thousands of records would slow every later declaration on the broker,
+/// which scans them with the policies.
 async fn delete_prefix(prefix: &str) {
     let http = reqwest::Client::new();
     let base = "http://127.0.0.1:15672/api";
     let enc = |s: &str| {
         percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
     };
-    for kind in ["queues", "exchanges", "policies"] {
+    for (kind, path) in [
+        ("queues", "queues/%2F"),
+        ("exchanges", "exchanges/%2F"),
+        ("policies", "policies/%2F"),
+        ("global-parameters", "global-parameters"),
+    ] {
         let list: Vec<Value> = match http
-            .get(format!("{base}/{kind}/%2F?columns=name"))
+            .get(format!("{base}/{path}"))
             .basic_auth("guest", Some("guest"))
             .send()
             .await
@@ -98,10 +107,18 @@ async fn delete_prefix(prefix: &str) {
             Ok(r) => r.json().await.unwrap_or_default(),
             Err(_) => Vec::new(),
         };
+        let ours = |v: &Value| {
+            let object = if kind == "global-parameters" {
+                &v["value"]["name"]
+            } else {
+                &v["name"]
+            };
+            object.as_str().is_some_and(|n| n.contains(prefix))
+        };
         let names: Vec<String> = list
             .iter()
+            .filter(|v| ours(v))
             .filter_map(|v| v["name"].as_str())
-            .filter(|n| n.contains(prefix))
             .map(str::to_string)
             .collect();
         futures::stream::iter(names)
@@ -109,7 +126,7 @@ async fn delete_prefix(prefix: &str) {
                 let http = http.clone();
                 async move {
                     let _ = http
-                        .delete(format!("{base}/{kind}/%2F/{}", enc(&n)))
+                        .delete(format!("{base}/{path}/{}", enc(&n)))
                         .basic_auth("guest", Some("guest"))
                         .send()
                         .await;

@@ -15,7 +15,7 @@ use std::time::Duration as StdDuration;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{ApplyReport, BrokerConnection, BrokerFactory, Outcome};
+use crate::broker::{BrokerConnection, BrokerFactory};
 use crate::collector::{
     Collector, DepthSource, Group, GroupPoll, Listing, Member, Reading, Recorded, Required,
 };
@@ -25,6 +25,9 @@ use crate::reconcile;
 
 pub use crate::resolve::manifests::{load_and_plan, Planned};
 
+mod apply;
+pub use apply::{apply_all, APPLY_CONCURRENCY};
+
 /// Counts of one apply, for the summary line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Summary {
@@ -33,125 +36,6 @@ pub struct Summary {
     /// DeadLetterQueues with a conflict, a shadowed policy, a failed object or a broker
     /// error.
     pub not_ready: usize,
-}
-
-/// How many objects one apply created, updated, deleted, found in place, left draining
-/// or retained.
-#[derive(Debug, Default)]
-struct Counts {
-    created: usize,
-    updated: usize,
-    deleted: usize,
-    in_place: usize,
-    draining: usize,
-    retained: usize,
-    retired: usize,
-}
-
-impl Counts {
-    fn of(report: &ApplyReport) -> Self {
-        let mut c = Counts::default();
-        // Ownership records are not broker objects: their line says what was written.
-        for a in report
-            .actions
-            .iter()
-            .filter(|a| a.kind != crate::broker::ObjectKind::Ownership)
-        {
-            match a.outcome {
-                Outcome::Created => c.created += 1,
-                Outcome::Updated => c.updated += 1,
-                Outcome::Deleted => c.deleted += 1,
-                Outcome::InPlace => c.in_place += 1,
-                Outcome::Draining(_) => c.draining += 1,
-                Outcome::Retained(_) => c.retained += 1,
-                Outcome::Retired(_) => c.retired += 1,
-                _ => {}
-            }
-        }
-        c
-    }
-}
-
-impl std::fmt::Display for Counts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} created, {} updated, {} deleted, {} in place",
-            self.created, self.updated, self.deleted, self.in_place
-        )?;
-        if self.draining > 0 {
-            write!(f, ", {} draining", self.draining)?;
-        }
-        if self.retained > 0 {
-            write!(f, ", {} retained", self.retained)?;
-        }
-        if self.retired > 0 {
-            write!(f, ", {} retired", self.retired)?;
-        }
-        Ok(())
-    }
-}
-
-/// Applies every planned DeadLetterQueue once and writes a human report to `out`: one
-/// line per broker object (created / updated / in place / conflict …) and a verdict per
-/// resource.
-///
-/// # Errors
-/// Only I/O errors writing to `out`; broker problems are reported in the output and the
-/// [`Summary`].
-pub async fn apply_all(
-    brokers: &dyn BrokerFactory,
-    planned: &[Planned],
-    out: &mut impl Write,
-) -> std::io::Result<Summary> {
-    let mut summary = Summary::default();
-    // Names and reasons come from files and from the broker: control characters are
-    // escaped before they reach a terminal.
-    let mut line = |text: String| writeln!(out, "{}", crate::printable::escape(&text));
-    for p in planned {
-        let prep = &p.prepared;
-        line(format!(
-            "DeadLetterQueue {} from {} -> {} vhost {}",
-            prep.key,
-            p.source,
-            prep.connection.redacted_management_uri(),
-            prep.topology.vhost
-        ))?;
-        let result = match brokers.client(&prep.connection) {
-            Ok(broker) => reconcile::apply(broker.as_ref(), prep).await,
-            Err(e) => Err(e.into()),
-        };
-        if let Ok(report) = &result {
-            for a in &report.actions {
-                line(format!("  {a}"))?;
-            }
-        }
-        // The verdict is the resource's Ready condition, as the controller writes it.
-        let [_, ready] = conditions::for_reconcile(&result);
-        let counts = result.as_ref().ok().map(Counts::of);
-        match (ready.status, counts) {
-            (conditions::ConditionStatus::True, Some(counts)) => {
-                summary.ready += 1;
-                line(format!("  => ready ({counts})"))?;
-            }
-            (_, Some(counts)) => {
-                summary.not_ready += 1;
-                line(format!(
-                    "  => NOT ready [{}]: {} ({counts})",
-                    ready.reason, ready.message
-                ))?;
-            }
-            (_, None) => {
-                summary.not_ready += 1;
-                line(format!("  => failed [{}]: {}", ready.reason, ready.message))?;
-            }
-        }
-    }
-    line(format!(
-        "{} DeadLetterQueue(s) ready, {} not ready",
-        summary.ready, summary.not_ready
-    ))?;
-    Ok(summary)
 }
 
 /// What `render` prints for one DeadLetterQueue.

@@ -13,7 +13,7 @@ use super::{rabbitmq, BrokerError};
 ///
 /// The password is held privately; `Debug` and the `redacted_*` accessors replace it with
 /// `***`.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub struct BrokerConnection {
     secret_name: String,
     /// AMQP URI without userinfo.
