@@ -68,8 +68,8 @@ impl RabbitMq {
     /// the number of objects in the vhost (the management API's listings of queues and
     /// bindings take tens of milliseconds per thousand queues, and an apply of 1,000
     /// resources would otherwise cost O(n²)): `GET /api/vhosts` ([`RabbitMq::ensure_vhost`]); one GET per
-    /// planned exchange, queue and exchange/queue binding pair; the vhost's policies; and
-    /// and, while the retry exchange exists, the queues that may be obsolete tiers
+    /// planned exchange, queue and exchange/queue binding pair; the vhost's policies; and,
+    /// while the retry exchange exists, the queues that may be obsolete tiers
     /// ([`RabbitMq::tier_candidates`]: those bound to it or kept in its record) plus their
     /// bindings. Every tier the operator makes is bound to the retry exchange, so without
     /// it there is no tier of ours to retire — a first apply, which is what a thousand new
