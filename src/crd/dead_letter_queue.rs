@@ -140,10 +140,11 @@ pub struct BrokerSpec {
     /// exact-name policy per queue, every setting changeable in place; `Arguments` as
     /// queue arguments at declaration, with no policy, for vhosts of hundreds to thousands
     /// of queues. Under `Arguments` a retention, maximum length or delivery limit can be
-    /// lowered in place (one policy) but not raised, and the overflow, the dead-letter
-    /// exchange and router mode of a declared queue cannot change (reason
-    /// `DeclaredArgument`; give the dead-letter queue a new name instead). Queues that
-    /// already exist keep the layout they were declared in.
+    /// lowered in place (one policy) but not raised (reason `DeclaredArgument`; give the
+    /// dead-letter queue a new name instead), and the dead-letter exchange, router mode
+    /// and a classic queue's overflow of a declared queue cannot change (reason
+    /// `ArgumentConflict`). Queues that already exist keep the layout they were declared
+    /// in.
     #[serde(default, skip_serializing_if = "QueueSettings::is_policy")]
     pub queue_settings: QueueSettings,
 }

@@ -238,3 +238,32 @@ fn the_source_is_declared_without_its_route_while_the_route_is_not_usable() {
     assert!(queues[DLQ].contains_key("x-message-ttl"));
     assert!(policy_writes(&d).iter().all(|p| p.policy.queue != "orders"));
 }
+
+#[test]
+fn a_raised_delivery_limit_of_the_source_names_the_way_out_for_a_source() {
+    let plan = arguments_plan(json!({}));
+    let fresh = diff(
+        &plan,
+        &Snapshot::default(),
+        &owners(&plan, false),
+        &facts(V3),
+    );
+    let snap = applied(&plan, &fresh);
+    let declared_limit = snap.queue("orders").expect("source").arguments["x-delivery-limit"]
+        .as_u64()
+        .expect("a number");
+    let raised =
+        arguments_plan(json!({"source": {"queue": "orders", "deliveryLimit": declared_limit + 5}}));
+    let d = diff(&raised, &snap, &owners(&raised, true), &facts(V3));
+    assert_eq!(d.writes().count(), 0, "{d:#?}");
+    match report(&d, ObjectKind::Policy, &policy_name("orders")) {
+        Outcome::Fixed(why) => {
+            assert!(
+                why.contains(&format!("keep the value at or below {declared_limit}")),
+                "{why}"
+            );
+            assert!(!why.contains("spec.deadLetter.queue"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -43,6 +43,7 @@ use super::patterns::{json_equal, maps_equal, matching_policies, pattern_matches
 use super::snapshot::{Facts, Snapshot};
 use crate::broker::{Action, ObjectKind, Outcome};
 use crate::crd::QueueSettings;
+use crate::duration::format_ms;
 use crate::topology::{
     BindingPlan, DesiredTopology, ExchangePlan, PolicyPlan, QueuePlan, QueueRole, Step,
 };
@@ -399,8 +400,10 @@ impl Walk<'_> {
         if let Some(q) = existing {
             if !self.adoption.conflicts.contains_key(&p.queue) {
                 let fixed = declared::declared(&q.arguments, &settings, queue_type).fixed;
+                let role = self.plan.queues.iter().find(|q| q.name == p.queue);
+                let role = role.map_or(QueueRole::Source, |q| q.role);
                 for (key, have, want) in fixed {
-                    let why = raised_above_argument(&p.queue, &key, &have, &want);
+                    let why = raised_above_argument(&p.queue, role, &key, (&have, &want));
                     self.entries.push_back(Entry::Report(policy_action(
                         &p.name,
                         Outcome::Fixed(why),
@@ -616,12 +619,32 @@ fn settings_of(
     settings
 }
 
-/// Why `key` of queue `queue` stays at its argument `have` although the spec wants
-/// `want` (a number RabbitMQ applies as the lower of argument and policy), and the way
-/// out.
-fn raised_above_argument(queue: &str, key: &str, have: &Value, want: &Value) -> String {
+/// Why `key` of queue `queue` (of `role`) stays at its argument `have` although the spec
+/// wants `want` (a number RabbitMQ applies as the lower of argument and policy), and the
+/// way out for that kind of queue. Times (`message-ttl`) are shown as durations too.
+fn raised_above_argument(
+    queue: &str,
+    role: QueueRole,
+    key: &str,
+    (have, want): (&Value, &Value),
+) -> String {
+    let show = |v: &Value| match (key, v.as_u64()) {
+        ("message-ttl" | "expires", Some(ms)) => format!("{ms} ms ({})", format_ms(ms)),
+        _ => v.to_string(),
+    };
+    let way_out = match role {
+        QueueRole::DeadLetter { .. } => format!(
+            "to raise it, give the dead-letter queue a new name (spec.deadLetter.queue): the new queue is declared with the new value and {queue:?} is retired with its dead letters kept"
+        ),
+        QueueRole::Source | QueueRole::Inbox | QueueRole::Retry { .. } => format!(
+            "keep the value at or below {}, or move the application to a new queue declared with the new value",
+            show(have)
+        ),
+    };
     format!(
-        "queue {queue:?} was declared with argument x-{key}={have} (spec.broker.queueSettings: Arguments) and RabbitMQ applies the lower of an argument and a policy, so {key}={want} cannot take effect in place; for a dead-letter queue give it a new name (spec.deadLetter.queue: the new queue gets the new settings, the old one is retired with its dead letters), for a source queue move to a new queue or keep the value at or below {have}"
+        "queue {queue:?} was declared with argument x-{key}={} (spec.broker.queueSettings: Arguments) and RabbitMQ applies the lower of an argument and a policy, so {key}={} cannot take effect in place; {way_out}",
+        show(have),
+        show(want)
     )
 }
 
@@ -642,7 +665,7 @@ fn declared_conflicts(
     for (key, have, want) in found.fixed {
         if declared::combine(&key, queue_type) == Combine::Argument {
             reasons.push(format!(
-                "queue {:?} has argument x-{key}={have}, which wins over any policy, so {key}={want} of {} cannot take effect (queue arguments are fixed at declaration)",
+                "queue {:?} has argument x-{key}={have}, which wins over any policy, so {key}={want} of {} cannot take effect: under spec.broker.queueSettings: Arguments the dead-letter exchange and routing key, router mode and a classic queue's overflow are fixed when the queue is declared; revert the change, or move to a new queue (a new spec.deadLetter.queue, or a new source queue)",
                 plan.name, p.name
             ));
         }
