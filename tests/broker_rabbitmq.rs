@@ -36,9 +36,9 @@ fn conn() -> BrokerConnection {
 }
 
 /// GETs of one apply of `t` where no obsolete tier exists: the vhost list, one per
-/// planned exchange (and the source exchange), one per planned queue, while the retry
-/// exchange exists (not on the `first` apply) its record and its bindings (the possible
-/// obsolete tiers), the policies, one per bound exchange/queue pair, one ownership
+/// planned exchange (and the source exchange), one per planned queue, the retry
+/// exchange's record and, once it exists (not on the `first` apply), its bindings (the
+/// possible obsolete tiers), the policies, one per bound exchange/queue pair, one ownership
 /// record per planned queue and exchange, the dead-letter exchange's bindings (retired
 /// dead-letter queues). An inbox left behind by router mode costs nothing here: it is
 /// looked at only while its policy exists (src/broker/rabbitmq/retire_inbox.rs).
@@ -49,7 +49,8 @@ fn reads_per_apply(t: &DesiredTopology, first: bool) -> u64 {
         + t.exchanges.len()
         + usize::from(t.source_exchange.is_some())
         + t.queues.len()
-        + 2 * usize::from(!first)
+        + 1
+        + usize::from(!first)
         + 1
         + pairs.len();
     let ownership = t.exchanges.len() + t.queues.len();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{cleanup, mgmt_get, passive_ready_count, publish_persistent, unique, AMQP};
 use dlq_operator::backoff::ResolvedPolicy;
 use dlq_operator::broker::rabbitmq::RabbitMq;
-use dlq_operator::broker::{ApplyReport, BrokerConnection, Outcome};
+use dlq_operator::broker::{ApplyReport, BrokerConnection, ObjectKind, Outcome};
 use dlq_operator::crd::{DeadLetterQueueSpec, RetryPolicySpec};
 use dlq_operator::topology::{plan, DesiredTopology};
 use serde_json::{json, Value};
@@ -30,9 +30,20 @@ fn broker() -> RabbitMq {
     RabbitMq::new(&conn).expect("client")
 }
 
-/// The plan of source queue `queue` (classic, two tiers) with `settings` and the dead-letter
+/// The plan of source queue `queue` (classic, tiers 5 s and 30 s) with `settings` and the dead-letter
 /// queue's `retention`; `extra` is merged into `spec.deadLetter`.
 fn topology(queue: &str, settings: &str, retention: &str, extra: Value) -> DesiredTopology {
+    with_tiers(queue, settings, retention, extra, &["5s", "30s"])
+}
+
+/// As [`topology`], with retry tiers `tiers`.
+fn with_tiers(
+    queue: &str,
+    settings: &str,
+    retention: &str,
+    extra: Value,
+    tiers: &[&str],
+) -> DesiredTopology {
     let mut dead_letter = json!({"retention": retention});
     if let (Some(d), Some(e)) = (dead_letter.as_object_mut(), extra.as_object()) {
         d.extend(e.clone());
@@ -45,7 +56,7 @@ fn topology(queue: &str, settings: &str, retention: &str, extra: Value) -> Desir
     }))
     .expect("spec");
     let rp: RetryPolicySpec =
-        serde_json::from_value(json!({"maxRetries": 2, "tiers": ["5s", "30s"]})).expect("rp");
+        serde_json::from_value(json!({"maxRetries": tiers.len(), "tiers": tiers})).expect("rp");
     plan(
         &format!("test/{queue}"),
         &spec,
@@ -326,5 +337,32 @@ async fn resources_of_the_policy_layout_move_over_without_a_gap() {
         1,
         "no copy in the old one"
     );
+    cleanup(&prefix).await;
+}
+
+#[tokio::test]
+async fn an_obsolete_tier_is_still_retired_after_its_retry_exchange_was_deleted_by_hand() {
+    let prefix = unique("qs-tiers");
+    let a = format!("{prefix}-a");
+    assert_ready(&apply(&topology(&a, "Arguments", "60s", json!({}))).await);
+    common::mgmt_delete(&format!(
+        "/api/exchanges/%2F/{}",
+        enc(&format!("{a}.retry"))
+    ))
+    .await;
+    let changed = with_tiers(&a, "Arguments", "60s", json!({}), &["5s", "1m"]);
+    let report = apply(&changed).await;
+    let old_tier = format!("{a}.retry.30s");
+    assert_eq!(
+        report
+            .find(ObjectKind::Queue, &old_tier)
+            .map(|x| &x.outcome),
+        Some(&Outcome::Deleted),
+        "{:#?}",
+        report.actions
+    );
+    assert!(mgmt_get(&format!("/api/queues/%2F/{}", enc(&old_tier)))
+        .await
+        .is_none());
     cleanup(&prefix).await;
 }

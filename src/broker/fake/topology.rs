@@ -292,7 +292,9 @@ fn apply_policy(
     let mut definition = p.definition.clone();
     for (_, o) in others.iter().filter(|(_, o)| o.priority < ours) {
         for (k, val) in &o.definition {
-            definition.entry(k.clone()).or_insert_with(|| val.clone());
+            if !crate::broker::rabbitmq::NEVER_MERGED.contains(&k.as_str()) {
+                definition.entry(k.clone()).or_insert_with(|| val.clone());
+            }
         }
     }
     let wanted = FakePolicy {

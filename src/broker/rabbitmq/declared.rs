@@ -114,11 +114,20 @@ pub(super) fn declared(
     out
 }
 
-/// Whether a policy of the vhost other than `ours` matches `ours.queue` and would change
-/// a value of `definition` there: it sets a [`Combine::Lowest`] key lower, or a
-/// [`Combine::Policy`] key otherwise. Such a policy must be masked by ours (RabbitMQ
-/// applies only the highest-priority policy). A pattern that cannot be evaluated here
-/// counts as matching.
+/// Policy keys the operator never takes over from another policy, and masks with its own
+/// wherever another policy sets them on its queues: `expires` deletes a queue that has been
+/// unused for that long, with every message in it (a dead-letter queue nobody reads is
+/// unused). RabbitMQ docs, "Time-To-Live and Expiration": "Queue TTL".
+pub const NEVER_MERGED: &[&str] = &["expires"];
+
+/// Whether a policy of the vhost other than `ours` that matches `ours.queue` needs ours
+/// written over it: one of higher or equal priority (it takes precedence, and is then
+/// reported shadowing ours, as in the `Policy` layout); a lower one that sets a key of
+/// [`NEVER_MERGED`], a [`Combine::Lowest`] key of `definition` lower, or a
+/// [`Combine::Policy`] key otherwise (ours masks it: RabbitMQ applies only the
+/// highest-priority policy). A pattern that cannot be evaluated here counts as matching.
+/// Keys the arguments do not hold that a lower policy sets apply as they would merged into
+/// our policy in the `Policy` layout.
 pub(super) fn changed_by_other(
     policies: &[PolicyInfo],
     ours: &PolicyPlan,
@@ -131,16 +140,18 @@ pub(super) fn changed_by_other(
         .filter(|p| applies_to_queue(&p.apply_to, queue_type))
         .filter(|p| pattern_matches(&p.pattern, &ours.queue).unwrap_or(true))
         .any(|p| {
-            definition.iter().any(|(key, want)| {
-                p.definition
-                    .get(key)
-                    .is_some_and(|theirs| match combine(key, queue_type) {
-                        Combine::Lowest | Combine::Policy => {
-                            !keeps(combine(key, queue_type), theirs, want)
-                        }
-                        Combine::Argument => false,
-                    })
-            })
+            p.priority >= i64::from(ours.priority)
+                || NEVER_MERGED.iter().any(|k| p.definition.contains_key(*k))
+                || definition.iter().any(|(key, want)| {
+                    p.definition
+                        .get(key)
+                        .is_some_and(|theirs| match combine(key, queue_type) {
+                            Combine::Lowest | Combine::Policy => {
+                                !keeps(combine(key, queue_type), theirs, want)
+                            }
+                            Combine::Argument => false,
+                        })
+                })
         })
 }
 
@@ -271,9 +282,15 @@ mod tests {
             policy("cap", ".*", 0, json!({"max-length": 1_000_000})),
             policy("dlx", ".*", 0, json!({"dead-letter-exchange": "x"})),
             policy("other", "^payments$", 0, json!({"message-ttl": 1})),
-            policy("lazy", ".*", 200, json!({"queue-mode": "lazy"})),
+            policy("lazy", ".*", 99, json!({"queue-mode": "lazy"})),
         ];
         assert!(!changed_by_other(&harmless, &ours(), &want, "classic"));
+        // Higher or equal priority: ours is written, to be reported shadowed.
+        let higher = [policy("lazy", ".*", 100, json!({"queue-mode": "lazy"}))];
+        assert!(changed_by_other(&higher, &ours(), &want, "classic"));
+        // A queue TTL is masked wherever it comes from.
+        let expiring = [policy("gc", ".*", 0, json!({"expires": 20_000}))];
+        assert!(changed_by_other(&expiring, &ours(), &want, "classic"));
         let shorter = [policy("ttl", "^orders\\.", 0, json!({"message-ttl": 500}))];
         assert!(changed_by_other(&shorter, &ours(), &want, "classic"));
         let overflow = [policy("of", ".*", 0, json!({"overflow": "drop-head"}))];

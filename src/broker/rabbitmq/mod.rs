@@ -40,6 +40,7 @@
 pub mod amqp;
 pub mod dead_letters;
 mod declared;
+pub use declared::NEVER_MERGED;
 mod diff;
 mod execute;
 mod limits;

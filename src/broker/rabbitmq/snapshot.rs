@@ -68,17 +68,17 @@ impl RabbitMq {
     /// the number of objects in the vhost (the management API's listings of queues and
     /// bindings take tens of milliseconds per thousand queues, and an apply of 1,000
     /// resources would otherwise cost O(n²)): `GET /api/vhosts` ([`RabbitMq::ensure_vhost`]); one GET per
-    /// planned exchange, queue and exchange/queue binding pair; the vhost's policies; and,
-    /// while the retry exchange exists, the queues that may be obsolete tiers
-    /// ([`RabbitMq::tier_candidates`]: those bound to it or kept in its record) plus their
-    /// bindings. Every tier the operator makes is bound to the retry exchange, so without
-    /// it there is no tier of ours to retire — a first apply, which is what a thousand new
-    /// resources are; a tier left from a removed resource whose exchange is gone was
-    /// reported when it was removed. (An earlier version listed every queue named like a
+    /// planned exchange, queue and exchange/queue binding pair; the vhost's policies; and
+    /// the queues that may be obsolete tiers ([`RabbitMq::tier_candidates`]: those bound to
+    /// the retry exchange or kept in its record, nothing on a first apply) plus their
+    /// bindings. Every tier the operator makes is bound to the retry exchange and recorded,
+    /// so without either there is no tier of ours to retire — a first apply, which is what
+    /// a thousand new resources are. (An earlier version listed every queue named like a
     /// tier through the filtered listing `name=…&use_regex=true`, whose cost grows with the
     /// vhost — about 0.2 s of broker CPU per call at 4,000 queues on 3.10, the broker lists
     /// the whole vhost to filter it: docs/BENCHMARKS.md, "Controller reconcile of many
-    /// DeadLetterQueues". It is kept only for retry exchanges without a record.)
+    /// DeadLetterQueues". It is kept for a retry exchange without a record or a record without
+    /// its exchange.)
     ///
     /// # Errors
     /// [`BrokerError::NotFound`] for a missing vhost; transport/authentication errors.
@@ -89,11 +89,9 @@ impl RabbitMq {
             queues: self.existing_queues(plan).await?,
             ..Snapshot::default()
         };
-        if snap.exchange(&plan.routes.retry_exchange).is_some() {
-            for info in self.tier_candidates(plan).await? {
-                if snap.queue(&info.name).is_none() {
-                    snap.queues.push(info);
-                }
+        for info in self.tier_candidates(plan, &snap).await? {
+            if snap.queue(&info.name).is_none() {
+                snap.queues.push(info);
             }
         }
         snap.policies = self.list("policies", &plan.vhost, "").await?;
@@ -101,17 +99,26 @@ impl RabbitMq {
         Ok(snap)
     }
 
-    /// The queues that may be obsolete retry tiers of `plan`, whose retry exchange exists:
-    /// the unplanned queues bound to the retry exchange (`GET …/bindings/source`) and
-    /// those its ownership record lists as kept (`retired`: unbound, still draining or
-    /// retained), one GET each — requests whose cost does not grow with the vhost. Without
-    /// that record (made by a version before ownership records) every queue named like a
-    /// tier is listed instead ([`RabbitMq::tier_like_queues`]).
-    async fn tier_candidates(&self, plan: &DesiredTopology) -> Result<Vec<QueueInfo>, BrokerError> {
+    /// The queues that may be obsolete retry tiers of `plan`: the unplanned queues bound to
+    /// the retry exchange (`GET …/bindings/source`) and those its ownership record lists as
+    /// kept (`retired`: unbound, still draining or retained), one GET each — requests whose
+    /// cost does not grow with the vhost. None when neither the retry exchange nor its
+    /// record exists (a first apply). Every queue named like a tier is listed instead
+    /// ([`RabbitMq::tier_like_queues`]) when only one of the two exists: an exchange made
+    /// by a version before ownership records, or a record whose exchange someone deleted
+    /// (its tiers were unbound with it).
+    async fn tier_candidates(
+        &self,
+        plan: &DesiredTopology,
+        snap: &Snapshot,
+    ) -> Result<Vec<QueueInfo>, BrokerError> {
         let vhost = plan.vhost.as_str();
         let retry = plan.routes.retry_exchange.as_str();
-        let Some(record) = self.owner_record(vhost, ownership::EXCHANGE, retry).await? else {
-            return self.tier_like_queues(plan).await;
+        let record = self.owner_record(vhost, ownership::EXCHANGE, retry).await?;
+        let record = match (snap.exchange(retry).is_some(), record) {
+            (false, None) => return Ok(Vec::new()),
+            (true, Some(record)) => record,
+            (true, None) | (false, Some(_)) => return self.tier_like_queues(plan).await,
         };
         let path = format!(
             "exchanges/{}/{}/bindings/source?{BINDING_COLUMNS}",

@@ -267,3 +267,34 @@ fn a_raised_delivery_limit_of_the_source_names_the_way_out_for_a_source() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn switching_back_to_policy_writes_the_policies_and_keeps_the_queues() {
+    let plan = arguments_plan(json!({}));
+    let fresh = diff(
+        &plan,
+        &Snapshot::default(),
+        &owners(&plan, false),
+        &facts(V3),
+    );
+    let snap = applied(&plan, &fresh);
+    let policy = plan_with(json!({}));
+    let d = diff(&policy, &snap, &owners(&policy, true), &facts(V3));
+    assert!(
+        super::tests::reports(&d)
+            .iter()
+            .all(|a| !matches!(a.outcome, Outcome::Conflict(_))),
+        "{d:#?}"
+    );
+    let written: Vec<&str> = policy_writes(&d)
+        .iter()
+        .map(|p| p.policy.queue.as_str())
+        .collect();
+    assert_eq!(written, vec![DLQ, "orders"], "{d:#?}");
+    // Someone else's queue with such an argument (no record of ours) is still a conflict.
+    let d = diff(&policy, &snap, &owners(&policy, false), &facts(V3));
+    assert!(
+        matches!(report(&d, ObjectKind::Queue, DLQ), Outcome::Conflict(_)),
+        "{d:#?}"
+    );
+}

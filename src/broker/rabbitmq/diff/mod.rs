@@ -12,8 +12,9 @@
 //!   recorded, and its policy is not written (RabbitMQ docs, "Queues: optional
 //!   arguments"; "Policies": "Combining policy definitions and optional arguments").
 //!   An exchange of another type is a conflict too.
-//! - Our policy merges the keys of lower-priority policies that match the queue, and is
-//!   reported shadowed by a higher-or-equal one (RabbitMQ docs, "Policies": "Policy
+//! - Our policy merges the keys of lower-priority policies that match the queue, except
+//!   `expires` (`declared::NEVER_MERGED`: it deletes an unused queue with its messages), and
+//!   is reported shadowed by a higher-or-equal one (RabbitMQ docs, "Policies": "Policy
 //!   priorities").
 //! - On RabbitMQ 4.x a quorum dead-letter queue's policy sets `delivery-limit: -1` when no
 //!   policy sets one (`limits::no_default_delivery_limit`).
@@ -209,6 +210,10 @@ struct Adoption {
     conflicts: BTreeMap<String, Vec<String>>,
     /// Existing planned exchanges of another type.
     foreign_exchanges: BTreeSet<String>,
+    /// Existing planned queues under the argument rules: the plan's layout is `Arguments`,
+    /// or the queue was declared with its settings by this resource
+    /// ([`declared_with_settings`]).
+    declared: BTreeSet<String>,
 }
 
 impl Adoption {
@@ -220,8 +225,8 @@ impl Adoption {
             .filter_map(|q| {
                 let existing = snap.queue(&q.name)?;
                 let policy = plan.policies.iter().find(|p| p.queue == q.name);
-                let mut reasons = match (plan.queue_settings, policy) {
-                    (QueueSettings::Arguments, Some(p)) => {
+                let mut reasons = match policy {
+                    Some(p) if declared_with_settings(plan, owners, existing, p) => {
                         let settings = settings_of(plan, snap, p, version);
                         declared_conflicts(existing, q, p, &settings)
                     }
@@ -242,9 +247,19 @@ impl Adoption {
             })
             .map(|x| x.name.clone())
             .collect();
+        let declared = plan
+            .policies
+            .iter()
+            .filter(|p| {
+                snap.queue(&p.queue)
+                    .is_some_and(|q| declared_with_settings(plan, owners, q, p))
+            })
+            .map(|p| p.queue.clone())
+            .collect();
         Adoption {
             conflicts,
             foreign_exchanges,
+            declared,
         }
     }
 
@@ -333,8 +348,14 @@ impl Walk<'_> {
     }
 
     fn policy(&mut self, p: &PolicyPlan) {
-        if self.plan.queue_settings == QueueSettings::Arguments && !self.declared_policy(p) {
-            return;
+        let arguments = self.plan.queue_settings == QueueSettings::Arguments;
+        if arguments || self.adoption.declared.contains(&p.queue) {
+            // A queue declared with its settings: report what its arguments hold back;
+            // under `Policy` the policy is written whatever it holds back.
+            let needed = self.declared_policy(p);
+            if arguments && !needed {
+                return;
+            }
         }
         let target = PolicyTarget::of(
             self.plan,
@@ -541,7 +562,9 @@ impl<'s> PolicyTarget<'s> {
         let mut definition = p.definition.clone();
         for other in &lower {
             for (k, val) in &other.definition {
-                definition.entry(k.clone()).or_insert_with(|| val.clone());
+                if !declared::NEVER_MERGED.contains(&k.as_str()) {
+                    definition.entry(k.clone()).or_insert_with(|| val.clone());
+                }
             }
         }
         let quorum_dead_letter =
@@ -586,6 +609,24 @@ impl<'s> PolicyTarget<'s> {
             top.name, top.priority, p.name, p.priority, p.queue
         ))
     }
+}
+
+/// Whether the existing `queue` of `p` follows the argument rules: the plan's layout is
+/// `Arguments`, or this resource's ownership record names the queue and it carries an
+/// argument for a key of `p` — it was declared with its settings, under `Arguments`,
+/// before the resource switched to `Policy` (a queue someone else declared with such an
+/// argument is never recorded: it is a conflict under `Policy`).
+fn declared_with_settings(
+    plan: &DesiredTopology,
+    owners: &Found,
+    queue: &QueueInfo,
+    p: &PolicyPlan,
+) -> bool {
+    plan.queue_settings == QueueSettings::Arguments
+        || (recorded(owners, &queue.name)
+            && p.definition
+                .keys()
+                .any(|k| queue.arguments.contains_key(&format!("x-{k}"))))
 }
 
 /// The type of queue `name`: as it exists, else as planned (`classic` when unknown).

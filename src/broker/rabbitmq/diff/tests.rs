@@ -457,11 +457,12 @@ fn higher_policies_shadow_ours_and_lower_ones_merge_into_it() {
         "defaults",
         "^orders",
         1,
-        json!({"max-length": 7, "max-length-bytes": 1000}),
+        json!({"max-length": 7, "max-length-bytes": 1000, "expires": 20_000}),
     ));
     let diff = diff(&plan, &snap, &owners(&plan, true), &facts(V3));
-    // The dead-letter queue's policy gains the lower policy's key it lacks, is written,
-    // and is reported shadowed by the higher one.
+    // The dead-letter queue's policy gains the lower policy's key it lacks (never
+    // `expires`, which would delete the queue with its dead letters), is written, and is
+    // reported shadowed by the higher one.
     let dlq_policy = policy_writes(&diff)
         .into_iter()
         .find(|p| p.policy.queue == DLQ)
@@ -472,6 +473,7 @@ fn higher_policies_shadow_ours_and_lower_ones_merge_into_it() {
         json!(1000)
     );
     assert_eq!(dlq_policy.policy.definition["max-length"], json!(100_000));
+    assert!(!dlq_policy.policy.definition.contains_key("expires"));
     assert!(matches!(
         dlq_policy.action().outcome,
         Outcome::Shadowed(why) if why.contains("policy ops (priority 500) takes precedence")
