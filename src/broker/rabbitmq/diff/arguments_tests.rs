@@ -47,6 +47,12 @@ fn applied(plan: &DesiredTopology, diff: &Diff) -> Snapshot {
     snap
 }
 
+/// [`applied`] of the diff of `plan` against a fresh vhost of RabbitMQ 3.10.
+fn applied_fresh(plan: &DesiredTopology) -> Snapshot {
+    let fresh = diff(plan, &Snapshot::default(), &owners(plan, false), &facts(V3));
+    applied(plan, &fresh)
+}
+
 #[test]
 fn a_fresh_vhost_gets_the_settings_as_arguments_and_no_policy() {
     for version in [V3, V4] {
@@ -81,13 +87,7 @@ fn a_fresh_vhost_gets_the_settings_as_arguments_and_no_policy() {
 #[test]
 fn a_second_apply_writes_nothing_and_reports_no_policy() {
     let plan = arguments_plan(json!({}));
-    let fresh = diff(
-        &plan,
-        &Snapshot::default(),
-        &owners(&plan, false),
-        &facts(V3),
-    );
-    let snap = applied(&plan, &fresh);
+    let snap = applied_fresh(&plan);
     let again = diff(&plan, &snap, &owners(&plan, true), &facts(V3));
     assert_eq!(again.writes().count(), 0, "{again:#?}");
     assert!(super::tests::reports(&again)
@@ -98,13 +98,7 @@ fn a_second_apply_writes_nothing_and_reports_no_policy() {
 #[test]
 fn lowering_retention_is_one_policy_and_raising_it_is_fixed() {
     let plan = arguments_plan(json!({}));
-    let fresh = diff(
-        &plan,
-        &Snapshot::default(),
-        &owners(&plan, false),
-        &facts(V3),
-    );
-    let snap = applied(&plan, &fresh);
+    let snap = applied_fresh(&plan);
     let declared_ttl = snap.queue(DLQ).expect("dlq").arguments["x-message-ttl"].clone();
     let ms = declared_ttl.as_u64().expect("ttl");
     let with_retention =
@@ -155,13 +149,7 @@ fn queues_of_the_policy_layout_keep_their_policies_without_a_write() {
 #[test]
 fn another_policy_that_lowers_a_value_is_masked_and_a_higher_one_reported() {
     let plan = arguments_plan(json!({}));
-    let fresh = diff(
-        &plan,
-        &Snapshot::default(),
-        &owners(&plan, false),
-        &facts(V3),
-    );
-    let mut snap = applied(&plan, &fresh);
+    let mut snap = applied_fresh(&plan);
     snap.policies = vec![policy_info(
         "cap",
         ".*",
@@ -203,13 +191,7 @@ fn another_policy_that_lowers_a_value_is_masked_and_a_higher_one_reported() {
 #[test]
 fn a_dead_letter_exchange_argument_of_another_value_is_a_conflict() {
     let plan = arguments_plan(json!({}));
-    let fresh = diff(
-        &plan,
-        &Snapshot::default(),
-        &owners(&plan, false),
-        &facts(V3),
-    );
-    let mut snap = applied(&plan, &fresh);
+    let mut snap = applied_fresh(&plan);
     for q in snap.queues.iter_mut().filter(|q| q.name == "orders") {
         q.arguments
             .insert("x-dead-letter-exchange".into(), json!(""));
@@ -242,13 +224,7 @@ fn the_source_is_declared_without_its_route_while_the_route_is_not_usable() {
 #[test]
 fn a_raised_delivery_limit_of_the_source_names_the_way_out_for_a_source() {
     let plan = arguments_plan(json!({}));
-    let fresh = diff(
-        &plan,
-        &Snapshot::default(),
-        &owners(&plan, false),
-        &facts(V3),
-    );
-    let snap = applied(&plan, &fresh);
+    let snap = applied_fresh(&plan);
     let declared_limit = snap.queue("orders").expect("source").arguments["x-delivery-limit"]
         .as_u64()
         .expect("a number");
@@ -271,13 +247,7 @@ fn a_raised_delivery_limit_of_the_source_names_the_way_out_for_a_source() {
 #[test]
 fn switching_back_to_policy_writes_the_policies_and_keeps_the_queues() {
     let plan = arguments_plan(json!({}));
-    let fresh = diff(
-        &plan,
-        &Snapshot::default(),
-        &owners(&plan, false),
-        &facts(V3),
-    );
-    let snap = applied(&plan, &fresh);
+    let snap = applied_fresh(&plan);
     let policy = plan_with(json!({}));
     let d = diff(&policy, &snap, &owners(&policy, true), &facts(V3));
     assert!(
