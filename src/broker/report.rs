@@ -68,7 +68,8 @@ pub enum Outcome {
     Shadowed(String),
     /// A setting the spec asks for cannot take effect on a queue declared with it as an
     /// argument (`queueSettings: Arguments`: a number above the argument, which RabbitMQ
-    /// applies as the lower of the two); nothing written, reason and way out given.
+    /// applies as the lower of the two); reason and way out given. Nothing is written for
+    /// it beyond keeping an existing operator policy in step with the spec.
     Fixed(String),
     /// An obsolete queue still holds messages; unbound and removed once empty.
     Draining(String),

@@ -10,11 +10,15 @@
 //!   redeclared.
 //! - Optional arguments set by a client take precedence over policy keys (RabbitMQ docs,
 //!   "Policies": "Combining policy definitions and optional arguments"), so a queue whose
-//!   own `x-<key>` argument would override a key of our policy is a conflict too.
+//!   own `x-<key>` argument would override a key of our policy is a conflict too — except
+//!   under `spec.broker.queueSettings: Arguments` and for queues the resource declared so,
+//!   where the operator declares the settings as arguments itself and follows RabbitMQ's
+//!   rule for each key (module `declared`).
 //! - Only one policy applies to a queue: the highest-priority matching one (RabbitMQ
 //!   docs, "Policies": "Policy priorities"). Higher or equal-priority policies that match
 //!   the queue shadow ours ([`Outcome::Shadowed`](crate::broker::Outcome::Shadowed)); the keys of lower-priority ones that
-//!   we do not set are merged into ours so nothing the user configured is lost.
+//!   we do not set are merged into ours so nothing the user configured is lost (except
+//!   `expires`, [`NEVER_MERGED`]: it would delete an unused dead-letter queue).
 //! - Each queue and exchange belongs to one DeadLetterQueue, recorded on the broker
 //!   ([`ownership`]): another owner's record stops an apply before any write.
 //! - A dead-letter queue the spec no longer names is unbound from the dead-letter exchange

@@ -69,7 +69,7 @@ impl RabbitMq {
     /// bindings take tens of milliseconds per thousand queues, and an apply of 1,000
     /// resources would otherwise cost O(n²)): `GET /api/vhosts` ([`RabbitMq::ensure_vhost`]); one GET per
     /// planned exchange, queue and exchange/queue binding pair; the vhost's policies; and
-    /// the queues that may be obsolete tiers ([`RabbitMq::tier_candidates`]: those bound to
+    /// the queues that may be obsolete tiers (`RabbitMq::tier_candidates`: those bound to
     /// the retry exchange or kept in its record, nothing on a first apply) plus their
     /// bindings. Every tier the operator makes is bound to the retry exchange and recorded,
     /// so without either there is no tier of ours to retire — a first apply, which is what
