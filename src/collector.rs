@@ -255,8 +255,8 @@ impl Collector {
         self.metrics.forget_backlog(ns, name);
     }
 
-    /// Forgets every resource for which `keep` is false: its evaluator, its backlog
-    /// series and its compensation window and ratio (its `dlq_replayed_messages_total`
+    /// Forgets every resource for which `keep` is false: its evaluator, its backlog and
+    /// maturity series and its compensation window and ratio (its `dlq_replayed_messages_total`
     /// series stay: a resource not watched yet may already be replayed; [`Collector::forget`]
     /// removes them).
     pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
@@ -268,6 +268,7 @@ impl Collector {
             }
         }
         self.metrics.retain_compensation(&keep);
+        self.metrics.maturity().retain(&keep);
     }
 
     /// Forgets `key`: its evaluator and every series of the resource, replay counters

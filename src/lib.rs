@@ -23,6 +23,7 @@ pub mod duration;
 pub mod error_class;
 pub mod filter;
 pub mod manifest;
+pub mod maturity;
 pub mod metrics;
 pub mod monitor;
 pub mod nesting;

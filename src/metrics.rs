@@ -57,6 +57,7 @@ pub struct Metrics {
     backlog: BacklogMetrics,
     replays: ReplayMetrics,
     router: crate::router::RouterMetrics,
+    maturity: crate::maturity::metrics::MaturityMetrics,
     /// Every collector [`Metrics::new`] registered, for [`Metrics::exported_names`].
     collectors: Arc<[Box<dyn Collector>]>,
 }
@@ -257,6 +258,9 @@ impl Metrics {
         register(&registry, &mut collectors, &router.routed);
         register(&registry, &mut collectors, &router.failures);
         register(&registry, &mut collectors, &router.consuming);
+        let maturity = crate::maturity::metrics::MaturityMetrics::new();
+        register(&registry, &mut collectors, &maturity.score);
+        register(&registry, &mut collectors, &maturity.area);
         Metrics {
             registry,
             reconcile_total,
@@ -264,6 +268,7 @@ impl Metrics {
             backlog,
             replays,
             router,
+            maturity,
             collectors: collectors.into(),
         }
     }
@@ -415,10 +420,11 @@ impl Metrics {
     }
 
     /// Forgets everything about the DeadLetterQueue `namespace/name` (deleted): its backlog
-    /// series, its compensation window and ratio, and its `dlq_replayed_messages_total`
-    /// series.
+    /// series, its compensation window and ratio, its `dlq_replayed_messages_total`
+    /// series and its maturity series.
     pub fn forget_resource(&self, namespace: &str, name: &str) {
         self.forget_backlog(namespace, name);
+        self.maturity.forget(namespace, name);
         let r = &self.replays;
         r.windows
             .lock()
@@ -486,6 +492,11 @@ impl Metrics {
     /// The retry router's families (`dlq_router_*`), for a [`crate::router::Fleet`].
     pub fn router(&self) -> &crate::router::RouterMetrics {
         &self.router
+    }
+
+    /// The maturity families (`dlq_maturity_*`).
+    pub fn maturity(&self) -> &crate::maturity::metrics::MaturityMetrics {
+        &self.maturity
     }
 
     /// The registry, for other modules to register their families.

@@ -26,6 +26,7 @@ use crate::reconcile;
 pub use crate::resolve::manifests::{load_and_plan, Planned};
 
 mod apply;
+pub mod maturity;
 pub use apply::{apply_all, APPLY_CONCURRENCY};
 
 /// Counts of one apply, for the summary line.
@@ -141,6 +142,8 @@ pub struct RunOptions {
     /// Run the retry router of every DeadLetterQueue in router mode in this process
     /// (`false`: `dlq-operator router` runs them elsewhere).
     pub routers: bool,
+    /// Weights of the maturity score (`dlq_maturity_score`).
+    pub maturity_weights: crate::maturity::Weights,
 }
 
 /// Keeps reconciling: re-reads the manifests every interval (on a blocking thread: a read
@@ -171,7 +174,8 @@ pub async fn run(opts: RunOptions, shutdown: CancellationToken) -> std::io::Resu
     let fleet = opts
         .routers
         .then(|| crate::router::Fleet::new(metrics.router().clone()));
-    let result = Runner::new(opts, Collector::new(metrics), fleet.as_ref())
+    let scores = maturity::Scores::new(opts.maturity_weights, metrics.clone());
+    let result = Runner::new(opts, Collector::new(metrics), scores, fleet.as_ref())
         .run(&shutdown)
         .await;
     if let Some(fleet) = fleet {
@@ -189,6 +193,8 @@ struct Runner<'f> {
     /// The retry routers, when this process runs them.
     fleet: Option<&'f crate::router::Fleet>,
     collector: Collector,
+    /// The maturity scores ([`maturity`]).
+    scores: maturity::Scores,
     /// The manifests in force, validated and planned.
     planned: Vec<Planned>,
     /// The fingerprint of the manifests last applied (`None`: none yet).
@@ -211,12 +217,14 @@ impl<'f> Runner<'f> {
     fn new(
         opts: RunOptions,
         collector: Collector,
+        scores: maturity::Scores,
         fleet: Option<&'f crate::router::Fleet>,
     ) -> Self {
         Runner {
             opts,
             fleet,
             collector,
+            scores,
             planned: Vec::new(),
             last_fingerprint: None,
             ready: false,
@@ -337,7 +345,8 @@ impl<'f> Runner<'f> {
             .last_poll
             .map_or(interval, |l| l.elapsed().max(interval));
         self.last_poll = Some(tokio::time::Instant::now());
-        self.missing = poll_depths(
+        let observed;
+        (self.missing, observed) = poll_depths(
             self.opts.brokers.as_ref(),
             &self.planned,
             &mut self.collector,
@@ -345,6 +354,7 @@ impl<'f> Runner<'f> {
             &mut self.router_verdicts,
         )
         .await;
+        self.scores.record(&self.planned, &observed);
     }
 }
 
@@ -462,14 +472,15 @@ pub fn groups<'a>(
 /// ([`crate::collector::poll`]), one at a time. Logs a line per DeadLetterQueue (tiers
 /// shortest first; the router inbox and its consumers in router mode), a line when a
 /// router inbox's `RouterReady` verdict changes ([`router_change`]), and returns whether a
-/// planned queue is missing on the broker.
+/// planned queue is missing on the broker, and what was read of each resource (by
+/// `namespace/name`; none of one whose broker could not be read).
 async fn poll_depths(
     brokers: &dyn BrokerFactory,
     planned: &[Planned],
     collector: &mut Collector,
     poll_interval: StdDuration,
     verdicts: &mut RouterVerdicts,
-) -> bool {
+) -> (bool, BTreeMap<String, crate::collector::Observed>) {
     // Resources no longer in the manifests: their series and evaluators go.
     let keys: Vec<&str> = planned.iter().map(|p| p.prepared.key.as_str()).collect();
     collector.retain(|k| keys.contains(&k));
@@ -494,11 +505,17 @@ async fn poll_depths(
     let polls =
         crate::collector::poll(collector, &groups, crate::clock::now_ms(), 1, |_, _| None).await;
     let mut any_missing = false;
+    let mut observed = BTreeMap::new();
     for ((endpoint, group), poll) in endpoints.iter().zip(&groups).zip(&polls) {
         any_missing |= log_group(endpoint, group, poll);
         log_routers(group, poll, &routers, verdicts);
+        for (member, reading) in group.members.iter().zip(&poll.readings) {
+            if let crate::collector::Reading::Observed(r) = reading {
+                observed.insert(member.key.to_string(), r.observed.clone());
+            }
+        }
     }
-    any_missing
+    (any_missing, observed)
 }
 
 /// The `RouterReady` verdict last logged per DeadLetterQueue (`namespace/name`): status

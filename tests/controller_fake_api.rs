@@ -923,6 +923,7 @@ async fn missing_crd_is_waited_for_with_readyz_saying_why_then_shutdown_drains()
         resync: std::time::Duration::from_secs(300),
         concurrency: 1,
         embedded_router: true,
+        maturity_weights: Default::default(),
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let run = tokio::spawn(dlq_operator::controller::run(

@@ -198,6 +198,7 @@ fn is_per_resource(metric: &str) -> bool {
         || metric == "dlq_replayed_messages_total"
         || metric == "dlq_compensation_success_ratio"
         || metric.starts_with("dlq_router_")
+        || metric.starts_with("dlq_maturity_")
 }
 
 /// The labels of the `by` clause of aggregation `expr` (panics when it is not one).
@@ -472,6 +473,29 @@ fn router_panels_show_the_inbox_its_consumers_and_what_the_routers_do() {
             "{title}: a counter shown as a rate: {:?}",
             sum.expr
         );
+    }
+}
+
+#[test]
+fn maturity_panels_show_the_score_worst_first_and_each_area() {
+    let d = dashboard();
+    let score = panel_querying(&d, "dlq_maturity_score");
+    let expr = &panel_exprs(score)[0];
+    assert!(expr.starts_with("sort("), "lowest (worst) first: {expr}");
+    let defaults = &score["fieldConfig"]["defaults"];
+    assert_eq!((&defaults["min"], &defaults["max"]), (&json!(0), &json!(1)));
+    assert_eq!(targets(score)[0]["legendFormat"], "{{namespace}}/{{name}}");
+    let area = panel_querying(&d, "dlq_maturity_area_score");
+    assert!(
+        targets(area)[0]["legendFormat"]
+            .as_str()
+            .is_some_and(|l| l.contains("{{area}}")),
+        "{area}"
+    );
+    // The metrics the panels show are the ones the operator exports.
+    let exported = Metrics::new().exported_names();
+    for name in ["dlq_maturity_score", "dlq_maturity_area_score"] {
+        assert!(exported.contains(&name.to_string()), "{exported:?}");
     }
 }
 

@@ -283,6 +283,7 @@ fn deployment_is_hardened_probed_and_configured_from_values() {
         args.contains(&"--log-format=json") && args.contains(&"--leader-election=true"),
         "{args:?}"
     );
+    assert!(args.contains(&"--maturity-weights=0.4,0.4,0.2"), "{args:?}");
     assert_eq!(env(c, "RUST_LOG"), Some("info"));
     // The Service reaches the container's port.
     let svc = find(&objects, "Service", &format!("{FULLNAME}-metrics"));
@@ -318,6 +319,7 @@ fn deployment_is_hardened_probed_and_configured_from_values() {
         args.contains(&"--log-format=text") && args.contains(&"--selector=dlqoperator.io/shard=a"),
         "{args:?}"
     );
+    assert!(args.contains(&"--maturity-weights=0.5,0.3,0.2"), "{args:?}");
     assert_eq!(env(c, "RUST_LOG"), Some("debug"));
     for o in &objects {
         assert_eq!(
@@ -493,6 +495,15 @@ fn schema_refuses_wrong_values_with_a_clear_message() {
             json!({"router": {"nodeSelector": {"disk": "a b"}}}),
             "/router/nodeSelector",
         ),
+        (
+            json!({"maturity": {"weights": {"retry": 1.5}}}),
+            "/maturity/weights/retry",
+        ),
+        (
+            json!({"maturity": {"weights": {"monitoring": "0.2"}}}),
+            "/maturity/weights/monitoring",
+        ),
+        (json!({"maturity": {"weight": {"retry": 0.4}}}), "weight"),
     ] {
         let err = helm
             .call(&["schema", &chart, &values.to_string()], None)
@@ -534,6 +545,10 @@ fn schema_refuses_wrong_values_with_a_clear_message() {
         (
             json!({"router": {"replicas": 1, "serviceAccount": {"create": false}}}),
             "router.serviceAccount.name is required",
+        ),
+        (
+            json!({"maturity": {"weights": {"retry": 0.5}}}),
+            "deadLetter 0.4 and monitoring 0.2 sum to 1.1, not 1",
         ),
     ] {
         let err = helm

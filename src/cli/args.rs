@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use dlq_operator::dlq::replay::MAX_IN_FLIGHT;
 use dlq_operator::duration::parse_ms;
+use dlq_operator::maturity::Weights;
 
 /// clap parser of a whole-number flag that must be at least `MIN`: one error that says
 /// so for a negative number (`--limit -1`), where clap would suggest `-- -1`, which then
@@ -146,6 +147,11 @@ pub enum Command {
     /// With --standalone from manifest files, on a loopback address, behind a random token
     /// printed on stderr at start.
     Console(ConsoleArgs),
+    /// How far each DeadLetterQueue has come in adopting retries and dead-lettering:
+    /// its maturity score (retry, dead-letter and monitoring parts) and the steps still
+    /// missing, worst first. From the cluster, or with --standalone from manifest files
+    /// and their brokers. Exit 1 when a broker cannot be read (--standalone).
+    Report(ReportArgs),
     /// Dead-letter operations on a DeadLetterQueue's dead-letter queues.
     Dlq {
         #[command(subcommand)]
@@ -208,6 +214,37 @@ pub struct RunArgs {
     /// Deployment).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub embedded_router: bool,
+    /// Weights of the maturity score's retry, dead-letter and monitoring parts
+    /// (status.maturity, dlq_maturity_score): three numbers from 0 to 1 summing to 1.
+    #[arg(long, default_value = "0.4,0.4,0.2", value_parser = maturity_weights)]
+    pub maturity_weights: Weights,
+}
+
+/// The flags of `report`.
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// Read the DeadLetterQueues from manifest files (and read their brokers once)
+    /// instead of a cluster.
+    #[arg(long)]
+    pub standalone: bool,
+    /// Manifest file or directory (repeatable; with --standalone).
+    #[arg(short = 'f', long = "filename")]
+    pub files: Vec<PathBuf>,
+    /// Only this namespace (default: all namespaces; cluster only).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = ReportFormat::Table)]
+    pub output: ReportFormat,
+    /// Weights of the retry, dead-letter and monitoring parts: three numbers from 0 to 1
+    /// summing to 1.
+    #[arg(long, default_value = "0.4,0.4,0.2", value_parser = maturity_weights)]
+    pub maturity_weights: Weights,
+}
+
+/// clap parser of `--maturity-weights` (its error says what the three numbers are).
+fn maturity_weights(value: &str) -> Result<Weights, String> {
+    value.parse::<Weights>().map_err(|e| e.to_string())
 }
 
 /// The flags of `router`.

@@ -14,6 +14,7 @@ mod crdgen;
 mod dlq;
 mod rbac;
 mod render;
+mod report;
 mod router;
 mod run;
 mod simulate;
@@ -38,6 +39,7 @@ pub async fn execute(command: Command) -> Result<ExitCode, CliError> {
         Command::Simulate { what } => simulate::simulate_command(what),
         Command::Router(args) => router::router(args).await,
         Command::Console(args) => console::console(args).await,
+        Command::Report(args) => report::report(args).await,
         Command::Dlq { what } => dlq::dlq_command(what).await,
     }
 }

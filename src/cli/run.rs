@@ -47,6 +47,7 @@ async fn run_standalone(args: RunArgs) -> Result<ExitCode, CliError> {
         resync,
         metrics_bind_address,
         embedded_router,
+        maturity_weights,
         ..
     } = args;
     if files.is_empty() {
@@ -78,6 +79,7 @@ async fn run_standalone(args: RunArgs) -> Result<ExitCode, CliError> {
             metrics_addr: Some(metrics_bind_address),
             brokers: dlq_operator::broker::default_factory(),
             routers: embedded_router,
+            maturity_weights,
         },
         stop,
     )
@@ -143,6 +145,7 @@ async fn run_controller(args: RunArgs) -> Result<ExitCode, CliError> {
         resync,
         concurrency: args.concurrency,
         embedded_router: args.embedded_router,
+        maturity_weights: args.maturity_weights,
     };
     let stop = signals::stop_on_signals(
         Signals::Shutdown,

@@ -53,6 +53,9 @@ pub struct DeadLetterQueueContext {
     /// starts; used to refuse names another resource already manages, and by the backlog
     /// monitor to drop what left the watch.
     pub dead_letter_queues: Arc<OnceLock<Store<DynamicObject>>>,
+    /// The DeadLetterReplay controller's store, set once it starts; used by the backlog
+    /// monitor for the maturity score (which resources had a replay).
+    pub dead_letter_replays: Arc<OnceLock<Store<DynamicObject>>>,
     /// What the backlog monitor watches, set by the reconcile.
     pub backlog: Arc<Targets>,
     /// The retry routers this process runs for DeadLetterQueues in router mode
@@ -71,6 +74,7 @@ impl DeadLetterQueueContext {
             backoff: ErrorBackoff::default(),
             resync: DEFAULT_RESYNC,
             dead_letter_queues: Arc::default(),
+            dead_letter_replays: Arc::default(),
             backlog: Arc::default(),
             routers: None,
         }
@@ -99,6 +103,7 @@ impl DeadLetterQueueContext {
             shared: self.shared.clone(),
             recorder: self.recorder.clone(),
             dead_letter_queues: self.dead_letter_queues.clone(),
+            dead_letter_replays: self.dead_letter_replays.clone(),
             targets: self.backlog.clone(),
         }
     }

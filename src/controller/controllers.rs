@@ -118,8 +118,13 @@ pub async fn controllers(
             .instrument(tracing::info_span!("controller", kind = "DeadLetterQueue")),
         retry_policy_controller(&watched, contexts.retry_policy, &stop)
             .instrument(tracing::info_span!("controller", kind = "RetryPolicy")),
-        dead_letter_replay_controller(&watched, replay_ctx.clone(), &stop)
-            .instrument(tracing::info_span!("controller", kind = "DeadLetterReplay")),
+        dead_letter_replay_controller(
+            &watched,
+            replay_ctx.clone(),
+            dlq_ctx.dead_letter_replays.clone(),
+            &stop,
+        )
+        .instrument(tracing::info_span!("controller", kind = "DeadLetterReplay")),
         stop_replays(replay_ctx, stop.clone()).instrument(tracing::info_span!("replays")),
         backlog::run(dlq_ctx.monitor(), stop.clone()).instrument(tracing::info_span!("monitor")),
     );
@@ -249,13 +254,17 @@ fn retry_policy_controller(
 }
 
 /// The DeadLetterReplay controller ([`on_generation`]: a running replay is re-checked
-/// every [`RUNNING_RECHECK`](dead_letter_replay::RUNNING_RECHECK) instead).
+/// every [`RUNNING_RECHECK`](dead_letter_replay::RUNNING_RECHECK) instead). Its store is
+/// set in `store` (the backlog monitor's, for the maturity score).
 fn dead_letter_replay_controller(
     watched: &Watched<'_>,
     ctx: Arc<DeadLetterReplayContext>,
+    store: Arc<std::sync::OnceLock<kube::runtime::reflector::Store<DynamicObject>>>,
     stop: &CancellationToken,
 ) -> impl Future<Output = ()> + Send {
-    on_generation(watched, api_resource::<DeadLetterReplay>(), stop)
+    let controller = on_generation(watched, api_resource::<DeadLetterReplay>(), stop);
+    let _ = store.set(controller.store());
+    controller
         .run(dead_letter_replay::reconcile, error_policy, ctx)
         .for_each(|r| async move { log_result("DeadLetterReplay", r) })
 }

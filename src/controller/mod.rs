@@ -463,4 +463,6 @@ pub struct Options {
     /// Run the retry routers of DeadLetterQueues in router mode in this process (only
     /// while leading); `false` when `dlq-operator router` runs them elsewhere.
     pub embedded_router: bool,
+    /// Weights of the maturity score (`--maturity-weights`).
+    pub maturity_weights: crate::maturity::Weights,
 }

@@ -90,13 +90,14 @@ async fn run_inner(
     if !crds.await? {
         return Ok(());
     }
-    let shared = Arc::new(Context::new(
+    let mut shared = Context::new(
         client.clone(),
         &opts.identity,
         metrics,
         Arc::new(BrokerClients::default()),
-    ));
-    let contexts = Contexts::new(shared, opts.resync, opts.embedded_router);
+    );
+    shared.maturity_weights = opts.maturity_weights;
+    let contexts = Contexts::new(Arc::new(shared), opts.resync, opts.embedded_router);
     if !opts.leader_election {
         readiness.set_ready();
         info!("leader election disabled: starting controllers");

@@ -228,6 +228,8 @@ pub struct Context {
     /// Who records the Events (`reportingController` [`REPORTING_CONTROLLER`],
     /// `reportingInstance` this process's identity).
     pub reporter: Reporter,
+    /// Weights of the maturity score (`--maturity-weights`; default 0.4, 0.4, 0.2).
+    pub maturity_weights: crate::maturity::Weights,
 }
 
 impl std::fmt::Debug for Context {
@@ -256,6 +258,7 @@ impl Context {
                 controller: REPORTING_CONTROLLER.into(),
                 instance: Some(instance.to_string()),
             },
+            maturity_weights: crate::maturity::Weights::default(),
         }
     }
 

@@ -26,6 +26,7 @@ mod validate;
     printcolumn = r#"{"name":"Baseline","type":"number","jsonPath":".status.baseline"}"#,
     printcolumn = r#"{"name":"Ratio","type":"number","jsonPath":".status.backlogRatio"}"#,
     printcolumn = r#"{"name":"Alert","type":"string","jsonPath":".status.alertState"}"#,
+    printcolumn = r#"{"name":"Maturity","type":"number","jsonPath":".status.maturity.score"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -536,6 +537,33 @@ pub struct DeadLetterQueueStatus {
     /// RFC 3339 time of the last depth observation written to status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_observed_time: Option<String>,
+    /// How far the resource has come in adopting retries and dead-lettering, and what to
+    /// do next (docs/ARCHITECTURE.md, "Maturity"). Written by the backlog monitor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maturity: Option<MaturityStatus>,
+}
+
+/// The maturity score in status (`status.maturity`; docs/ARCHITECTURE.md, "Maturity"):
+/// `score = w_retry·retry + w_dlq·deadLetter + w_monitor·monitoring`, each part the share
+/// of its area's items that hold. Figures in 0..1, rounded to 3 decimals.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaturityStatus {
+    /// The score `M`, 0..1.
+    pub score: f64,
+    /// Share of the retry items that hold, 0..1.
+    pub retry: f64,
+    /// Share of the dead-letter items that hold, 0..1.
+    pub dead_letter: f64,
+    /// Share of the monitoring items that hold, 0..1.
+    pub monitoring: f64,
+    /// What to do next: one sentence per item that does not hold, worth most first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+    /// RFC 3339 time a message was first seen waiting in a retry tier: from then on
+    /// retries count as live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries_seen_time: Option<String>,
 }
 
 /// Condition types written by the backlog monitor (field manager
@@ -564,7 +592,7 @@ impl DeadLetterQueueStatus {
 
     /// The part of the status the backlog monitor owns: the [`BACKLOG_CONDITIONS`],
     /// `depth`, `baseline`, `threshold`, `backlogRatio`, `alertState`, `breachingSince`,
-    /// `growthPerMinute`, `lastObservedTime`.
+    /// `growthPerMinute`, `lastObservedTime`, `maturity`.
     pub fn backlog_part(&self) -> Self {
         DeadLetterQueueStatus {
             conditions: self

@@ -60,6 +60,8 @@ pub struct Planned {
     pub prepared: Prepared,
     /// The DeadLetterQueue as read (for its alert rules).
     pub object: DeadLetterQueue,
+    /// Its RetryPolicy as read (for the maturity score).
+    pub retry_policy: crate::crd::RetryPolicy,
 }
 
 /// Loads manifests and validates and plans every DeadLetterQueue, without any network.
@@ -125,6 +127,7 @@ pub fn plan_loaded(m: &Manifests, d: &Loaded<DeadLetterQueue>) -> Result<Planned
         source: d.source.clone(),
         prepared: resolved.prepared,
         object: resolved.dead_letter_queue,
+        retry_policy: resolved.retry_policy,
     })
 }
 

@@ -218,7 +218,8 @@ pub fn scenarios() -> Vec<(&'static str, Value)> {
                         "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "dlq-operator"}}}}]}},
                    "priorityClassName": "system-cluster-critical",
                    "logging": {"level": "debug", "format": "text"}, "labelSelector": "dlqoperator.io/shard=a",
-                   "serviceAccount": {"name": "dlq-sa", "annotations": {"a": "b"}}}),
+                   "serviceAccount": {"name": "dlq-sa", "annotations": {"a": "b"}},
+                   "maturity": {"weights": {"retry": 0.5, "deadLetter": 0.3, "monitoring": 0.2}}}),
         ),
         (
             "router",

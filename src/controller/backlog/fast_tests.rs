@@ -76,6 +76,7 @@ fn monitor(
         recorder: shared.recorder(),
         shared,
         dead_letter_queues: store,
+        dead_letter_replays: Arc::new(OnceLock::new()),
         targets: Arc::new(Targets::default()),
     };
     Monitor {
@@ -86,15 +87,22 @@ fn monitor(
     }
 }
 
-/// Registers `obj` with the monitor as the reconcile does.
+/// Registers `obj` with the monitor as the reconcile does (its RetryPolicy Ready).
 fn watch(m: &Monitor, broker: &FakeBroker, obj: &DynamicObject) {
     let (topology, params) = planned(obj);
+    let dlq: DeadLetterQueue = crate::object::decode(obj).expect("decodes");
+    let basis = super::Basis {
+        spec: dlq.spec,
+        policy: Some(serde_json::from_value(json!({"maxRetries": 2})).expect("policy")),
+        policy_ready: true,
+    };
     m.ctx.targets.watch(
         obj,
         &topology,
         &params,
         Arc::new(broker.clone()),
         "team-a/rabbit@1".into(),
+        basis,
     );
 }
 
@@ -288,4 +296,131 @@ async fn outside_router_mode_there_is_no_router_ready_condition() {
     assert_eq!(router_ready(&patches[0]), None);
     assert!(patches[0]["depth"].get("inbox").is_none());
     assert!(events(&calls).is_empty());
+}
+
+/// `status.maturity.score` in a status patch.
+fn maturity_score(status: &Value) -> f64 {
+    status["maturity"]["score"]
+        .as_f64()
+        .expect("status.maturity.score")
+}
+
+/// The score of the items that hold, from their shares under the default weights, to 3
+/// decimals as status writes it.
+fn expected_score(items: &[crate::maturity::Item]) -> f64 {
+    let w = crate::maturity::Weights::default();
+    let sum: f64 = items.iter().map(|i| crate::maturity::share(*i, &w)).sum();
+    (sum * 1000.0).round() / 1000.0
+}
+
+#[tokio::test]
+async fn maturity_is_written_when_it_changes_and_never_in_a_steady_state() {
+    use crate::maturity::Item;
+    let broker = FakeBroker::new();
+    let api = MockApi::default().with_references();
+    let clock = Arc::new(AtomicI64::new(1_000));
+    // A classic source with a threshold, the default overflow and classification, no
+    // growth rule, its PrometheusRule not (yet) applied, nothing seen.
+    let obj = dead_letter_queue(json!({"enabled": false}));
+    broker.apply(&planned(&obj).0).await.expect("topology");
+    let mut m = monitor(&api, &broker, &obj, &clock);
+    let mut replays = Writer::<DynamicObject>::new(api_resource::<crate::crd::DeadLetterReplay>());
+    let _ = m.ctx.dead_letter_replays.set(replays.as_reader());
+    watch(&m, &broker, &obj);
+    let holding = vec![
+        Item::RetryPolicyReady,
+        Item::NonRetryableClasses,
+        Item::RetentionAndCapacity,
+        Item::Threshold,
+    ];
+
+    let calls = poll(&mut m, &api, &clock, 1_000).await;
+    let patches = status_patches(&calls);
+    assert_eq!(patches.len(), 1, "{calls:#?}");
+    assert_eq!(maturity_score(&patches[0]), expected_score(&holding));
+    let missing = patches[0]["maturity"]["missing"]
+        .as_array()
+        .expect("missing");
+    assert_eq!(
+        missing.len(),
+        Item::ALL.len() - holding.len(),
+        "{missing:?}"
+    );
+    assert!(patches[0]["maturity"].get("retriesSeenTime").is_none());
+    let metrics = m.ctx.shared.metrics.render();
+    assert!(
+        metrics.contains(&format!(
+            r#"dlq_maturity_score{{name="orders",namespace="team-a"}} {}"#,
+            crate::maturity::evaluate(
+                &crate::maturity::Facts {
+                    spec: &crate::object::decode::<DeadLetterQueue>(&obj)
+                        .expect("decodes")
+                        .spec,
+                    policy: m.ctx.targets.snapshot()["team-a/orders"].basis.policy(),
+                    live: crate::maturity::Live::default(),
+                },
+                &crate::maturity::Weights::default()
+            )
+            .score
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"dlq_maturity_area_score{area="deadLetter",name="orders",namespace="team-a"} 0.25"#
+        ),
+        "{metrics}"
+    );
+    let nothing = Vec::<Call>::new();
+    assert_eq!(poll(&mut m, &api, &clock, 1_010).await, nothing, "steady");
+
+    // A message waits in a retry tier: retries are live from now on, one write.
+    broker.publish(
+        "/",
+        "",
+        "orders.retry.5s",
+        Message::new(Headers::new(), b"r1"),
+    );
+    let calls = poll(&mut m, &api, &clock, 1_011).await;
+    let patches = status_patches(&calls);
+    assert_eq!(patches.len(), 1, "{calls:#?}");
+    let mut holding = holding;
+    holding.push(Item::LiveRetryPath);
+    assert_eq!(maturity_score(&patches[0]), expected_score(&holding));
+    assert_eq!(
+        patches[0]["maturity"]["retriesSeenTime"],
+        crate::controller::test_support::at(1_011).0.to_string()
+    );
+    // Only the maturity changed (the depth is a figure, written at most every minute).
+    assert_eq!(patches[0]["depth"]["retry"]["5s"], 0, "{:#?}", patches[0]);
+    assert_eq!(poll(&mut m, &api, &clock, 1_012).await, nothing, "steady");
+
+    // Another resource's replay and a dry run of its own do not count; a replay of it that
+    // replayed messages does.
+    let replay = |name: &str, dlq: &str, dry_run: bool| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "dlqoperator.io/v1alpha1", "kind": "DeadLetterReplay",
+            "metadata": {"name": name, "namespace": NS, "uid": name},
+            "spec": {"deadLetterQueueRef": {"name": dlq}, "dryRun": dry_run},
+            "status": {"phase": "Succeeded", "replayed": 3}}))
+        .expect("replay")
+    };
+    for r in [
+        replay("other", "payments", false),
+        replay("look", "orders", true),
+    ] {
+        replays.apply_watcher_event(&watcher::Event::Apply(r));
+    }
+    assert_eq!(
+        poll(&mut m, &api, &clock, 1_013).await,
+        nothing,
+        "no replay of orders yet"
+    );
+    replays.apply_watcher_event(&watcher::Event::Apply(replay("fix-1", "orders", false)));
+    let calls = poll(&mut m, &api, &clock, 1_013).await;
+    let patches = status_patches(&calls);
+    assert_eq!(patches.len(), 1, "{calls:#?}");
+    holding.push(Item::Replayed);
+    assert_eq!(maturity_score(&patches[0]), expected_score(&holding));
+    assert_eq!(poll(&mut m, &api, &clock, 1_014).await, nothing, "steady");
 }

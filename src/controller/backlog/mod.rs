@@ -41,9 +41,11 @@ use crate::topology::DesiredTopology;
 
 #[cfg(test)]
 mod fast_tests;
+pub mod maturity;
 pub mod router;
 mod status;
 
+pub use maturity::Basis;
 pub use router::{router_condition, router_events, set_router_condition};
 pub use status::{backlog_condition, backlog_events, backlog_status, resumed_evaluator, Reading};
 
@@ -81,6 +83,8 @@ pub struct Target {
     /// In router mode (the plan has a router inbox): `spec.router.backlogThreshold`
     /// (messages), for the `RouterReady` condition; `None` otherwise.
     pub router: Option<u64>,
+    /// Its spec and RetryPolicy, for the maturity score.
+    pub basis: Arc<Basis>,
 }
 
 /// The monitor's targets by `namespace/name`, set by the reconcile.
@@ -101,7 +105,8 @@ impl Targets {
     }
 
     /// The reconcile's hook: watches `obj` (planned as `topology` with `params`, on
-    /// `broker`, whose Secret is `secret_key` = `namespace/name@resourceVersion`).
+    /// `broker`, whose Secret is `secret_key` = `namespace/name@resourceVersion`; its
+    /// spec and RetryPolicy `basis`).
     pub fn watch(
         &self,
         obj: &DynamicObject,
@@ -109,6 +114,7 @@ impl Targets {
         params: &Params,
         broker: Arc<dyn BrokerClient>,
         secret_key: String,
+        basis: Basis,
     ) {
         let key = crate::manifest::object_key(&obj.metadata);
         let target = Target {
@@ -118,8 +124,24 @@ impl Targets {
             broker,
             group: (secret_key, topology.vhost.clone()),
             router: router_threshold(obj, topology),
+            basis: Arc::new(basis),
         };
         self.set(&key, target);
+    }
+
+    /// The reconcile's hook when the RetryPolicy of the watched `key` turned missing or
+    /// invalid: the monitor goes on with the last plan, and the maturity score counts the
+    /// policy as unusable.
+    pub fn policy_unusable(&self, key: &str) {
+        let mut targets = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = targets.get_mut(key) {
+            if t.basis.policy.is_some() {
+                let mut basis = (*t.basis).clone();
+                basis.policy = None;
+                basis.policy_ready = false;
+                t.basis = Arc::new(basis);
+            }
+        }
     }
 
     /// Stops watching `key`.
@@ -180,6 +202,9 @@ pub struct MonitorContext {
     pub recorder: Recorder,
     /// The DeadLetterQueue controller's store, set once it starts.
     pub dead_letter_queues: Arc<OnceLock<Store<DynamicObject>>>,
+    /// The DeadLetterReplay controller's store, set once it starts (which resources had
+    /// a replay, for the maturity score).
+    pub dead_letter_replays: Arc<OnceLock<Store<DynamicObject>>>,
     /// What to watch.
     pub targets: Arc<Targets>,
 }
@@ -323,13 +348,14 @@ impl Monitor {
             },
         )
         .await;
+        let replayed = maturity::replayed(self.ctx.dead_letter_replays.get());
         let mut writes = Vec::new();
         for ((d, members), poll) in due.iter().zip(&members).zip(&polls) {
             if let Err(e) = &poll.depths {
                 warn!(secret = %d.group.0, vhost = %d.group.1, error = %e, "depth poll failed; backlog unknown");
             }
             for (m, reading) in members.iter().zip(&poll.readings) {
-                writes.extend(self.evaluate(m, reading, &poll.depths, &now));
+                writes.extend(self.evaluate(m, reading, &poll.depths, &now, &replayed));
             }
         }
         self.write(writes).await;
@@ -438,7 +464,8 @@ impl Monitor {
 
     /// The member `m`'s status after its `reading` of the poll (its group's listing
     /// `depths`) at `now`: its status write when the backlog part changed
-    /// ([`backlog_status`]), with the Events of the change ([`backlog_events`],
+    /// ([`backlog_status`]) or its maturity did ([`Monitor::maturity`]; `replayed`: the
+    /// resources with a replay), with the Events of the change ([`backlog_events`],
     /// [`router_events`]).
     fn evaluate(
         &mut self,
@@ -446,6 +473,7 @@ impl Monitor {
         reading: &collector::Reading,
         depths: &Listing,
         now: &Time,
+        replayed: &std::collections::HashSet<String>,
     ) -> Option<Write> {
         let error_text;
         let reading = match (reading, depths) {
@@ -464,7 +492,7 @@ impl Monitor {
             // A member is unknown only when its listing failed.
             (collector::Reading::Unknown, Ok(_)) => return None,
         };
-        let next = backlog_status(
+        let backlog = backlog_status(
             &m.current,
             m.obj.metadata.generation,
             reading,
@@ -472,11 +500,62 @@ impl Monitor {
             m.target.router,
             now,
             STATUS_INTERVAL,
-        )?;
+        );
+        let router_ready = backlog
+            .as_ref()
+            .unwrap_or(&m.current)
+            .conditions
+            .iter()
+            .any(|c| c.type_ == crate::controller::conditions::ROUTER_READY && c.status == "True");
+        let maturity = self.maturity(m, reading, router_ready, now, replayed);
+        if backlog.is_none() && maturity.is_none() {
+            return None;
+        }
+        let mut next = backlog.unwrap_or_else(|| m.current.clone());
+        if maturity.is_some() {
+            next.maturity = maturity;
+        }
         let mut notes = backlog_events(&m.current, &next);
         notes.extend(router_events(&m.current.conditions, &next.conditions));
         self.written.insert(m.target.uid.clone(), next.clone());
         Some((m.obj.clone(), next, notes))
+    }
+
+    /// The maturity of member `m` after an observed `reading` at `now` (`router_ready`:
+    /// its `RouterReady` condition is `True`; `replayed`: the resources with a replay):
+    /// records its metrics, and returns its `status.maturity` when that changed
+    /// ([`maturity::maturity_status`]). An unknown reading changes nothing: what was seen
+    /// before still holds.
+    fn maturity(
+        &self,
+        m: &Polled<'_>,
+        reading: Reading<'_>,
+        router_ready: bool,
+        now: &Time,
+        replayed: &std::collections::HashSet<String>,
+    ) -> Option<crate::crd::MaturityStatus> {
+        let Reading::Observed { depth, inbox, .. } = reading else {
+            return None;
+        };
+        // A router consumes now, or RouterReady still says so (a restart within its grace
+        // period does not change the score).
+        let consumers = inbox.and_then(|i| i.consumers).is_some_and(|c| c > 0);
+        let seen = maturity::Seen {
+            depth,
+            router_consuming: consumers || router_ready,
+            replayed: replayed.contains(m.key),
+            alert_rules: maturity::alert_rules_applied(&m.obj),
+        };
+        let (score, status) = maturity::maturity_status(
+            m.current.maturity.as_ref(),
+            &m.target.basis,
+            &seen,
+            &self.ctx.shared.maturity_weights,
+            now,
+        );
+        let (ns, name) = crate::collector::split_key(m.key);
+        self.ctx.shared.metrics.maturity().record(ns, name, &score);
+        status
     }
 
     /// Writes the backlog parts of `writes` (under [`FIELD_MANAGER`], a few at once) and

@@ -88,6 +88,19 @@ pub async fn reconcile(
     .await
 }
 
+/// Whether `e` says the RetryPolicy is missing or invalid (the maturity score then counts
+/// it as unusable: [`Targets::policy_unusable`](crate::controller::backlog::Targets::policy_unusable)).
+fn policy_unusable(e: &ReconcileError) -> bool {
+    matches!(
+        e,
+        ReconcileError::RetryPolicyNotFound(_)
+            | ReconcileError::InvalidSpec {
+                kind: crate::reconcile::ResourceKind::RetryPolicy,
+                ..
+            }
+    )
+}
+
 /// Every DeadLetterQueue the controller watches (empty before it started).
 fn others(ctx: &DeadLetterQueueContext) -> Vec<Arc<DynamicObject>> {
     ctx.dead_letter_queues
@@ -151,7 +164,13 @@ async fn apply(obj: &DynamicObject, ctx: &DeadLetterQueueContext) -> Result<Acti
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let current: DeadLetterQueueStatus = status_of(obj);
     let applied = match resolve::object_in_cluster(ctx.shared.client.clone(), &ns, obj).await {
-        Err(e) => Applied::failed(resolve_verdict(e)?),
+        Err(e) => {
+            let e = resolve_verdict(e)?;
+            if policy_unusable(&e) {
+                ctx.backlog.policy_unusable(&object_key(&obj.metadata));
+            }
+            Applied::failed(e)
+        }
         Ok(resolved) => apply_valid(obj, ctx, &ns, resolved, &current).await,
     };
     let status = write_status(ctx, obj, &current, &applied).await?;
@@ -172,13 +191,12 @@ async fn apply_valid(
     resolved: Resolved,
     current: &DeadLetterQueueStatus,
 ) -> Applied {
+    let result = apply_topology(ctx, obj, ns, &resolved, current).await;
     let Resolved {
         dead_letter_queue: dlq,
-        secret,
         prepared,
         ..
     } = resolved;
-    let result = apply_topology(ctx, obj, ns, &dlq, current, &secret, &prepared).await;
     // Any AlertRulesReady (even False after a refused update) means a rule may exist.
     let had_rules = current
         .conditions
@@ -192,18 +210,24 @@ async fn apply_valid(
     }
 }
 
-/// Applies the plan `p` of `dlq` to the broker of `secret`, unless another resource on it
-/// owns one of its names ([`name_conflict`]); registers the plan with the backlog monitor
-/// first, and takes it back when the broker's ownership records name another owner.
+/// Applies the plan of the `resolved` DeadLetterQueue to the broker of its Secret, unless
+/// another resource on it owns one of its names ([`name_conflict`]); registers the plan
+/// (and the maturity [`Basis`](crate::controller::backlog::Basis)) with the backlog
+/// monitor first, and takes it back when the broker's ownership records name another
+/// owner.
 async fn apply_topology(
     ctx: &DeadLetterQueueContext,
     obj: &DynamicObject,
     ns: &str,
-    dlq: &DeadLetterQueue,
+    resolved: &Resolved,
     current: &DeadLetterQueueStatus,
-    secret: &Secret,
-    p: &Prepared,
 ) -> Result<ApplyReport, ReconcileError> {
+    let (dlq, secret, p) = (
+        &resolved.dead_letter_queue,
+        &resolved.secret,
+        &resolved.prepared,
+    );
+    let basis = crate::controller::backlog::Basis::of(dlq, &resolved.retry_policy);
     let broker = ctx.shared.brokers.get(ns, secret, &p.connection)?;
     if let Some(conflict) = name_conflict(ctx, dlq, current, broker.as_ref()).await {
         return Err(conflict);
@@ -217,8 +241,14 @@ async fn apply_topology(
             .as_deref()
             .unwrap_or_default()
     );
-    ctx.backlog
-        .watch(obj, &p.topology, &p.monitoring, broker.clone(), secret_key);
+    ctx.backlog.watch(
+        obj,
+        &p.topology,
+        &p.monitoring,
+        broker.clone(),
+        secret_key,
+        basis,
+    );
     let applied = reconcile::apply(broker.as_ref(), p).await;
     let key = object_key(&obj.metadata);
     match &applied {

@@ -1,0 +1,287 @@
+//! `dlq-operator report`: the maturity of every DeadLetterQueue, worst first, from the
+//! cluster ([`in_cluster`]) or from manifest files and their brokers ([`in_files`]). The
+//! facts each driver knows ([`crate::maturity::Facts`]) are gathered here; the items and
+//! the score are the same as in `status.maturity`.
+//!
+//! - **Cluster**: the spec, the RetryPolicy (found, valid, `Ready`), the status the
+//!   operator wrote (`AlertRulesReady`, `RouterReady`, `status.maturity.retriesSeenTime`,
+//!   the retry tier depths) and the DeadLetterReplays that replayed messages. Three list
+//!   calls in all, no broker call.
+//! - **Files**: the spec and RetryPolicy as read (a RetryPolicy in the files counts as
+//!   Ready, files having no status), alert rules counted as in place when enabled (`render
+//!   --rules` prints them for Prometheus), no replay known, and one depth listing per
+//!   broker and vhost: a router consuming the inbox, a message in a retry tier.
+
+use std::collections::{BTreeMap, HashSet};
+
+use kube::api::{DynamicObject, ListParams};
+use kube::{Api, Client};
+use serde::Serialize;
+
+use super::{evaluate, Check, Facts, Live, Policy, Weights};
+use crate::broker::BrokerFactory;
+use crate::collector::{Collector, Reading};
+use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus, DeadLetterReplay, RetryPolicy};
+use crate::manifest::object_key;
+use crate::object::{api_resource, decode, status_of, string_at};
+use crate::resolve::manifests::Planned;
+
+/// One DeadLetterQueue in the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The score `M`, 0..1 (3 decimals).
+    pub score: f64,
+    /// `R_retry`, 0..1.
+    pub retry: f64,
+    /// `R_dlq`, 0..1.
+    pub dead_letter: f64,
+    /// `R_monitor`, 0..1.
+    pub monitoring: f64,
+    /// What to do next, worth most first.
+    pub missing: Vec<String>,
+    /// Every item, whether it holds.
+    pub checks: Vec<Check>,
+}
+
+impl Row {
+    /// The row of `key` (`namespace/name`) for `facts` under `weights`.
+    fn scored(key: &str, facts: &Facts<'_>, weights: &Weights) -> Self {
+        let m = evaluate(facts, weights);
+        let s = m.status(weights, None);
+        let (namespace, name) = crate::collector::split_key(key);
+        Row {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            score: s.score,
+            retry: s.retry,
+            dead_letter: s.dead_letter,
+            monitoring: s.monitoring,
+            missing: s.missing,
+            checks: m.checks,
+        }
+    }
+
+    /// The row of a DeadLetterQueue whose spec is invalid: nothing can be checked, score 0.
+    fn invalid(namespace: &str, name: &str, problem: &str) -> Self {
+        Row {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            score: 0.0,
+            retry: 0.0,
+            dead_letter: 0.0,
+            monitoring: 0.0,
+            missing: vec![format!(
+                "fix the DeadLetterQueue's spec ({problem}); nothing else can be checked before"
+            )],
+            checks: Vec::new(),
+        }
+    }
+}
+
+/// `rows` worst first: lowest score first, then by `namespace/name`.
+pub fn worst_first(mut rows: Vec<Row>) -> Vec<Row> {
+    rows.sort_by(|a, b| {
+        a.score
+            .total_cmp(&b.score)
+            .then_with(|| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)))
+    });
+    rows
+}
+
+/// Whether condition `type_` of `obj`'s status is `True`.
+pub fn condition_true(obj: &DynamicObject, type_: &str) -> bool {
+    obj.data
+        .pointer("/status/conditions")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(serde_json::Value::as_str) == Some(type_)
+                    && c.get("status").and_then(serde_json::Value::as_str) == Some("True")
+            })
+        })
+}
+
+/// The DeadLetterQueues (`namespace/name`) of which one of `replays` (DeadLetterReplay
+/// objects) replayed at least one message: `status.replayed` > 0 and not a dry run (whose
+/// `status.replayed` counts what would have been).
+pub fn replayed_in<'a>(replays: impl IntoIterator<Item = &'a DynamicObject>) -> HashSet<String> {
+    replays
+        .into_iter()
+        .filter(|r| {
+            let dry_run = r.data.pointer("/spec/dryRun") == Some(&serde_json::Value::Bool(true));
+            let replayed = r
+                .data
+                .pointer("/status/replayed")
+                .and_then(serde_json::Value::as_u64);
+            !dry_run && replayed.is_some_and(|n| n > 0)
+        })
+        .filter_map(|r| {
+            let ns = r.metadata.namespace.as_deref()?;
+            let name = string_at(r, "/spec/deadLetterQueueRef/name")?;
+            Some(format!("{ns}/{name}"))
+        })
+        .collect()
+}
+
+/// Every object of kind `K` in `namespace` (all namespaces when `None`).
+async fn list<K: kube::Resource<DynamicType = ()>>(
+    client: &Client,
+    namespace: Option<&str>,
+) -> Result<Vec<DynamicObject>, kube::Error> {
+    let ar = api_resource::<K>();
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    Ok(api.list(&ListParams::default()).await?.items)
+}
+
+/// A RetryPolicy object as [`Policy`]: found, valid (it decodes and resolves), and its
+/// `Ready` condition.
+fn policy_of(obj: &DynamicObject) -> Option<(RetryPolicy, bool)> {
+    let p = decode::<RetryPolicy>(obj).ok()?;
+    crate::backoff::ResolvedPolicy::from_spec(&p.spec).ok()?;
+    Some((p, condition_true(obj, crate::controller::conditions::READY)))
+}
+
+/// The report of the cluster's DeadLetterQueues (of `namespace`, or all), worst first
+/// (module doc: the facts).
+///
+/// # Errors
+/// The API server's error when the DeadLetterQueues, RetryPolicies or DeadLetterReplays
+/// cannot be listed.
+pub async fn in_cluster(
+    client: &Client,
+    namespace: Option<&str>,
+    weights: &Weights,
+) -> Result<Vec<Row>, kube::Error> {
+    let dlqs = list::<DeadLetterQueue>(client, namespace).await?;
+    let policies: BTreeMap<String, Option<(RetryPolicy, bool)>> =
+        list::<RetryPolicy>(client, namespace)
+            .await?
+            .iter()
+            .map(|o| (object_key(&o.metadata), policy_of(o)))
+            .collect();
+    let replayed = replayed_in(&list::<DeadLetterReplay>(client, namespace).await?);
+    let rows = dlqs
+        .iter()
+        .map(|obj| {
+            let key = object_key(&obj.metadata);
+            let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
+            let name = obj.metadata.name.as_deref().unwrap_or_default();
+            let dlq = match decode::<DeadLetterQueue>(obj) {
+                Ok(d) => d,
+                Err(e) => return Row::invalid(ns, name, &e.to_string()),
+            };
+            let status: DeadLetterQueueStatus = status_of(obj);
+            let policy_key = format!("{ns}/{}", dlq.spec.retry_policy_ref.name);
+            let policy = match policies.get(&policy_key) {
+                Some(Some((p, ready))) => Policy::Found {
+                    spec: &p.spec,
+                    ready: *ready,
+                },
+                _ => Policy::Unusable,
+            };
+            let retries_seen = status
+                .maturity
+                .as_ref()
+                .is_some_and(|m| m.retries_seen_time.is_some())
+                || status
+                    .depth
+                    .as_ref()
+                    .is_some_and(|d| d.retry.values().any(|&n| n > 0));
+            let live = Live {
+                router_consuming: condition_true(obj, crate::controller::conditions::ROUTER_READY),
+                retries_seen,
+                replayed: replayed.contains(&key),
+                alert_rules: condition_true(obj, crate::controller::conditions::ALERT_RULES_READY),
+            };
+            Row::scored(
+                &key,
+                &Facts {
+                    spec: &dlq.spec,
+                    policy,
+                    live,
+                },
+                weights,
+            )
+        })
+        .collect();
+    Ok(worst_first(rows))
+}
+
+/// The facts of a DeadLetterQueue read from files (module doc), with what the broker
+/// showed of it (`None`: its broker could not be read).
+pub fn file_facts<'a>(
+    planned: &'a Planned,
+    observed: Option<&crate::collector::Observed>,
+) -> Facts<'a> {
+    let spec = &planned.object.spec;
+    Facts {
+        spec,
+        policy: Policy::Found {
+            spec: &planned.retry_policy.spec,
+            ready: true,
+        },
+        live: Live {
+            router_consuming: observed
+                .and_then(|o| o.inbox.as_ref())
+                .and_then(|i| i.consumers)
+                .is_some_and(|c| c > 0),
+            retries_seen: observed.is_some_and(|o| o.depth.retry.values().any(|&n| n > 0)),
+            replayed: false,
+            alert_rules: spec.alerting.prometheus_rule.enabled,
+        },
+    }
+}
+
+/// The report of the DeadLetterQueues `planned` from files, worst first, after one depth
+/// listing per broker and vhost (module doc: the facts); and one line per broker that
+/// could not be read (its resources are then scored without what it would have shown).
+pub async fn in_files(
+    planned: &[Planned],
+    brokers: &dyn BrokerFactory,
+    weights: &Weights,
+) -> (Vec<Row>, Vec<String>) {
+    let mut collector = Collector::new(crate::metrics::Metrics::new());
+    let (endpoints, groups): (Vec<String>, Vec<_>) =
+        crate::standalone::groups(brokers, planned.iter().map(|p| &p.prepared), 15_000)
+            .into_iter()
+            .unzip();
+    let polls = crate::collector::poll(
+        &mut collector,
+        &groups,
+        crate::clock::now_ms(),
+        4,
+        |_, _| None,
+    )
+    .await;
+    let mut observed = BTreeMap::new();
+    let mut errors = Vec::new();
+    for ((endpoint, group), poll) in endpoints.iter().zip(&groups).zip(polls) {
+        if let Err(e) = &poll.depths {
+            errors.push(format!(
+                "broker {endpoint} (vhost {}) cannot be read: {e}; the router and retry items of its DeadLetterQueues are not checked",
+                group.vhost
+            ));
+        }
+        for (member, reading) in group.members.iter().zip(poll.readings) {
+            if let Reading::Observed(r) = reading {
+                observed.insert(member.key.to_string(), r.observed);
+            }
+        }
+    }
+    let rows = planned
+        .iter()
+        .map(|p| {
+            let facts = file_facts(p, observed.get(&p.prepared.key));
+            Row::scored(&p.prepared.key, &facts, weights)
+        })
+        .collect();
+    (worst_first(rows), errors)
+}
