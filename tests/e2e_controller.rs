@@ -26,6 +26,79 @@ use common::{cleanup, cli, mgmt_get, text, unique, AMQP};
 use dlq_operator::crd::{DeadLetterQueue, RetryPolicy};
 use dlq_operator::object::api_resource;
 
+/// `dlq-operator report -n ns -o json` with `kubeconfig`: its rows.
+fn report(kubeconfig: &str, ns: &str) -> Vec<Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args(["report", "-n", ns, "-o", "json"])
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("report");
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).expect("report json")
+}
+
+/// The maturity score of the DeadLetterQueues `names` of `ns`: written to status by the
+/// monitor, shown in the `Maturity` column, and the same in `dlq-operator report` (once
+/// the monitor has polled after the last reconcile), which lists them worst first.
+async fn maturity_in_status_column_and_report(
+    client: &Client,
+    kubeconfig: &str,
+    ns: &str,
+    names: &[String],
+    op: &Operator,
+) {
+    let api = dlqs(client, ns);
+    let (status, rows) = wait_for(
+        Duration::from_secs(60),
+        "status.maturity as report has it",
+        op,
+        || async {
+            let mut status = Vec::new();
+            for name in names {
+                let o = api.get(name).await.ok()?;
+                status.push((name.clone(), o.data["status"]["maturity"].clone()));
+            }
+            let rows = report(kubeconfig, ns);
+            let agree = status.iter().all(|(name, m)| {
+                rows.iter().any(|r| {
+                    r["name"] == name.as_str()
+                        && r["score"] == m["score"]
+                        && r["missing"] == m["missing"]
+                })
+            });
+            agree.then_some((status, rows))
+        },
+    )
+    .await;
+    for (name, m) in &status {
+        assert!(m["score"].is_f64(), "{name}: {m}");
+        let missing = m["missing"].as_array().map_or(0, Vec::len);
+        assert!(missing > 0, "{name}: nothing missing? {m}");
+    }
+    let scores: Vec<f64> = rows
+        .iter()
+        .map(|r| r["score"].as_f64().unwrap_or(-1.0))
+        .collect();
+    assert_eq!(scores.len(), names.len(), "{rows:?}");
+    assert!(
+        scores.windows(2).all(|w| w[0] <= w[1]),
+        "worst first: {scores:?}"
+    );
+    let (columns, table_rows) = table(client, ns, "deadletterqueues").await;
+    let col = columns
+        .iter()
+        .position(|c| c == "Maturity")
+        .expect("column");
+    for (name, m) in &status {
+        let row = table_rows
+            .iter()
+            .find(|r| r[0] == name.as_str())
+            .expect("row");
+        assert_eq!(row[col], m["score"], "{name}");
+    }
+}
+
 #[tokio::test]
 async fn operator_applies_examples_reports_status_and_replans_on_policy_edit() {
     const TEST: &str = "operator_applies_examples_reports_status_and_replans_on_policy_edit";
@@ -75,11 +148,13 @@ async fn operator_applies_examples_reports_status_and_replans_on_policy_edit() {
             "Baseline",
             "Ratio",
             "Alert",
+            "Maturity",
             "Age"
         ]
     );
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r[1] == "True"), "{rows:?}");
+    maturity_in_status_column_and_report(&client, &kubeconfig, &ns, &names, &op).await;
     // RetryPolicy status.
     let rp = rps(&client, &ns).get("order-events").await.expect("rp");
     assert_eq!(rp.data["status"]["worstCaseRetryDuration"], "6m20s");

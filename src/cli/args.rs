@@ -216,7 +216,7 @@ pub struct RunArgs {
     pub embedded_router: bool,
     /// Weights of the maturity score's retry, dead-letter and monitoring parts
     /// (status.maturity, dlq_maturity_score): three numbers from 0 to 1 summing to 1.
-    #[arg(long, default_value = "0.4,0.4,0.2", value_parser = maturity_weights)]
+    #[arg(long, default_value = "0.4,0.4,0.2", value_parser = maturity_weights, allow_hyphen_values = true)]
     pub maturity_weights: Weights,
 }
 
@@ -238,7 +238,7 @@ pub struct ReportArgs {
     pub output: ReportFormat,
     /// Weights of the retry, dead-letter and monitoring parts: three numbers from 0 to 1
     /// summing to 1.
-    #[arg(long, default_value = "0.4,0.4,0.2", value_parser = maturity_weights)]
+    #[arg(long, default_value = "0.4,0.4,0.2", value_parser = maturity_weights, allow_hyphen_values = true)]
     pub maturity_weights: Weights,
 }
 

@@ -56,6 +56,9 @@ pub struct DeadLetterQueueContext {
     /// The DeadLetterReplay controller's store, set once it starts; used by the backlog
     /// monitor for the maturity score (which resources had a replay).
     pub dead_letter_replays: Arc<OnceLock<Store<DynamicObject>>>,
+    /// The RetryPolicies the controller watches (for its mappers), set once it starts;
+    /// used by the backlog monitor for the maturity score.
+    pub retry_policies: Arc<OnceLock<Store<DynamicObject>>>,
     /// What the backlog monitor watches, set by the reconcile.
     pub backlog: Arc<Targets>,
     /// The retry routers this process runs for DeadLetterQueues in router mode
@@ -75,6 +78,7 @@ impl DeadLetterQueueContext {
             resync: DEFAULT_RESYNC,
             dead_letter_queues: Arc::default(),
             dead_letter_replays: Arc::default(),
+            retry_policies: Arc::default(),
             backlog: Arc::default(),
             routers: None,
         }
@@ -104,6 +108,7 @@ impl DeadLetterQueueContext {
             recorder: self.recorder.clone(),
             dead_letter_queues: self.dead_letter_queues.clone(),
             dead_letter_replays: self.dead_letter_replays.clone(),
+            retry_policies: self.retry_policies.clone(),
             targets: self.backlog.clone(),
         }
     }

@@ -182,8 +182,11 @@ fn dead_letter_queue_controller(
         );
     // Every RetryPolicy and Secret (not only the selected ones): a selected
     // DeadLetterQueue may reference any.
+    let rp_writer = Writer::<DynamicObject>::new(rp_ar.clone());
+    let _ = ctx.retry_policies.set(rp_writer.as_reader());
     let policies = watcher(watched.api(&rp_ar), watcher::Config::default())
         .default_backoff()
+        .reflect(rp_writer)
         .touched_objects()
         .predicate_filter(predicates::resource_version, Default::default());
     let secrets = watcher(watched.secrets(), watcher::Config::default())

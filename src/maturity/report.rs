@@ -141,9 +141,9 @@ async fn list<K: kube::Resource<DynamicType = ()>>(
     Ok(api.list(&ListParams::default()).await?.items)
 }
 
-/// A RetryPolicy object as [`Policy`]: found, valid (it decodes and resolves), and its
-/// `Ready` condition.
-fn policy_of(obj: &DynamicObject) -> Option<(RetryPolicy, bool)> {
+/// A RetryPolicy object when it is valid (it decodes and resolves), with whether its
+/// `Ready` condition is `True`; `None` when it is invalid.
+pub fn policy_of(obj: &DynamicObject) -> Option<(RetryPolicy, bool)> {
     let p = decode::<RetryPolicy>(obj).ok()?;
     crate::backoff::ResolvedPolicy::from_spec(&p.spec).ok()?;
     Some((p, condition_true(obj, crate::controller::conditions::READY)))
@@ -266,7 +266,7 @@ pub async fn in_files(
     for ((endpoint, group), poll) in endpoints.iter().zip(&groups).zip(polls) {
         if let Err(e) = &poll.depths {
             errors.push(format!(
-                "broker {endpoint} (vhost {}) cannot be read: {e}; the router and retry items of its DeadLetterQueues are not checked",
+                "vhost {} of {endpoint}: {e}; the router and retry items of its DeadLetterQueues are not checked",
                 group.vhost
             ));
         }

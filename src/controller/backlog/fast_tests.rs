@@ -77,6 +77,7 @@ fn monitor(
         shared,
         dead_letter_queues: store,
         dead_letter_replays: Arc::new(OnceLock::new()),
+        retry_policies: Arc::new(OnceLock::new()),
         targets: Arc::new(Targets::default()),
     };
     Monitor {
@@ -87,22 +88,17 @@ fn monitor(
     }
 }
 
-/// Registers `obj` with the monitor as the reconcile does (its RetryPolicy Ready).
+/// Registers `obj` with the monitor as the reconcile does.
 fn watch(m: &Monitor, broker: &FakeBroker, obj: &DynamicObject) {
     let (topology, params) = planned(obj);
     let dlq: DeadLetterQueue = crate::object::decode(obj).expect("decodes");
-    let basis = super::Basis {
-        spec: dlq.spec,
-        policy: Some(serde_json::from_value(json!({"maxRetries": 2})).expect("policy")),
-        policy_ready: true,
-    };
     m.ctx.targets.watch(
         obj,
         &topology,
         &params,
         Arc::new(broker.clone()),
         "team-a/rabbit@1".into(),
-        basis,
+        dlq.spec,
     );
 }
 
@@ -326,6 +322,19 @@ async fn maturity_is_written_when_it_changes_and_never_in_a_steady_state() {
     let mut m = monitor(&api, &broker, &obj, &clock);
     let mut replays = Writer::<DynamicObject>::new(api_resource::<crate::crd::DeadLetterReplay>());
     let _ = m.ctx.dead_letter_replays.set(replays.as_reader());
+    // Its RetryPolicy `policy`, Ready (as the controller's store of RetryPolicies has it).
+    let mut policies = Writer::<DynamicObject>::new(api_resource::<crate::crd::RetryPolicy>());
+    let _ = m.ctx.retry_policies.set(policies.as_reader());
+    let policy = |ready: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "dlqoperator.io/v1alpha1", "kind": "RetryPolicy",
+            "metadata": {"name": "policy", "namespace": NS, "uid": "uid-policy"},
+            "spec": {"maxRetries": 2},
+            "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "Valid",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
+        .expect("policy")
+    };
+    policies.apply_watcher_event(&watcher::Event::Apply(policy("True")));
     watch(&m, &broker, &obj);
     let holding = vec![
         Item::RetryPolicyReady,
@@ -356,7 +365,10 @@ async fn maturity_is_written_when_it_changes_and_never_in_a_steady_state() {
                     spec: &crate::object::decode::<DeadLetterQueue>(&obj)
                         .expect("decodes")
                         .spec,
-                    policy: m.ctx.targets.snapshot()["team-a/orders"].basis.policy(),
+                    policy: crate::maturity::Policy::Found {
+                        spec: &serde_json::from_value(json!({"maxRetries": 2})).expect("spec"),
+                        ready: true,
+                    },
                     live: crate::maturity::Live::default(),
                 },
                 &crate::maturity::Weights::default()
@@ -423,4 +435,19 @@ async fn maturity_is_written_when_it_changes_and_never_in_a_steady_state() {
     holding.push(Item::Replayed);
     assert_eq!(maturity_score(&patches[0]), expected_score(&holding));
     assert_eq!(poll(&mut m, &api, &clock, 1_014).await, nothing, "steady");
+
+    // Its RetryPolicy is no longer Ready: the score drops at the next poll, no reconcile
+    // needed.
+    policies.apply_watcher_event(&watcher::Event::Apply(policy("False")));
+    let calls = poll(&mut m, &api, &clock, 1_015).await;
+    let patches = status_patches(&calls);
+    assert_eq!(patches.len(), 1, "{calls:#?}");
+    holding.retain(|i| *i != Item::RetryPolicyReady);
+    assert_eq!(maturity_score(&patches[0]), expected_score(&holding));
+    assert!(patches[0]["maturity"]["missing"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|s| s
+            .as_str()
+            .is_some_and(|s| s.contains("make RetryPolicy policy Ready")))));
+    assert_eq!(poll(&mut m, &api, &clock, 1_016).await, nothing, "steady");
 }

@@ -1,8 +1,9 @@
 //! The monitor's part of the maturity score (docs/ARCHITECTURE.md, "Maturity"): the
-//! [`Facts`] of one DeadLetterQueue at a poll — what its reconcile resolved ([`Basis`]),
-//! what the poll read, its `AlertRulesReady` condition, its DeadLetterReplays — and
-//! `status.maturity`, written only when it changed ([`maturity_status`]). The items and
-//! the score are [`crate::maturity`]'s.
+//! [`Facts`] of one DeadLetterQueue at a poll — its spec as the reconcile planned it, its
+//! RetryPolicy as the controller's store has it now ([`policy_in`]), what the poll read,
+//! its `AlertRulesReady` condition, its DeadLetterReplays — and `status.maturity`,
+//! written only when it changed ([`maturity_status`]). The items and the score are
+//! [`crate::maturity`]'s.
 
 use std::collections::HashSet;
 
@@ -10,46 +11,34 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::Store;
 
-use crate::controller::conditions::{ALERT_RULES_READY, READY};
-use crate::crd::{DeadLetterQueue, DepthStatus, MaturityStatus, RetryPolicy, RetryPolicySpec};
+use kube::runtime::reflector::ObjectRef;
+
+use crate::controller::conditions::ALERT_RULES_READY;
+use crate::crd::{DeadLetterQueueSpec, DepthStatus, MaturityStatus, RetryPolicy};
 use crate::maturity::{self, report, Facts, Live, Maturity, Policy, Weights};
 
-/// What the reconcile resolved of a DeadLetterQueue for its maturity: its spec and its
-/// RetryPolicy.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Basis {
-    /// The DeadLetterQueue's spec, as validated.
-    pub spec: crate::crd::DeadLetterQueueSpec,
-    /// Its RetryPolicy's spec; `None` once the reconcile found it missing or invalid.
-    pub policy: Option<RetryPolicySpec>,
-    /// Whether the RetryPolicy's `Ready` condition is `True`.
-    pub policy_ready: bool,
+/// The RetryPolicy `name` of `namespace` in `store` (the DeadLetterQueue controller's
+/// store of RetryPolicies), as [`report::policy_of`] reads it: found and valid, and whether
+/// it is Ready. `None` when it is missing, invalid, or the store is not set yet.
+pub fn policy_in(
+    store: Option<&Store<DynamicObject>>,
+    namespace: &str,
+    name: &str,
+) -> Option<(RetryPolicy, bool)> {
+    let obj = store?.get(
+        &ObjectRef::new_with(name, crate::object::api_resource::<RetryPolicy>()).within(namespace),
+    )?;
+    report::policy_of(&obj)
 }
 
-impl Basis {
-    /// The basis of `dlq` with its (found and valid) RetryPolicy `policy`.
-    pub fn of(dlq: &DeadLetterQueue, policy: &RetryPolicy) -> Self {
-        let policy_ready = policy.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == READY && c.status == "True")
-        });
-        Basis {
-            spec: dlq.spec.clone(),
-            policy: Some(policy.spec.clone()),
-            policy_ready,
-        }
-    }
-
-    /// The RetryPolicy as [`maturity::Policy`].
-    pub fn policy(&self) -> Policy<'_> {
-        match &self.policy {
-            Some(spec) => Policy::Found {
-                spec,
-                ready: self.policy_ready,
-            },
-            None => Policy::Unusable,
-        }
+/// `policy` (from [`policy_in`]) as [`maturity::Policy`].
+pub fn as_policy(policy: Option<&(RetryPolicy, bool)>) -> Policy<'_> {
+    match policy {
+        Some((p, ready)) => Policy::Found {
+            spec: &p.spec,
+            ready: *ready,
+        },
+        None => Policy::Unusable,
     }
 }
 
@@ -68,7 +57,7 @@ pub fn alert_rules_applied(obj: &DynamicObject) -> bool {
     report::condition_true(obj, ALERT_RULES_READY)
 }
 
-/// What a poll saw of one DeadLetterQueue, beside its [`Basis`].
+/// What a poll saw of one DeadLetterQueue, beside its spec and RetryPolicy.
 #[derive(Debug, Clone, Copy)]
 pub struct Seen<'a> {
     /// Its depths as read.
@@ -81,12 +70,19 @@ pub struct Seen<'a> {
     pub alert_rules: bool,
 }
 
-/// The score of `basis` with what was `seen`; `retries_seen_before`: a message was seen in
-/// a retry tier at an earlier poll (`status.maturity.retriesSeenTime`).
-pub fn score(basis: &Basis, seen: &Seen<'_>, retries_seen_before: bool, w: &Weights) -> Maturity {
+/// The score of `spec` with its `policy` and what was `seen`; `retries_seen_before`: a
+/// message was seen in a retry tier at an earlier poll
+/// (`status.maturity.retriesSeenTime`).
+pub fn score(
+    spec: &DeadLetterQueueSpec,
+    policy: Policy<'_>,
+    seen: &Seen<'_>,
+    retries_seen_before: bool,
+    w: &Weights,
+) -> Maturity {
     let facts = Facts {
-        spec: &basis.spec,
-        policy: basis.policy(),
+        spec,
+        policy,
         live: Live {
             router_consuming: seen.router_consuming,
             retries_seen: retries_seen_before || seen.depth.retry.values().any(|&d| d > 0),
@@ -97,13 +93,14 @@ pub fn score(basis: &Basis, seen: &Seen<'_>, retries_seen_before: bool, w: &Weig
     maturity::evaluate(&facts, w)
 }
 
-/// The score after a poll that `seen` the resource at `now` (for the metrics), and
-/// `status.maturity` to write, or `None` when it is what `current` already says (so a
-/// steady state writes nothing). Pure. `retriesSeenTime` is set at the first poll that
-/// finds a message in a retry tier, then kept.
+/// The score of `spec` with its `policy` after a poll that `seen` the resource at `now`
+/// (for the metrics), and `status.maturity` to write, or `None` when it is what `current`
+/// already says (so a steady state writes nothing). Pure. `retriesSeenTime` is set at the
+/// first poll that finds a message in a retry tier, then kept.
 pub fn maturity_status(
     current: Option<&MaturityStatus>,
-    basis: &Basis,
+    spec: &DeadLetterQueueSpec,
+    policy: Policy<'_>,
     seen: &Seen<'_>,
     w: &Weights,
     now: &Time,
@@ -113,7 +110,7 @@ pub fn maturity_status(
     let retries_seen_time = before
         .clone()
         .or_else(|| in_tiers.then(|| now.0.to_string()));
-    let m = score(basis, seen, before.is_some(), w);
+    let m = score(spec, policy, seen, before.is_some(), w);
     let next = m.status(w, retries_seen_time);
     let write = (current != Some(&next)).then_some(next);
     (m, write)
@@ -123,18 +120,24 @@ pub fn maturity_status(
 mod tests {
     use super::*;
     use crate::controller::test_support::at;
+    use crate::crd::RetryPolicySpec;
 
-    fn basis() -> Basis {
-        Basis {
-            spec: serde_json::from_value(serde_json::json!({
-                "broker": {"secretRef": {"name": "s"}},
-                "source": {"queue": "orders"},
-                "retryPolicyRef": {"name": "p"}}))
-            .expect("spec"),
-            policy: Some(
-                serde_json::from_value(serde_json::json!({"maxRetries": 1})).expect("policy"),
-            ),
-            policy_ready: true,
+    fn spec() -> DeadLetterQueueSpec {
+        serde_json::from_value(serde_json::json!({
+            "broker": {"secretRef": {"name": "s"}},
+            "source": {"queue": "orders"},
+            "retryPolicyRef": {"name": "p"}}))
+        .expect("spec")
+    }
+
+    fn policy() -> RetryPolicySpec {
+        serde_json::from_value(serde_json::json!({"maxRetries": 1})).expect("policy")
+    }
+
+    fn ready(p: &RetryPolicySpec) -> Policy<'_> {
+        Policy::Found {
+            spec: p,
+            ready: true,
         }
     }
 
@@ -150,65 +153,98 @@ mod tests {
     #[test]
     fn retries_seen_once_stay_seen_and_a_steady_state_writes_nothing() {
         let w = Weights::default();
-        let b = basis();
+        let (s, p) = (spec(), policy());
         let empty = DepthStatus::default();
-        let (_, first) = maturity_status(None, &b, &seen(&empty), &w, &at(0));
+        let (_, first) = maturity_status(None, &s, ready(&p), &seen(&empty), &w, &at(0));
         let first = first.expect("nothing written yet: written");
         assert!(first.retries_seen_time.is_none());
         assert!(first
             .missing
             .iter()
-            .any(|s| s.contains("no retry seen yet")));
-        assert_eq!(
-            maturity_status(Some(&first), &b, &seen(&empty), &w, &at(10)).1,
-            None
-        );
+            .any(|m| m.contains("no retry seen yet")));
+        let again = maturity_status(Some(&first), &s, ready(&p), &seen(&empty), &w, &at(10));
+        assert_eq!(again.1, None);
 
         let mut in_tier = DepthStatus::default();
         in_tier.retry.insert("5s".into(), 2);
-        let (m, second) = maturity_status(Some(&first), &b, &seen(&in_tier), &w, &at(20));
+        let (m, second) =
+            maturity_status(Some(&first), &s, ready(&p), &seen(&in_tier), &w, &at(20));
         let second = second.expect("retries seen: written");
         assert_eq!(second.retries_seen_time, Some(at(20).0.to_string()));
-        let gain = m.score
-            - maturity::evaluate(
-                &Facts {
-                    spec: &b.spec,
-                    policy: b.policy(),
-                    live: Live::default(),
-                },
-                &w,
-            )
-            .score;
+        let before = maturity::evaluate(
+            &Facts {
+                spec: &s,
+                policy: ready(&p),
+                live: Live::default(),
+            },
+            &w,
+        );
+        let gain = m.score - before.score;
         assert!((gain - maturity::share(maturity::Item::LiveRetryPath, &w)).abs() < 1e-12);
         // The tier drained: still seen, nothing to write.
-        assert_eq!(
-            maturity_status(Some(&second), &b, &seen(&empty), &w, &at(30)).1,
-            None
-        );
-        assert_eq!(
-            maturity_status(Some(&second), &b, &seen(&in_tier), &w, &at(40)).1,
-            None
-        );
+        for (depth, t) in [(&empty, 30), (&in_tier, 40)] {
+            let next = maturity_status(Some(&second), &s, ready(&p), &seen(depth), &w, &at(t));
+            assert_eq!(next.1, None);
+        }
     }
 
     #[test]
-    fn a_policy_turned_unusable_lowers_the_score() {
+    fn a_policy_gone_or_not_ready_lowers_the_score() {
         let w = Weights::default();
-        let b = basis();
+        let (s, p) = (spec(), policy());
         let empty = DepthStatus::default();
-        let (_, before) = maturity_status(None, &b, &seen(&empty), &w, &at(0));
+        let (_, before) = maturity_status(None, &s, ready(&p), &seen(&empty), &w, &at(0));
         let before = before.expect("written");
-        let gone = Basis {
-            policy: None,
-            policy_ready: false,
-            ..b
+        let not_ready = Policy::Found {
+            spec: &p,
+            ready: false,
         };
-        let (_, after) = maturity_status(Some(&before), &gone, &seen(&empty), &w, &at(5));
-        let after = after.expect("changed: written");
-        assert!(after.score < before.score, "{after:?} {before:?}");
-        assert!(after
-            .missing
-            .iter()
-            .any(|s| s.contains("create RetryPolicy p or fix it")));
+        for (policy, says) in [
+            (not_ready, "make RetryPolicy p Ready"),
+            (Policy::Unusable, "create RetryPolicy p or fix it"),
+        ] {
+            let (_, after) = maturity_status(Some(&before), &s, policy, &seen(&empty), &w, &at(5));
+            let after = after.expect("changed: written");
+            assert!(after.score < before.score, "{after:?} {before:?}");
+            assert!(after.missing.iter().any(|m| m.contains(says)), "{after:?}");
+        }
+    }
+
+    #[test]
+    fn a_policy_is_read_from_the_store_with_its_ready_condition() {
+        use kube::runtime::reflector::store::Writer;
+        use kube::runtime::watcher;
+        let mut writer = Writer::<DynamicObject>::new(crate::object::api_resource::<RetryPolicy>());
+        let rp = |name: &str, spec: serde_json::Value, ready: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "dlqoperator.io/v1alpha1", "kind": "RetryPolicy",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": spec,
+                "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "r",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
+            .expect("rp")
+        };
+        for obj in [
+            rp("ok", serde_json::json!({"maxRetries": 2}), "True"),
+            rp("pending", serde_json::json!({"maxRetries": 2}), "False"),
+            rp(
+                "invalid",
+                serde_json::json!({"maxRetries": "many"}),
+                "False",
+            ),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(obj));
+        }
+        let store = writer.as_reader();
+        let found = |name: &str| policy_in(Some(&store), "ns", name).map(|(_, ready)| ready);
+        assert_eq!(found("ok"), Some(true));
+        assert_eq!(found("pending"), Some(false));
+        assert_eq!(found("invalid"), None);
+        assert_eq!(found("missing"), None);
+        assert_eq!(
+            policy_in(None, "ns", "ok").map(|p| p.1),
+            None,
+            "no store yet"
+        );
     }
 }

@@ -45,7 +45,6 @@ pub mod maturity;
 pub mod router;
 mod status;
 
-pub use maturity::Basis;
 pub use router::{router_condition, router_events, set_router_condition};
 pub use status::{backlog_condition, backlog_events, backlog_status, resumed_evaluator, Reading};
 
@@ -83,8 +82,8 @@ pub struct Target {
     /// In router mode (the plan has a router inbox): `spec.router.backlogThreshold`
     /// (messages), for the `RouterReady` condition; `None` otherwise.
     pub router: Option<u64>,
-    /// Its spec and RetryPolicy, for the maturity score.
-    pub basis: Arc<Basis>,
+    /// Its spec as planned, for the maturity score.
+    pub spec: Arc<crate::crd::DeadLetterQueueSpec>,
 }
 
 /// The monitor's targets by `namespace/name`, set by the reconcile.
@@ -106,7 +105,7 @@ impl Targets {
 
     /// The reconcile's hook: watches `obj` (planned as `topology` with `params`, on
     /// `broker`, whose Secret is `secret_key` = `namespace/name@resourceVersion`; its
-    /// spec and RetryPolicy `basis`).
+    /// validated `spec`).
     pub fn watch(
         &self,
         obj: &DynamicObject,
@@ -114,7 +113,7 @@ impl Targets {
         params: &Params,
         broker: Arc<dyn BrokerClient>,
         secret_key: String,
-        basis: Basis,
+        spec: crate::crd::DeadLetterQueueSpec,
     ) {
         let key = crate::manifest::object_key(&obj.metadata);
         let target = Target {
@@ -124,24 +123,9 @@ impl Targets {
             broker,
             group: (secret_key, topology.vhost.clone()),
             router: router_threshold(obj, topology),
-            basis: Arc::new(basis),
+            spec: Arc::new(spec),
         };
         self.set(&key, target);
-    }
-
-    /// The reconcile's hook when the RetryPolicy of the watched `key` turned missing or
-    /// invalid: the monitor goes on with the last plan, and the maturity score counts the
-    /// policy as unusable.
-    pub fn policy_unusable(&self, key: &str) {
-        let mut targets = self.targets.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = targets.get_mut(key) {
-            if t.basis.policy.is_some() {
-                let mut basis = (*t.basis).clone();
-                basis.policy = None;
-                basis.policy_ready = false;
-                t.basis = Arc::new(basis);
-            }
-        }
     }
 
     /// Stops watching `key`.
@@ -205,6 +189,9 @@ pub struct MonitorContext {
     /// The DeadLetterReplay controller's store, set once it starts (which resources had
     /// a replay, for the maturity score).
     pub dead_letter_replays: Arc<OnceLock<Store<DynamicObject>>>,
+    /// The DeadLetterQueue controller's store of RetryPolicies, set once it starts (for
+    /// the maturity score).
+    pub retry_policies: Arc<OnceLock<Store<DynamicObject>>>,
     /// What to watch.
     pub targets: Arc<Targets>,
 }
@@ -546,14 +533,21 @@ impl Monitor {
             replayed: replayed.contains(m.key),
             alert_rules: maturity::alert_rules_applied(&m.obj),
         };
+        let (ns, name) = crate::collector::split_key(m.key);
+        let spec = &m.target.spec;
+        let policy = maturity::policy_in(
+            self.ctx.retry_policies.get(),
+            ns,
+            &spec.retry_policy_ref.name,
+        );
         let (score, status) = maturity::maturity_status(
             m.current.maturity.as_ref(),
-            &m.target.basis,
+            spec,
+            maturity::as_policy(policy.as_ref()),
             &seen,
             &self.ctx.shared.maturity_weights,
             now,
         );
-        let (ns, name) = crate::collector::split_key(m.key);
         self.ctx.shared.metrics.maturity().record(ns, name, &score);
         status
     }

@@ -88,19 +88,6 @@ pub async fn reconcile(
     .await
 }
 
-/// Whether `e` says the RetryPolicy is missing or invalid (the maturity score then counts
-/// it as unusable: [`Targets::policy_unusable`](crate::controller::backlog::Targets::policy_unusable)).
-fn policy_unusable(e: &ReconcileError) -> bool {
-    matches!(
-        e,
-        ReconcileError::RetryPolicyNotFound(_)
-            | ReconcileError::InvalidSpec {
-                kind: crate::reconcile::ResourceKind::RetryPolicy,
-                ..
-            }
-    )
-}
-
 /// Every DeadLetterQueue the controller watches (empty before it started).
 fn others(ctx: &DeadLetterQueueContext) -> Vec<Arc<DynamicObject>> {
     ctx.dead_letter_queues
@@ -164,13 +151,7 @@ async fn apply(obj: &DynamicObject, ctx: &DeadLetterQueueContext) -> Result<Acti
     let ns = obj.namespace().ok_or(Error::NoNamespace)?;
     let current: DeadLetterQueueStatus = status_of(obj);
     let applied = match resolve::object_in_cluster(ctx.shared.client.clone(), &ns, obj).await {
-        Err(e) => {
-            let e = resolve_verdict(e)?;
-            if policy_unusable(&e) {
-                ctx.backlog.policy_unusable(&object_key(&obj.metadata));
-            }
-            Applied::failed(e)
-        }
+        Err(e) => Applied::failed(resolve_verdict(e)?),
         Ok(resolved) => apply_valid(obj, ctx, &ns, resolved, &current).await,
     };
     let status = write_status(ctx, obj, &current, &applied).await?;
@@ -212,9 +193,8 @@ async fn apply_valid(
 
 /// Applies the plan of the `resolved` DeadLetterQueue to the broker of its Secret, unless
 /// another resource on it owns one of its names ([`name_conflict`]); registers the plan
-/// (and the maturity [`Basis`](crate::controller::backlog::Basis)) with the backlog
-/// monitor first, and takes it back when the broker's ownership records name another
-/// owner.
+/// (and the spec, for the maturity score) with the backlog monitor first, and takes it
+/// back when the broker's ownership records name another owner.
 async fn apply_topology(
     ctx: &DeadLetterQueueContext,
     obj: &DynamicObject,
@@ -227,7 +207,6 @@ async fn apply_topology(
         &resolved.secret,
         &resolved.prepared,
     );
-    let basis = crate::controller::backlog::Basis::of(dlq, &resolved.retry_policy);
     let broker = ctx.shared.brokers.get(ns, secret, &p.connection)?;
     if let Some(conflict) = name_conflict(ctx, dlq, current, broker.as_ref()).await {
         return Err(conflict);
@@ -247,7 +226,7 @@ async fn apply_topology(
         &p.monitoring,
         broker.clone(),
         secret_key,
-        basis,
+        dlq.spec.clone(),
     );
     let applied = reconcile::apply(broker.as_ref(), p).await;
     let key = object_key(&obj.metadata);
