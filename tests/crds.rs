@@ -235,7 +235,15 @@ fn crds_carry_names_columns_and_validation() {
         .collect();
     assert_eq!(
         columns,
-        ["Ready", "DLQ depth", "Baseline", "Ratio", "Alert", "Age"]
+        [
+            "Ready",
+            "DLQ depth",
+            "Baseline",
+            "Ratio",
+            "Alert",
+            "Maturity",
+            "Age"
+        ]
     );
     let rp = by_kind("RetryPolicy");
     assert_eq!(rp["spec"]["names"]["shortNames"], serde_json::json!(["rp"]));

@@ -336,6 +336,16 @@ async fn maturity_is_written_when_it_changes_and_never_in_a_steady_state() {
     };
     policies.apply_watcher_event(&watcher::Event::Apply(policy("True")));
     watch(&m, &broker, &obj);
+    // Nothing is scored before both stores have their first listing.
+    let calls = poll(&mut m, &api, &clock, 990).await;
+    let patches = status_patches(&calls);
+    assert_eq!(patches.len(), 1, "the backlog part: {calls:#?}");
+    assert!(patches[0].get("maturity").is_none(), "{:#?}", patches[0]);
+    // The first listing (the watcher's Init, InitApply…, InitDone) has the policy.
+    policies.apply_watcher_event(&watcher::Event::Init);
+    policies.apply_watcher_event(&watcher::Event::InitApply(policy("True")));
+    policies.apply_watcher_event(&watcher::Event::InitDone);
+    replays.apply_watcher_event(&watcher::Event::InitDone);
     let holding = vec![
         Item::RetryPolicyReady,
         Item::NonRetryableClasses,

@@ -42,6 +42,17 @@ pub fn as_policy(policy: Option<&(RetryPolicy, bool)>) -> Policy<'_> {
     }
 }
 
+/// Whether `store` is set and has its first listing (a store filled by a watch is empty,
+/// not missing objects, before that).
+pub fn synced(store: Option<&Store<DynamicObject>>) -> bool {
+    use futures::FutureExt;
+    store.is_some_and(|s| {
+        s.wait_until_ready()
+            .now_or_never()
+            .is_some_and(|r| r.is_ok())
+    })
+}
+
 /// The DeadLetterQueues (`namespace/name`) of which a DeadLetterReplay in `store`
 /// replayed at least one message ([`report::replayed_in`]).
 pub fn replayed(store: Option<&Store<DynamicObject>>) -> HashSet<String> {

@@ -335,14 +335,19 @@ impl Monitor {
             },
         )
         .await;
-        let replayed = maturity::replayed(self.ctx.dead_letter_replays.get());
+        // Scored only once both stores have their first listing: before, a RetryPolicy or a
+        // replay not listed yet would lower the score for a poll (and write it twice).
+        let replays = self.ctx.dead_letter_replays.get();
+        let replayed = (maturity::synced(replays)
+            && maturity::synced(self.ctx.retry_policies.get()))
+        .then(|| maturity::replayed(replays));
         let mut writes = Vec::new();
         for ((d, members), poll) in due.iter().zip(&members).zip(&polls) {
             if let Err(e) = &poll.depths {
                 warn!(secret = %d.group.0, vhost = %d.group.1, error = %e, "depth poll failed; backlog unknown");
             }
             for (m, reading) in members.iter().zip(&poll.readings) {
-                writes.extend(self.evaluate(m, reading, &poll.depths, &now, &replayed));
+                writes.extend(self.evaluate(m, reading, &poll.depths, &now, replayed.as_ref()));
             }
         }
         self.write(writes).await;
@@ -452,15 +457,15 @@ impl Monitor {
     /// The member `m`'s status after its `reading` of the poll (its group's listing
     /// `depths`) at `now`: its status write when the backlog part changed
     /// ([`backlog_status`]) or its maturity did ([`Monitor::maturity`]; `replayed`: the
-    /// resources with a replay), with the Events of the change ([`backlog_events`],
-    /// [`router_events`]).
+    /// resources with a replay, `None` before the stores are synced), with the Events of
+    /// the change ([`backlog_events`], [`router_events`]).
     fn evaluate(
         &mut self,
         m: &Polled<'_>,
         reading: &collector::Reading,
         depths: &Listing,
         now: &Time,
-        replayed: &std::collections::HashSet<String>,
+        replayed: Option<&std::collections::HashSet<String>>,
     ) -> Option<Write> {
         let error_text;
         let reading = match (reading, depths) {
@@ -511,17 +516,17 @@ impl Monitor {
     /// The maturity of member `m` after an observed `reading` at `now` (`router_ready`:
     /// its `RouterReady` condition is `True`; `replayed`: the resources with a replay):
     /// records its metrics, and returns its `status.maturity` when that changed
-    /// ([`maturity::maturity_status`]). An unknown reading changes nothing: what was seen
-    /// before still holds.
+    /// ([`maturity::maturity_status`]). An unknown reading, or stores not synced yet
+    /// (`replayed` is `None`), change nothing: what was seen before still holds.
     fn maturity(
         &self,
         m: &Polled<'_>,
         reading: Reading<'_>,
         router_ready: bool,
         now: &Time,
-        replayed: &std::collections::HashSet<String>,
+        replayed: Option<&std::collections::HashSet<String>>,
     ) -> Option<crate::crd::MaturityStatus> {
-        let Reading::Observed { depth, inbox, .. } = reading else {
+        let (Reading::Observed { depth, inbox, .. }, Some(replayed)) = (reading, replayed) else {
             return None;
         };
         // A router consumes now, or RouterReady still says so (a restart within its grace
