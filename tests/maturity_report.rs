@@ -198,65 +198,46 @@ fn bad_flags_and_manifests_are_one_clear_error() {
     let prefix = unique("maturity-bad");
     let dir = two_resources(&prefix, MGMT);
     let path = dir.path().display().to_string();
+    let report_with = |weights: &str| -> Vec<String> {
+        [
+            "report",
+            "--standalone",
+            "-f",
+            &path,
+            "--maturity-weights",
+            weights,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let plain = |args: &[&str]| -> Vec<String> { args.iter().map(|a| a.to_string()).collect() };
     for (args, code, needle) in [
+        (report_with("0.5,0.5,0.5"), 2, "sum to 1.5, not 1"),
+        (report_with("0.5,0.5"), 2, "is not three weights"),
+        (report_with("-1,1,1"), 2, "outside 0..1"),
         (
-            vec![
-                "report",
-                "--standalone",
-                "-f",
-                &path,
-                "--maturity-weights",
-                "0.5,0.5,0.5",
-            ],
-            2,
-            "sum to 1.5, not 1",
-        ),
-        (
-            vec![
-                "report",
-                "--standalone",
-                "-f",
-                &path,
-                "--maturity-weights",
-                "0.5,0.5",
-            ],
-            2,
-            "is not three weights",
-        ),
-        (
-            vec![
-                "report",
-                "--standalone",
-                "-f",
-                &path,
-                "--maturity-weights",
-                "-1,1,1",
-            ],
-            2,
-            "outside 0..1",
-        ),
-        (
-            vec!["report", "--standalone", "-f", &path, "-n", "default"],
+            plain(&["report", "--standalone", "-f", &path, "-n", "default"]),
             1,
             "-n/--namespace is for the cluster",
         ),
-        (vec!["report", "--standalone"], 1, "needs -f PATH"),
+        (plain(&["report", "--standalone"]), 1, "needs -f PATH"),
         (
-            vec!["report", "-f", &path],
+            plain(&["report", "-f", &path]),
             1,
             "-f PATH is for `report --standalone`",
         ),
         (
-            vec!["report", "-n", "Not_A_Namespace"],
+            plain(&["report", "-n", "Not_A_Namespace"]),
             1,
             "not a namespace name",
         ),
         (
-            vec!["run", "--maturity-weights", "1,1,1"],
+            plain(&["run", "--maturity-weights", "1,1,1"]),
             2,
             "sum to 3, not 1",
         ),
     ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = cli(&args);
         let t = text(&out);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {t}");

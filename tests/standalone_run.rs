@@ -352,6 +352,7 @@ async fn run_standalone_exports_backlog_metrics_that_follow_the_dead_letter_queu
     // Series from the first poll, explicit 0 for empty queues.
     let zero = wait("dlq_queue_depth", vec![dl.clone(), ours.into()], 0.0).await;
     let threshold = scrape(&url, "dlq_backlog_threshold", &[ours, "name=\"d\""]).await;
+    let maturity = scrape(&url, "dlq_maturity_score", &[ours, "name=\"d\""]).await;
     // 6 dead letters against a threshold of 4: ratio 1.5, firing after `for` (1 s; the
     // management statistics lag a few seconds).
     common::publish_persistent(&format!("{q}.dlq"), 6).await;
@@ -377,6 +378,24 @@ async fn run_standalone_exports_backlog_metrics_that_follow_the_dead_letter_queu
     common::cleanup(&q).await;
     assert!(zero, "no explicit 0 depth series for {q}.dlq");
     assert_eq!(threshold, Some(4.0));
+    // The maturity score from the files: a classic source with a threshold, the default
+    // classification, overflow and alert rules, nothing seen.
+    use dlq_operator::maturity::{share, Item, Weights};
+    let expected: f64 = [
+        Item::RetryPolicyReady,
+        Item::NonRetryableClasses,
+        Item::RetentionAndCapacity,
+        Item::Threshold,
+        Item::AlertRules,
+    ]
+    .iter()
+    .map(|i| share(*i, &Weights::default()))
+    .sum();
+    let maturity = maturity.expect("dlq_maturity_score of d");
+    assert!(
+        (maturity - expected).abs() < 1e-9,
+        "{maturity} != {expected}"
+    );
     assert!(firing, "alert state never reached 2 (firing)");
     assert_eq!(ratio, Some(1.5));
     assert!(resolved, "alert did not resolve after the purge");
