@@ -20,6 +20,8 @@
 //!   messages dead-lettered into the DeadLetterQueue's dead-letter queues over the last hour
 //!   ([`crate::compensation`]: source, window, bounds); absent while nothing was
 //!   dead-lettered in the window.
+//! - `dlq_maturity_score{namespace, name}` and `dlq_maturity_area_score{…, area}` (gauges,
+//!   0..1): the maturity score ([`crate::maturity::metrics`]).
 //!
 //! Health: `/healthz` answers 200 while the process serves HTTP (liveness); `/readyz`
 //! answers 200 once the operator is ready to work (CRDs found, and either leading or
