@@ -550,6 +550,10 @@ fn schema_refuses_wrong_values_with_a_clear_message() {
             json!({"maturity": {"weights": {"retry": 0.5}}}),
             "deadLetter 0.4 and monitoring 0.2 sum to 1.1, not 1",
         ),
+        (
+            json!({"maturity": {"weights": null}}),
+            "maturity.weights is required",
+        ),
     ] {
         let err = helm
             .template(&values, RELEASE, NS)
