@@ -554,6 +554,10 @@ fn schema_refuses_wrong_values_with_a_clear_message() {
             json!({"maturity": {"weights": null}}),
             "maturity.weights is required",
         ),
+        (
+            json!({"maturity": {"weights": {"monitoring": 0.2000001}}}),
+            "sum to 1.0000001, not 1",
+        ),
     ] {
         let err = helm
             .template(&values, RELEASE, NS)
