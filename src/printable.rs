@@ -113,9 +113,41 @@ pub fn escape_json(json: &str) -> Cow<'_, str> {
     }
 }
 
+/// YAML text (as `serde_yaml_ng` writes it) with the characters [`escape`] replaces that
+/// the emitter leaves raw — the format characters it counts as printable, such as the
+/// bidirectional override U+202E — written as YAML escapes (`\uXXXX`, `\UXXXXXXXX` above
+/// U+FFFF): inside a double-quoted scalar the same value, inside a plain one the escape as
+/// text; either way safe on a terminal. Line breaks and tabs stay.
+pub fn escape_yaml(yaml: &str) -> Cow<'_, str> {
+    match UNSAFE_RE.as_ref() {
+        Some(re) => re.replace_all(yaml, |c: &regex::Captures<'_>| {
+            c[0].chars()
+                .map(|ch| match ch {
+                    '\n' | '\r' | '\t' => ch.to_string(),
+                    _ if u32::from(ch) <= 0xFFFF => format!("\\u{:04x}", u32::from(ch)),
+                    _ => format!("\\U{:08x}", u32::from(ch)),
+                })
+                .collect::<String>()
+        }),
+        None => Cow::Borrowed(yaml),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn yaml_output_carries_no_raw_bidi_override_and_still_parses() {
+        let value = serde_json::json!({"name": "rp\u{202e}evil", "multi": "a\nb"});
+        let yaml = serde_yaml_ng::to_string(&value).expect("yaml");
+        let safe = escape_yaml(&yaml);
+        assert!(!safe.contains('\u{202e}'), "{safe}");
+        assert!(safe.contains("\\u202e"), "{safe}");
+        let back: serde_json::Value = serde_yaml_ng::from_str(&safe).expect("still YAML");
+        assert!(back["name"].as_str().is_some_and(|n| n.starts_with("rp")));
+        assert_eq!(back["multi"], "a\nb", "line breaks kept");
+    }
 
     #[test]
     fn the_class_compiles() {

@@ -97,6 +97,27 @@ async fn maturity_in_status_column_and_report(
             .expect("row");
         assert_eq!(row[col], m["score"], "{name}");
     }
+    // A DeadLetterQueue the operator refuses (a control character in the queue name) is
+    // listed first, with score 0 and what to fix.
+    let broken = DynamicObject::new("broken", &api_resource::<DeadLetterQueue>()).data(json!({
+        "spec": {"broker": {"secretRef": {"name": "rabbitmq-local"}},
+                 "source": {"queue": "q\u{1b}[2J"},
+                 "retryPolicyRef": {"name": "order-events"}}}));
+    api.create(&PostParams::default(), &broken)
+        .await
+        .expect("create broken");
+    let rows = report(kubeconfig, ns);
+    assert_eq!(rows[0]["name"], "broken", "{rows:?}");
+    assert_eq!(rows[0]["score"].as_f64(), Some(0.0));
+    let fix = rows[0]["missing"][0].as_str().unwrap_or_default();
+    assert!(
+        fix.starts_with("fix the DeadLetterQueue's spec") && fix.contains("spec.source.queue"),
+        "{fix}"
+    );
+    assert!(!fix.contains('\u{1b}'), "escaped: {fix}");
+    api.delete("broken", &DeleteParams::default())
+        .await
+        .expect("delete broken");
 }
 
 #[tokio::test]

@@ -237,9 +237,10 @@ pub struct ReportArgs {
     #[arg(short = 'o', long = "output", value_enum, default_value_t = ReportFormat::Table)]
     pub output: ReportFormat,
     /// Weights of the retry, dead-letter and monitoring parts: three numbers from 0 to 1
-    /// summing to 1.
-    #[arg(long, default_value = "0.4,0.4,0.2", value_parser = maturity_weights, allow_hyphen_values = true)]
-    pub maturity_weights: Weights,
+    /// summing to 1 (default: in a cluster the weights the operator used,
+    /// status.maturity.weights; else 0.4,0.4,0.2).
+    #[arg(long, value_parser = maturity_weights, allow_hyphen_values = true)]
+    pub maturity_weights: Option<Weights>,
 }
 
 /// clap parser of `--maturity-weights` (its error says what the three numbers are).

@@ -92,10 +92,10 @@ pub enum CliError {
     /// server's error, and the RBAC to check.
     #[error("{0}; the console's ServiceAccount needs the RBAC in docs/CONSOLE.md (list deadletterqueues, get retrypolicies and secrets)")]
     ConsoleSource(String),
-    /// `report` could not list what it scores from the cluster: the API server's error,
-    /// and the RBAC to check.
-    #[error("cannot list the DeadLetterQueues, RetryPolicies and DeadLetterReplays: {0}; whoever runs report needs list on deadletterqueues, retrypolicies and deadletterreplays (docs/REFERENCE.md, report)")]
-    Report(#[source] kube::Error),
+    /// `report` could not list what it scores from the cluster: which list, and why (a
+    /// CRD not installed, the RBAC to check).
+    #[error(transparent)]
+    Report(#[from] dlq_operator::maturity::report::ListError),
     /// The controller stopped with an error (metrics address, Lease, selector).
     #[error(transparent)]
     Controller(#[from] RunError),

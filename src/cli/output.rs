@@ -5,7 +5,9 @@
 
 use dlq_operator::dlq::purge::PurgeReport;
 use dlq_operator::dlq::replay::ReplayReport;
-use dlq_operator::printable::{escape, escape_json, escape_lines, shown, PREVIEW_BYTES};
+use dlq_operator::printable::{
+    escape, escape_json, escape_lines, escape_yaml, shown, PREVIEW_BYTES,
+};
 
 use super::args::ReportFormat;
 use super::error::CliError;
@@ -63,9 +65,10 @@ pub fn err(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// `report` in `format`; JSON with the characters that `serde_json` leaves raw and a
-/// terminal would act on escaped ([`dlq_operator::printable::escape_json`]). `table` must
-/// escape what it quotes itself.
+/// `report` in `format`; JSON and YAML with the characters that `serde_json` and
+/// `serde_yaml_ng` leave raw and a terminal would act on escaped
+/// ([`dlq_operator::printable::escape_json`], [`dlq_operator::printable::escape_yaml`]).
+/// `table` must escape what it quotes itself.
 ///
 /// # Errors
 /// [`CliError::Json`] or [`CliError::Yaml`] when the report cannot be serialized.
@@ -80,7 +83,7 @@ pub fn format_report<T: serde::Serialize>(
             let json = serde_json::to_string_pretty(report)?;
             escape_json(&json).into_owned() + "\n"
         }
-        ReportFormat::Yaml => serde_yaml_ng::to_string(report)?,
+        ReportFormat::Yaml => escape_yaml(&serde_yaml_ng::to_string(report)?).into_owned(),
     })
 }
 

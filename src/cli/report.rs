@@ -46,7 +46,8 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode, CliError> {
                 .await
                 .map_err(CliError::ManifestTask)??;
         let brokers = dlq_operator::broker::default_factory();
-        report::in_files(&planned, brokers.as_ref(), &args.maturity_weights).await
+        let weights = args.maturity_weights.unwrap_or_default();
+        report::in_files(&planned, brokers.as_ref(), &weights).await
     } else {
         if !args.files.is_empty() {
             return Err(CliError::Usage(
@@ -56,9 +57,13 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode, CliError> {
         let client = kube::Client::try_default()
             .await
             .map_err(CliError::Kubernetes)?;
-        let rows = report::in_cluster(&client, args.namespace.as_deref(), &args.maturity_weights)
-            .await
-            .map_err(CliError::Report)?;
+        let rows = report::in_cluster(
+            &client,
+            args.namespace.as_deref(),
+            args.maturity_weights.as_ref(),
+        )
+        .await
+        .map_err(CliError::Report)?;
         (rows, Vec::new())
     };
     let text = format_report(&rows, args.output, || table(&rows))?;

@@ -550,12 +550,16 @@ pub struct DeadLetterQueueStatus {
 #[serde(rename_all = "camelCase")]
 pub struct MaturityStatus {
     /// The score `M`, 0..1.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub score: f64,
     /// Share of the retry items that hold, 0..1.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub retry: f64,
     /// Share of the dead-letter items that hold, 0..1.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub dead_letter: f64,
     /// Share of the monitoring items that hold, 0..1.
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub monitoring: f64,
     /// What to do next: one sentence per item that does not hold, worth most first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -564,6 +568,25 @@ pub struct MaturityStatus {
     /// retries count as live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries_seen_time: Option<String>,
+    /// The weights the score was computed with (the operator's `--maturity-weights`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<MaturityWeights>,
+}
+
+/// The weights of the maturity score's parts (`status.maturity.weights`), each 0..1,
+/// summing to 1.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaturityWeights {
+    /// Weight of the retry part.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub retry: f64,
+    /// Weight of the dead-letter part.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub dead_letter: f64,
+    /// Weight of the monitoring part.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub monitoring: f64,
 }
 
 /// Condition types written by the backlog monitor (field manager

@@ -229,29 +229,36 @@ fn holds(item: Item, facts: &Facts<'_>) -> bool {
 }
 
 /// What to do about `item` when it does not hold for `facts`: one sentence, starting
-/// with its area, naming the field to set (and the RetryPolicy by name).
+/// with its area, naming the field to set (and the RetryPolicy by name). The items of a
+/// RetryPolicy that is missing or invalid say they were not checked (the
+/// [`Item::RetryPolicyReady`] sentence says what to do).
 fn next_step(item: Item, facts: &Facts<'_>) -> String {
     let policy = &facts.spec.retry_policy_ref.name;
     let area = item.area().name();
+    let unusable = matches!(facts.policy, Policy::Unusable);
     let text = match item {
-        Item::RetryPolicyReady => match facts.policy {
-            Policy::Unusable => format!("create RetryPolicy {policy} or fix it: it is missing or invalid, so nothing is retried by policy"),
-            Policy::Found { .. } => format!("make RetryPolicy {policy} Ready: see its Ready condition"),
-        },
+        Item::RetryPolicyReady if unusable => format!("create RetryPolicy {policy} or fix it: it is missing or invalid, so nothing is retried by policy"),
+        Item::RetryPolicyReady => format!("make RetryPolicy {policy} Ready: see its Ready condition"),
+        Item::JitteredBackoff | Item::NonRetryableClasses | Item::RetryWindow if unusable => {
+            let what = match item {
+                Item::JitteredBackoff => "jittered backoff",
+                Item::NonRetryableClasses => "classification",
+                _ => "retry window",
+            };
+            format!("{what} not checked: RetryPolicy {policy} is missing or invalid")
+        }
         Item::JitteredBackoff => format!("use a jittered backoff in RetryPolicy {policy} (spec.backoff.strategy FullJitter, EqualJitter or DecorrelatedJitter), so consumers that failed together do not retry together"),
         Item::NonRetryableClasses => format!("dead-letter permanent failures at once in RetryPolicy {policy} (spec.classification.deadLetter, e.g. Validation, Parse, Poison) instead of retrying them"),
         Item::RetryWindow => format!("set spec.maxRetryDuration in RetryPolicy {policy}, so no message is retried past a deadline"),
+        Item::LiveRetryPath if facts.spec.router.enabled => format!("no retry router consumes the inbox {}: run `dlq-operator run` (its embedded routers) or `dlq-operator router`; the RouterReady condition says why", facts.spec.router_inbox_name()),
         Item::LiveRetryPath => "no retry seen yet: turn on spec.router.enabled (consumers then only reject), or retry with the client library's retry handler".to_string(),
         Item::AtLeastOnce => "set spec.source.queueType: Quorum, so dead-lettering is at-least-once (a classic queue can lose a dead letter)".to_string(),
         Item::RetentionAndCapacity => "set spec.deadLetter.overflow: RejectPublish, so a full dead-letter queue refuses new dead letters instead of dropping the oldest".to_string(),
         Item::Partitioned => "set spec.deadLetter.partitionBy: ErrorClass, so dead letters are kept apart by error class".to_string(),
         Item::Replayed => "no replay yet: after a fix, replay the dead letters with a DeadLetterReplay, so the compensation ratio is known".to_string(),
         Item::Threshold => "set spec.monitoring.threshold or thresholdFactor, so the backlog ratio is computed against the baseline".to_string(),
-        Item::AlertRules => if facts.spec.alerting.prometheus_rule.enabled {
-            "the alert rules are not in place: see the AlertRulesReady condition".to_string()
-        } else {
-            "set spec.alerting.prometheusRule.enabled: true, so the backlog alerts reach Prometheus".to_string()
-        },
+        Item::AlertRules if facts.spec.alerting.prometheus_rule.enabled => "the alert rules are not applied: the AlertRulesReady condition says why (without the Prometheus Operator, load `dlq-operator render --rules` into Prometheus)".to_string(),
+        Item::AlertRules => "set spec.alerting.prometheusRule.enabled: true, so the backlog alerts reach Prometheus".to_string(),
         Item::GrowthRule => "set spec.monitoring.growthPerMinute, so fast growth alerts before the threshold is reached".to_string(),
     };
     format!("{area}: {text}")
@@ -314,7 +321,8 @@ impl Maturity {
     }
 
     /// `status.maturity` of this score under `weights` (the figures to 3 decimals, the
-    /// next steps as [`Maturity::missing`]), with the time retries were first seen.
+    /// next steps as [`Maturity::missing`], the weights), with the time retries were first
+    /// seen.
     pub fn status(&self, weights: &Weights, retries_seen_time: Option<String>) -> MaturityStatus {
         let rounded = |x: f64| (x * 1000.0).round() / 1000.0;
         MaturityStatus {
@@ -324,6 +332,11 @@ impl Maturity {
             monitoring: rounded(self.monitoring),
             missing: self.missing(weights),
             retries_seen_time,
+            weights: Some(crate::crd::MaturityWeights {
+                retry: weights.retry,
+                dead_letter: weights.dead_letter,
+                monitoring: weights.monitoring,
+            }),
         }
     }
 }

@@ -128,17 +128,57 @@ pub fn replayed_in<'a>(replays: impl IntoIterator<Item = &'a DynamicObject>) -> 
         .collect()
 }
 
+/// Why the cluster could not be read for the report: which list failed, and how.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// The kind's CRD is not installed (the API server answered 404).
+    #[error("cannot list {plural}: the CRD {plural}.dlqoperator.io is not installed; install the CRDs (docs/INSTALL.md)")]
+    NotInstalled {
+        /// The kind's plural.
+        plural: String,
+    },
+    /// The API server refused the list (e.g. 403).
+    #[error("cannot list {plural}: {message} ({code}); whoever runs report needs list on deadletterqueues, retrypolicies and deadletterreplays")]
+    Refused {
+        /// The kind's plural.
+        plural: String,
+        /// The HTTP status code.
+        code: u16,
+        /// The API server's message.
+        message: String,
+    },
+    /// The API server could not be reached or answered something else.
+    #[error("cannot list {plural}: {source}")]
+    Other {
+        /// The kind's plural.
+        plural: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
 /// Every object of kind `K` in `namespace` (all namespaces when `None`).
 async fn list<K: kube::Resource<DynamicType = ()>>(
     client: &Client,
     namespace: Option<&str>,
-) -> Result<Vec<DynamicObject>, kube::Error> {
+) -> Result<Vec<DynamicObject>, ListError> {
     let ar = api_resource::<K>();
     let api: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
     };
-    Ok(api.list(&ListParams::default()).await?.items)
+    let plural = ar.plural.clone();
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(ListError::NotInstalled { plural }),
+        Err(kube::Error::Api(s)) => Err(ListError::Refused {
+            plural,
+            code: s.code,
+            message: s.message.clone(),
+        }),
+        Err(source) => Err(ListError::Other { plural, source }),
+    }
 }
 
 /// A RetryPolicy object when it is valid (it decodes and resolves), with whether its
@@ -150,16 +190,17 @@ pub fn policy_of(obj: &DynamicObject) -> Option<(RetryPolicy, bool)> {
 }
 
 /// The report of the cluster's DeadLetterQueues (of `namespace`, or all), worst first
-/// (module doc: the facts).
+/// (module doc: the facts), each scored under `weights`, or without them under the weights
+/// the operator used (`status.maturity.weights`), else the defaults.
 ///
 /// # Errors
-/// The API server's error when the DeadLetterQueues, RetryPolicies or DeadLetterReplays
-/// cannot be listed.
+/// [`ListError`] when the DeadLetterQueues, RetryPolicies or DeadLetterReplays cannot be
+/// listed.
 pub async fn in_cluster(
     client: &Client,
     namespace: Option<&str>,
-    weights: &Weights,
-) -> Result<Vec<Row>, kube::Error> {
+    weights: Option<&Weights>,
+) -> Result<Vec<Row>, ListError> {
     let dlqs = list::<DeadLetterQueue>(client, namespace).await?;
     let policies: BTreeMap<String, Option<(RetryPolicy, bool)>> =
         list::<RetryPolicy>(client, namespace)
@@ -174,9 +215,12 @@ pub async fn in_cluster(
             let key = object_key(&obj.metadata);
             let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
             let name = obj.metadata.name.as_deref().unwrap_or_default();
-            let dlq = match decode::<DeadLetterQueue>(obj) {
+            // Refused as the reconcile refuses it: nothing else to check.
+            let dlq = match decode::<DeadLetterQueue>(obj)
+                .and_then(|d| d.spec.validate().map(|()| d))
+            {
                 Ok(d) => d,
-                Err(e) => return Row::invalid(ns, name, &e.to_string()),
+                Err(e) => return Row::invalid(ns, name, &crate::printable::escape(&e.to_string())),
             };
             let status: DeadLetterQueueStatus = status_of(obj);
             let policy_key = format!("{ns}/{}", dlq.spec.retry_policy_ref.name);
@@ -201,15 +245,18 @@ pub async fn in_cluster(
                 replayed: replayed.contains(&key),
                 alert_rules: condition_true(obj, crate::controller::conditions::ALERT_RULES_READY),
             };
-            Row::scored(
-                &key,
-                &Facts {
-                    spec: &dlq.spec,
-                    policy,
-                    live,
-                },
-                weights,
-            )
+            let operators = status
+                .maturity
+                .as_ref()
+                .and_then(|m| m.weights.as_ref())
+                .and_then(Weights::from_status);
+            let w = weights.copied().or(operators).unwrap_or_default();
+            let facts = Facts {
+                spec: &dlq.spec,
+                policy,
+                live,
+            };
+            Row::scored(&key, &facts, &w)
         })
         .collect();
     Ok(worst_first(rows))

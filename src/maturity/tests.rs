@@ -380,12 +380,47 @@ fn next_steps_name_the_field_and_come_largest_share_first() {
         },
         &Weights::default(),
     );
+    let gone = gone.missing(&Weights::default());
     assert!(
-        gone.missing(&Weights::default())
-            .iter()
+        gone.iter()
             .any(|s| s.contains("create RetryPolicy orders-retry")),
-        "{:?}",
-        gone.missing(&Weights::default())
+        "{gone:?}"
+    );
+    // Its other items say they were not checked, not how to change a policy that is not
+    // there.
+    assert!(
+        gone.iter().any(|s| {
+            s
+            == "retry: jittered backoff not checked: RetryPolicy orders-retry is missing or invalid"
+        }),
+        "{gone:?}"
+    );
+    assert!(
+        !gone.iter().any(|s| s.contains("spec.backoff.strategy")),
+        "{gone:?}"
+    );
+    // In router mode, the live retry path is the router.
+    let router = dlq(serde_json::json!({"router": {"enabled": true}}));
+    let m = evaluate(
+        &Facts {
+            spec: &router,
+            policy: Policy::Unusable,
+            live: Live::default(),
+        },
+        &Weights::default(),
+    );
+    let missing = m.missing(&Weights::default());
+    assert!(
+        missing
+            .iter()
+            .any(|s| s.starts_with("retry: no retry router consumes the inbox orders.router")),
+        "{missing:?}"
+    );
+    assert!(
+        !missing
+            .iter()
+            .any(|s| s.contains("turn on spec.router.enabled")),
+        "{missing:?}"
     );
 }
 

@@ -104,6 +104,14 @@ impl Weights {
     }
 }
 
+impl Weights {
+    /// The weights `status.maturity.weights` says a score was computed with, when they are
+    /// valid weights (a status edited by hand may hold anything).
+    pub fn from_status(w: &crate::crd::MaturityWeights) -> Option<Self> {
+        Weights::new(w.retry, w.dead_letter, w.monitoring).ok()
+    }
+}
+
 impl std::str::FromStr for Weights {
     type Err = WeightsError;
 

@@ -116,7 +116,10 @@ pub fn maturity_status(
     w: &Weights,
     now: &Time,
 ) -> (Maturity, Option<MaturityStatus>) {
-    let before = current.and_then(|c| c.retries_seen_time.clone());
+    // A time that does not parse (a status edited by hand) is not a retry seen.
+    let before = current
+        .and_then(|c| c.retries_seen_time.clone())
+        .filter(|t| t.parse::<k8s_openapi::jiff::Timestamp>().is_ok());
     let in_tiers = seen.depth.retry.values().any(|&d| d > 0);
     let retries_seen_time = before
         .clone()
@@ -197,6 +200,13 @@ mod tests {
             let next = maturity_status(Some(&second), &s, ready(&p), &seen(depth), &w, &at(t));
             assert_eq!(next.1, None);
         }
+        // A time edited into status by hand that is no time is no retry seen.
+        let forged = MaturityStatus {
+            retries_seen_time: Some("not a time".into()),
+            ..second
+        };
+        let (_, fixed) = maturity_status(Some(&forged), &s, ready(&p), &seen(&empty), &w, &at(50));
+        assert_eq!(fixed.map(|f| f.retries_seen_time), Some(None));
     }
 
     #[test]
