@@ -25,7 +25,7 @@ use crate::crd::{
     RetryPolicySpec,
 };
 
-pub use weights::{Weights, WeightsError};
+pub use weights::{Weights, WeightsError, SUM_TOLERANCE};
 
 /// The three areas of the score.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
