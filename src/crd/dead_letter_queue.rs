@@ -491,6 +491,13 @@ pub struct DepthStatus {
     pub inbox: Option<u64>,
 }
 
+impl DepthStatus {
+    /// Whether a message waits in one of the retry tiers.
+    pub fn retries_waiting(&self) -> bool {
+        self.retry.values().any(|&n| n > 0)
+    }
+}
+
 /// Observed state of a DeadLetterQueue.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -21,7 +21,9 @@ use serde::Serialize;
 use super::{evaluate, Check, Facts, Live, Policy, Weights};
 use crate::broker::BrokerFactory;
 use crate::collector::{Collector, Reading};
-use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus, DeadLetterReplay, RetryPolicy};
+use crate::crd::{
+    DeadLetterQueue, DeadLetterQueueStatus, DeadLetterReplay, DepthStatus, RetryPolicy,
+};
 use crate::manifest::object_key;
 use crate::object::{api_resource, decode, status_of, string_at};
 use crate::resolve::manifests::Planned;
@@ -238,7 +240,7 @@ pub async fn in_cluster(
                 || status
                     .depth
                     .as_ref()
-                    .is_some_and(|d| d.retry.values().any(|&n| n > 0));
+                    .is_some_and(DepthStatus::retries_waiting);
             let live = Live {
                 router_consuming: condition_true(obj, crate::controller::conditions::ROUTER_READY),
                 retries_seen,
@@ -280,7 +282,7 @@ pub fn file_facts<'a>(
                 .and_then(|o| o.inbox.as_ref())
                 .and_then(|i| i.consumers)
                 .is_some_and(|c| c > 0),
-            retries_seen: observed.is_some_and(|o| o.depth.retry.values().any(|&n| n > 0)),
+            retries_seen: observed.is_some_and(|o| o.depth.retries_waiting()),
             replayed: false,
             alert_rules: spec.alerting.prometheus_rule.enabled,
         },

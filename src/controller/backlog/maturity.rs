@@ -81,29 +81,6 @@ pub struct Seen<'a> {
     pub alert_rules: bool,
 }
 
-/// The score of `spec` with its `policy` and what was `seen`; `retries_seen_before`: a
-/// message was seen in a retry tier at an earlier poll
-/// (`status.maturity.retriesSeenTime`).
-pub fn score(
-    spec: &DeadLetterQueueSpec,
-    policy: Policy<'_>,
-    seen: &Seen<'_>,
-    retries_seen_before: bool,
-    w: &Weights,
-) -> Maturity {
-    let facts = Facts {
-        spec,
-        policy,
-        live: Live {
-            router_consuming: seen.router_consuming,
-            retries_seen: retries_seen_before || seen.depth.retry.values().any(|&d| d > 0),
-            replayed: seen.replayed,
-            alert_rules: seen.alert_rules,
-        },
-    };
-    maturity::evaluate(&facts, w)
-}
-
 /// The score of `spec` with its `policy` after a poll that `seen` the resource at `now`
 /// (for the metrics), and `status.maturity` to write, or `None` when it is what `current`
 /// already says (so a steady state writes nothing). Pure. `retriesSeenTime` is set at the
@@ -120,11 +97,19 @@ pub fn maturity_status(
     let before = current
         .and_then(|c| c.retries_seen_time.clone())
         .filter(|t| t.parse::<k8s_openapi::jiff::Timestamp>().is_ok());
-    let in_tiers = seen.depth.retry.values().any(|&d| d > 0);
-    let retries_seen_time = before
-        .clone()
-        .or_else(|| in_tiers.then(|| now.0.to_string()));
-    let m = score(spec, policy, seen, before.is_some(), w);
+    let in_tiers = seen.depth.retries_waiting();
+    let facts = Facts {
+        spec,
+        policy,
+        live: Live {
+            router_consuming: seen.router_consuming,
+            retries_seen: before.is_some() || in_tiers,
+            replayed: seen.replayed,
+            alert_rules: seen.alert_rules,
+        },
+    };
+    let m = maturity::evaluate(&facts, w);
+    let retries_seen_time = before.or_else(|| in_tiers.then(|| now.0.to_string()));
     let next = m.status(w, retries_seen_time);
     let write = (current != Some(&next)).then_some(next);
     (m, write)

@@ -122,7 +122,7 @@ impl Targets {
             params: params.clone(),
             broker,
             group: (secret_key, topology.vhost.clone()),
-            router: router_threshold(obj, topology),
+            router: router_threshold(&spec, topology),
             spec: Arc::new(spec),
         };
         self.set(&key, target);
@@ -158,15 +158,14 @@ impl Targets {
     }
 }
 
-/// `spec.router.backlogThreshold` of `obj` when `topology` is in router mode (it plans a
-/// router inbox); its default when the spec does not decode (the reconcile, which planned
-/// `topology` from it, validated it).
-fn router_threshold(obj: &DynamicObject, topology: &DesiredTopology) -> Option<u64> {
+/// `spec.router.backlogThreshold` of `spec` when `topology` is in router mode (it plans a
+/// router inbox).
+fn router_threshold(
+    spec: &crate::crd::DeadLetterQueueSpec,
+    topology: &DesiredTopology,
+) -> Option<u64> {
     topology.routes.inbox.as_ref()?;
-    let router = crate::object::decode::<DeadLetterQueue>(obj)
-        .map(|d| d.spec.router)
-        .unwrap_or_default();
-    Some(router.backlog_threshold)
+    Some(spec.router.backlog_threshold)
 }
 
 /// The condition reason for a failed depth listing.
