@@ -141,9 +141,13 @@ pub enum Policy<'a> {
     },
 }
 
-/// What the operator saw happen, as opposed to what is configured.
+/// What the operator saw happen, as opposed to what is configured, and where it looked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Live {
+    /// Seen from manifest files and their brokers (`report --standalone`, `run
+    /// --standalone`), not in a cluster: no status, no DeadLetterReplay. Only the advice
+    /// ([`Check::next_step`]) differs.
+    pub from_files: bool,
     /// Router mode, and the router inbox has a consumer.
     pub router_consuming: bool,
     /// A message was seen waiting in one of the retry tiers.
@@ -238,7 +242,7 @@ fn next_step(item: Item, facts: &Facts<'_>) -> String {
     let unusable = matches!(facts.policy, Policy::Unusable);
     let text = match item {
         Item::RetryPolicyReady if unusable => format!("create RetryPolicy {policy} or fix it: it is missing or invalid, so nothing is retried by policy"),
-        Item::RetryPolicyReady => format!("make RetryPolicy {policy} Ready: see its Ready condition"),
+        Item::RetryPolicyReady => format!("make RetryPolicy {policy} Ready: see its Ready condition (written once the operator has reconciled it)"),
         Item::JitteredBackoff | Item::NonRetryableClasses | Item::RetryWindow if unusable => {
             let what = match item {
                 Item::JitteredBackoff => "jittered backoff",
@@ -250,11 +254,13 @@ fn next_step(item: Item, facts: &Facts<'_>) -> String {
         Item::JitteredBackoff => format!("use a jittered backoff in RetryPolicy {policy} (spec.backoff.strategy FullJitter, EqualJitter or DecorrelatedJitter), so consumers that failed together do not retry together"),
         Item::NonRetryableClasses => format!("dead-letter permanent failures at once in RetryPolicy {policy} (spec.classification.deadLetter, e.g. Validation, Parse, Poison) instead of retrying them"),
         Item::RetryWindow => format!("set spec.maxRetryDuration in RetryPolicy {policy}, so no message is retried past a deadline"),
+        Item::LiveRetryPath if facts.spec.router.enabled && facts.live.from_files => format!("no retry router consumes the inbox {}: run `dlq-operator run --standalone` (its embedded routers) or `dlq-operator router --standalone`", facts.spec.router_inbox_name()),
         Item::LiveRetryPath if facts.spec.router.enabled => format!("no retry router consumes the inbox {}: run `dlq-operator run` (its embedded routers) or `dlq-operator router`; the RouterReady condition says why", facts.spec.router_inbox_name()),
         Item::LiveRetryPath => "no retry seen yet: turn on spec.router.enabled (consumers then only reject), or retry with the client library's retry handler".to_string(),
         Item::AtLeastOnce => "set spec.source.queueType: Quorum, so dead-lettering is at-least-once (a classic queue can lose a dead letter)".to_string(),
         Item::RetentionAndCapacity => "set spec.deadLetter.overflow: RejectPublish, so a full dead-letter queue refuses new dead letters instead of dropping the oldest".to_string(),
         Item::Partitioned => "set spec.deadLetter.partitionBy: ErrorClass, so dead letters are kept apart by error class".to_string(),
+        Item::Replayed if facts.live.from_files => "no replay known: from files none can be (a DeadLetterQueue in a cluster counts its DeadLetterReplays; `dlq replay --standalone` leaves no record)".to_string(),
         Item::Replayed => "no replay yet: after a fix, replay the dead letters with a DeadLetterReplay, so the compensation ratio is known".to_string(),
         Item::Threshold => "set spec.monitoring.threshold or thresholdFactor, so the backlog ratio is computed against the baseline".to_string(),
         Item::AlertRules if facts.spec.alerting.prometheus_rule.enabled => "the alert rules are not applied: the AlertRulesReady condition says why (without the Prometheus Operator, load `dlq-operator render --rules` into Prometheus)".to_string(),

@@ -242,6 +242,7 @@ pub async fn in_cluster(
                     .as_ref()
                     .is_some_and(DepthStatus::retries_waiting);
             let live = Live {
+                from_files: false,
                 router_consuming: condition_true(obj, crate::controller::conditions::ROUTER_READY),
                 retries_seen,
                 replayed: replayed.contains(&key),
@@ -278,6 +279,7 @@ pub fn file_facts<'a>(
             ready: true,
         },
         live: Live {
+            from_files: true,
             router_consuming: observed
                 .and_then(|o| o.inbox.as_ref())
                 .and_then(|i| i.consumers)

@@ -83,6 +83,7 @@ fn nothing_holds_scores_zero_and_everything_holds_scores_one() {
             ready: true,
         },
         live: Live {
+            from_files: false,
             router_consuming: false,
             retries_seen: true,
             replayed: true,
@@ -420,6 +421,35 @@ fn next_steps_name_the_field_and_come_largest_share_first() {
         !missing
             .iter()
             .any(|s| s.contains("turn on spec.router.enabled")),
+        "{missing:?}"
+    );
+    // From files the advice names the standalone commands, and says no replay can be known.
+    let m = evaluate(
+        &Facts {
+            spec: &router,
+            policy: Policy::Unusable,
+            live: Live {
+                from_files: true,
+                ..Live::default()
+            },
+        },
+        &Weights::default(),
+    );
+    let missing = m.missing(&Weights::default());
+    assert!(
+        missing
+            .iter()
+            .any(|s| s.contains("`dlq-operator router --standalone`")),
+        "{missing:?}"
+    );
+    assert!(
+        missing
+            .iter()
+            .any(|s| s.starts_with("deadLetter: no replay known: from files")),
+        "{missing:?}"
+    );
+    assert!(
+        !missing.iter().any(|s| s.contains("RouterReady")),
         "{missing:?}"
     );
 }

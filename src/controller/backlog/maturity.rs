@@ -102,6 +102,7 @@ pub fn maturity_status(
         spec,
         policy,
         live: Live {
+            from_files: false,
             router_consuming: seen.router_consuming,
             retries_seen: before.is_some() || in_tiers,
             replayed: seen.replayed,
