@@ -10,6 +10,9 @@
 #   scripts/rabbitmq4.sh stop NS         # stops the broker and removes NS
 #   scripts/rabbitmq4.sh exec NS CMD...  # runs CMD inside NS
 #   scripts/rabbitmq4.sh ctl NS ARGS...  # rabbitmqctl of the 4.0 broker
+#   scripts/rabbitmq4.sh mount           # the root's /proc, /dev, /dev/pts (for other users
+#                                        # of the root: scripts/rabbitmq-cluster.sh)
+#   scripts/rabbitmq4.sh umount-unused   # unmounts them unless a process still runs in it
 #
 # Environment:
 #   DLQ_RABBITMQ4_CACHE   the root (default /var/cache/dlq-rabbitmq4; the root is ROOT/root)
@@ -24,7 +27,7 @@ NOFILE=20000
 
 log() { printf '[rabbitmq4.sh] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 built() { [[ -x "$ROOT/usr/sbin/rabbitmq-server" && -f "$ROOT/.dlq-complete" ]]; }
 
@@ -35,8 +38,22 @@ mount_root() {
   mountpoint -q "$ROOT/dev/pts" || mount --bind /dev/pts "$ROOT/dev/pts"
 }
 
+# Whether a process other than this script's runs inside the root (a broker of `start`,
+# or a cluster node of scripts/rabbitmq-cluster.sh): its mounts must stay.
+root_in_use() {
+  local p
+  for p in /proc/[0-9]*; do
+    [[ "$(readlink "$p/root" 2>/dev/null)" == "$ROOT" ]] && return 0
+  done
+  return 1
+}
+
 umount_root() {
   local m
+  if root_in_use; then
+    log "the root is still in use: its mounts stay"
+    return 0
+  fi
   for m in dev/pts dev proc; do
     if mountpoint -q "$ROOT/$m"; then umount "$ROOT/$m" || umount -l "$ROOT/$m"; fi
   done
@@ -134,5 +151,7 @@ case "${1:-}" in
   stop) [[ $# -eq 2 ]] || usage; stop "$2" ;;
   exec) [[ $# -ge 3 ]] || usage; ns="$2"; shift 2; in_ns "$ns" "$@" ;;
   ctl) [[ $# -ge 2 ]] || usage; ns="$2"; shift 2; ctl "$ns" "$@" ;;
+  mount) built || die "not built: run '$0 build' first"; mount_root ;;
+  umount-unused) umount_root ;;
   *) usage ;;
 esac
