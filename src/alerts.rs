@@ -8,7 +8,14 @@
 //!   `for`, with `D` the sum of the resource's dead-letter queue depths; the denominator is
 //!   bounded below like the evaluator's, so a broken threshold can never divide by zero,
 //!   and a missing baseline or threshold series yields no result (the absent rule covers
-//!   it). `keep_firing_for` when `keepFiringFor` is set (Prometheus ≥ 2.42).
+//!   it). `keep_firing_for` when `keepFiringFor` is set (Prometheus ≥ 2.42). While the
+//!   operator cannot read the broker (`dlq_broker_up == 0`, its depth series absent), an
+//!   alert that was firing stays firing: the expression then holds the last ratio
+//!   exported, as long as the operator's own last alert state (`dlq_backlog_alert_state`)
+//!   was 2 (firing) within [`BROKER_DOWN_HOLD`]. Figures that stop never resolve it.
+//! - `DeadLetterBrokerUnreachable`: `dlq_broker_up == 0` for the spec's `for`: the
+//!   operator cannot read the queue depths (the `BrokerReachable` condition names every
+//!   address tried).
 //! - `DeadLetterGrowthHigh` (with `growthPerMinute`): `dlq_growth_per_minute >= G` for `for`.
 //! - `DeadLetterMetricsAbsent`: `absent(dlq_queue_depth{…, role="dead_letter"})` for `for`,
 //!   so missing data alerts instead of staying silent.
@@ -35,6 +42,12 @@ pub const BACKLOG_ALERT: &str = "DeadLetterBacklogHigh";
 pub const GROWTH_ALERT: &str = "DeadLetterGrowthHigh";
 /// Name of the missing-data alert.
 pub const ABSENT_ALERT: &str = "DeadLetterMetricsAbsent";
+/// Name of the alert on a broker the operator cannot read.
+pub const BROKER_ALERT: &str = "DeadLetterBrokerUnreachable";
+/// How far back (a Prometheus duration) the backlog rule looks for the operator's last
+/// alert state and ratio while the broker cannot be read: a firing alert stays firing
+/// through an outage of up to a day (`DeadLetterBrokerUnreachable` fires all along).
+pub const BROKER_DOWN_HOLD: &str = "1d";
 /// Name of the router inbox alert (router mode only).
 pub const ROUTER_INBOX_ALERT: &str = "DeadLetterRouterInboxStuck";
 /// How long a router inbox holding messages may go without a consumer before
@@ -80,6 +93,7 @@ pub fn rule_group(dlq: &DeadLetterQueue, params: &Params) -> Value {
         rules.push(g.growth_rule(limit));
     }
     rules.push(g.absent_rule());
+    rules.push(g.broker_rule());
     if dlq.spec.router.enabled {
         rules.push(g.no_consumer_rule(&dlq.spec.router_inbox_name()));
         rules.push(g.inbox_backlog_rule(
@@ -171,9 +185,15 @@ impl<'a> Group<'a> {
             "({depth} - on (namespace, name) {baseline}) / on (namespace, name) clamp_min({threshold} - on (namespace, name) {baseline}, {})",
             self.min_headroom
         );
+        // While the broker cannot be read: the last ratio exported, if the operator's last
+        // alert state was firing (so an outage neither resolves a firing alert nor
+        // promotes a pending one).
+        let held = format!(
+            "(max {by} (last_over_time(dlq_backlog_ratio{{{sel}}}[{BROKER_DOWN_HOLD}])) and on (namespace, name) max {by} (last_over_time(dlq_backlog_alert_state{{{sel}}}[{BROKER_DOWN_HOLD}])) == 2 and on (namespace, name) max {by} (dlq_broker_up{{{sel}}}) == 0)"
+        );
         self.rule(
             BACKLOG_ALERT,
-            format!("{ratio} >= 1"),
+            format!("{ratio} >= 1 or on (namespace, name) {held}"),
             format!("Dead-letter backlog of {ns}/{name} is above its threshold"),
             format!(
                 "Backlog ratio {{{{ printf \"%.2f\" $value }}}} (>= 1 for {for_}) on dead-letter queue {queue} of DeadLetterQueue {ns}/{name}."
@@ -244,6 +264,20 @@ impl<'a> Group<'a> {
         );
         rule["labels"]["reason"] = json!("InboxBackedUp");
         rule
+    }
+
+    /// [`BROKER_ALERT`]: the operator could not read the broker for the spec's `for`.
+    fn broker_rule(&self) -> Value {
+        let (ns, name, sel) = (self.ns, self.name, &self.sel);
+        self.rule(
+            BROKER_ALERT,
+            format!("max by (namespace, name) (dlq_broker_up{{{sel}}}) == 0"),
+            format!("The broker of {ns}/{name} cannot be read"),
+            format!(
+                "The operator cannot read the queue depths of DeadLetterQueue {ns}/{name} from its broker (its BrokerReachable condition says why and names every address tried): its backlog is not watched, and a firing {BACKLOG_ALERT} stays firing meanwhile."
+            ),
+            false,
+        )
     }
 
     /// [`ABSENT_ALERT`]: no dead-letter depth series, so missing data alerts.
@@ -329,7 +363,17 @@ mod tests {
         assert_eq!(backlog["for"], "5m");
         let expr = backlog["expr"].as_str().expect("expr");
         assert!(expr.contains("clamp_min("), "{expr}");
-        assert!(expr.ends_with(", 3) >= 1"), "{expr}");
+        let (live, held) = expr
+            .split_once(" or on (namespace, name) ")
+            .expect("the live ratio, or the one held while the broker is down");
+        assert!(live.ends_with(", 3) >= 1"), "{expr}");
+        for part in [
+            r#"last_over_time(dlq_backlog_ratio{namespace="shop", name="orders"}[1d])"#,
+            r#"last_over_time(dlq_backlog_alert_state{namespace="shop", name="orders"}[1d])) == 2"#,
+            r#"(dlq_broker_up{namespace="shop", name="orders"}) == 0)"#,
+        ] {
+            assert!(held.contains(part), "{part} in {held}");
+        }
         assert!(expr
             .contains(r#"dlq_queue_depth{namespace="shop", name="orders", role="dead_letter"}"#));
         assert_eq!(backlog["labels"]["severity"], "critical");
@@ -340,10 +384,15 @@ mod tests {
         assert!(backlog.get("keep_firing_for").is_none());
         assert_eq!(
             g["rules"].as_array().map(Vec::len),
-            Some(2),
+            Some(3),
             "no growth rule without growthPerMinute"
         );
         assert_eq!(g["rules"][1]["alert"], ABSENT_ALERT);
+        assert_eq!(g["rules"][2]["alert"], BROKER_ALERT);
+        assert_eq!(
+            g["rules"][2]["expr"],
+            r#"max by (namespace, name) (dlq_broker_up{namespace="shop", name="orders"}) == 0"#
+        );
 
         let rule = prometheus_rule(&d, &p);
         assert_eq!(rule["metadata"]["name"], "dlq-orders");

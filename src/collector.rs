@@ -206,6 +206,7 @@ impl Collector {
             .collect();
         let (ns, name) = split_key(key);
         self.metrics.record_backlog(ns, name, &samples, &eval);
+        self.metrics.record_broker_up(ns, name, true);
         self.metrics.record_inbox_consumers(
             ns,
             name,
@@ -248,11 +249,14 @@ impl Collector {
     }
 
     /// The depths of `key` are unknown (the broker could not be read): its series are
-    /// removed (unknown is not zero; the `absent` alert rule covers it). The evaluator is
+    /// removed (unknown is not zero; the `absent` alert rule covers it) and
+    /// `dlq_broker_up` is 0 (the backlog alert rule keeps a firing alert firing while it
+    /// is: [`crate::alerts`]). The evaluator is
     /// kept, so a short outage (up to two intervals) does not reset a `Pending` state.
     pub fn unknown(&mut self, key: &str) {
         let (ns, name) = split_key(key);
         self.metrics.forget_backlog(ns, name);
+        self.metrics.record_broker_up(ns, name, false);
     }
 
     /// Forgets every resource for which `keep` is false: its evaluator, its backlog and
@@ -268,6 +272,7 @@ impl Collector {
             }
         }
         self.metrics.retain_compensation(&keep);
+        self.metrics.retain_broker_up(&keep);
         self.metrics.maturity().retain(&keep);
     }
 

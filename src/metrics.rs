@@ -20,6 +20,8 @@
 //!   messages dead-lettered into the DeadLetterQueue's dead-letter queues over the last hour
 //!   ([`crate::compensation`]: source, window, bounds); absent while nothing was
 //!   dead-lettered in the window.
+//! - `dlq_broker_up{namespace, name}` (gauge, 0 or 1): whether the last poll could read
+//!   the DeadLetterQueue's queue depths; 0 while its depth series are absent.
 //! - `dlq_maturity_score{namespace, name}` and `dlq_maturity_area_score{…, area}` (gauges,
 //!   0..1): the maturity score ([`crate::maturity::metrics`]).
 //!
@@ -91,6 +93,8 @@ struct BacklogMetrics {
     alert_state: prometheus::GaugeVec,
     growth: prometheus::GaugeVec,
     inbox_consumers: prometheus::GaugeVec,
+    /// `dlq_broker_up`: kept while the depths are unknown (it says so), unlike the others.
+    broker_up: prometheus::GaugeVec,
     written: std::sync::Arc<std::sync::Mutex<WrittenSeries>>,
 }
 
@@ -141,13 +145,19 @@ impl BacklogMetrics {
                 "Consumers of the DeadLetterQueue's router inbox as the broker reports them (router mode; absent while unknown). 0: no retry router consumes it, failed messages wait there.",
                 &PER_RESOURCE,
             ),
+            broker_up: gauge(
+                "dlq_broker_up",
+                "1 when the last poll read the DeadLetterQueue's queue depths from its broker, 0 when it could not (its depth series are then absent: unknown, not zero).",
+                &PER_RESOURCE,
+            ),
             written: Default::default(),
         }
     }
 
     /// Every backlog family.
-    fn gauges(&self) -> [&prometheus::GaugeVec; 7] {
+    fn gauges(&self) -> [&prometheus::GaugeVec; 8] {
         [
+            &self.broker_up,
             &self.depth,
             &self.baseline,
             &self.threshold,
@@ -334,9 +344,42 @@ impl Metrics {
         }
     }
 
+    /// Sets `dlq_broker_up{namespace, name}`: whether the last poll of `namespace/name`
+    /// read its broker. Kept by [`Metrics::forget_backlog`] (an unknown backlog is when it
+    /// matters), removed by [`Metrics::forget_resource`] and
+    /// [`Metrics::retain_broker_up`].
+    pub fn record_broker_up(&self, namespace: &str, name: &str, up: bool) {
+        self.backlog
+            .broker_up
+            .with_label_values(&[namespace, name])
+            .set(if up { 1.0 } else { 0.0 });
+    }
+
+    /// Removes the `dlq_broker_up` series of every resource for which `keep`
+    /// (`namespace/name`) is false.
+    pub fn retain_broker_up(&self, keep: impl Fn(&str) -> bool) {
+        let gauge = &self.backlog.broker_up;
+        for family in gauge.collect() {
+            for m in family.get_metric() {
+                let label = |n: &str| {
+                    m.get_label()
+                        .iter()
+                        .find(|l| l.name() == n)
+                        .map(|l| l.value().to_string())
+                        .unwrap_or_default()
+                };
+                let (ns, name) = (label("namespace"), label("name"));
+                if !keep(&format!("{ns}/{name}")) {
+                    let _ = gauge.remove_label_values(&[&ns, &name]);
+                }
+            }
+        }
+    }
+
     /// Removes every backlog series of `namespace/name` and its compensation ratio
-    /// (resource deleted, or its data unknown: the `absent` alert then covers it). The
-    /// ratio's window is kept: the next sample brings the ratio back.
+    /// (resource deleted, or its data unknown: the `absent` alert then covers it), but not
+    /// `dlq_broker_up` ([`Metrics::record_broker_up`]). The ratio's window is kept: the
+    /// next sample brings the ratio back.
     pub fn forget_backlog(&self, namespace: &str, name: &str) {
         let b = &self.backlog;
         let mut written = b.written.lock().unwrap_or_else(|p| p.into_inner());
@@ -426,6 +469,10 @@ impl Metrics {
     /// series and its maturity series.
     pub fn forget_resource(&self, namespace: &str, name: &str) {
         self.forget_backlog(namespace, name);
+        let _ = self
+            .backlog
+            .broker_up
+            .remove_label_values(&[namespace, name]);
         self.maturity.forget(namespace, name);
         let r = &self.replays;
         r.windows

@@ -446,7 +446,7 @@ pub fn groups<'a>(
 ) -> Vec<(String, Group<'a, Endpoint<'a>>)> {
     let mut groups: BTreeMap<(String, &str), Group<'_, Endpoint<'_>>> = BTreeMap::new();
     for prep in prepared {
-        let endpoint = prep.connection.redacted_management_uri();
+        let endpoint = prep.connection.redacted_management_uris();
         groups
             .entry((endpoint, prep.topology.vhost.as_str()))
             .or_insert_with(|| Group {
@@ -539,6 +539,7 @@ fn log_routers(
             depth: &r.observed.depth,
             eval: &r.eval,
             inbox: r.observed.inbox.as_ref(),
+            via: "",
         };
         // Within the no-consumer grace period nothing is said yet.
         let Some(desired) = crate::controller::backlog::router_condition(reading, threshold) else {

@@ -12,7 +12,9 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use dlq_operator::alerts::{self, ABSENT_ALERT, BACKLOG_ALERT, GROWTH_ALERT, ROUTER_INBOX_ALERT};
+use dlq_operator::alerts::{
+    self, ABSENT_ALERT, BACKLOG_ALERT, BROKER_ALERT, GROWTH_ALERT, ROUTER_INBOX_ALERT,
+};
 use dlq_operator::crd::DeadLetterQueue;
 use dlq_operator::monitor::{AlertState, Evaluator, Params};
 
@@ -371,6 +373,87 @@ fn absent_rule_fires_when_the_metrics_stop() {
         ]),
     );
     assert!(ok, "promtool test rules:\n{out}");
+}
+
+/// The backlog rule over a broker outage: the operator's series for one resource per
+/// minute as it exports them — firing from 3m on (ratio 2, alert state 2), then at 6m the
+/// broker cannot be read (its depth, baseline, threshold, ratio and alert state series are
+/// removed: stale; `dlq_broker_up` 0), back at 12m with the backlog still high, resolved
+/// at 14m. `pending_at_loss`: the outage starts while the alert is only pending (alert
+/// state 1) instead.
+fn outage_scenario(promtool: &str, pending_at_loss: bool) -> (bool, String) {
+    let (d, p) = resource(
+        json!({"interval": "1m", "baseline": {"mode": "Static", "value": 100},
+                                 "threshold": 1100, "for": "3m"}),
+    );
+    let group = alerts::rule_group(&d, &p);
+    let labels = r#"namespace="shop", name="orders""#;
+    // Minutes 0-5 read, 6-11 unreadable, 12-15 read again.
+    let depth = "2100 2100 2100 2100 2100 2100 stale _ _ _ _ _ 2100 2100 100 100";
+    let fixed = |v: &str| format!("{v} {v} {v} {v} {v} {v} stale _ _ _ _ _ {v} {v} {v} {v}");
+    let state = if pending_at_loss {
+        "0 0 0 1 1 1 stale _ _ _ _ _ 1 1 0 0"
+    } else {
+        "1 1 1 2 2 2 stale _ _ _ _ _ 2 2 0 0"
+    };
+    let ratio = "2 2 2 2 2 2 stale _ _ _ _ _ 2 2 0 0";
+    let series = json!([
+        {"series": format!(r#"dlq_queue_depth{{{labels}, role="dead_letter", queue="orders.dlq"}}"#), "values": depth},
+        {"series": format!("dlq_backlog_baseline{{{labels}}}"), "values": fixed("100")},
+        {"series": format!("dlq_backlog_threshold{{{labels}}}"), "values": fixed("1100")},
+        {"series": format!("dlq_backlog_ratio{{{labels}}}"), "values": ratio},
+        {"series": format!("dlq_backlog_alert_state{{{labels}}}"), "values": state},
+        {"series": format!("dlq_broker_up{{{labels}}}"), "values": "1 1 1 1 1 1 0 0 0 0 0 0 1 1 1 1"},
+    ]);
+    let rule = |alert: &str| {
+        group["rules"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["alert"] == alert))
+            .cloned()
+            .expect("rule")
+    };
+    let firing = |alert: &str, value: &str| {
+        let mut ann = rule(alert)["annotations"].clone();
+        let desc = ann["description"]
+            .as_str()
+            .unwrap_or_default()
+            .replace("{{ printf \"%.2f\" $value }}", value);
+        ann["description"] = json!(desc);
+        json!([{"exp_labels": {"severity": "warning", "namespace": "shop", "name": "orders"},
+                "exp_annotations": ann}])
+    };
+    let mut tests = Vec::new();
+    for minute in 0..16 {
+        // The promtool series are pending from 0m (ratio 2 >= 1), firing from 3m.
+        let backlog_fires = if pending_at_loss {
+            // Held only when the operator said firing: nothing held from 6m; pending again
+            // from 12m, so firing 3m later at the earliest (it resolves at 14m first).
+            (3..6).contains(&minute)
+        } else {
+            (3..14).contains(&minute)
+        };
+        tests.push(
+            json!({"eval_time": format!("{minute}m"), "alertname": BACKLOG_ALERT,
+            "exp_alerts": if backlog_fires { firing(BACKLOG_ALERT, "2.00") } else { json!([]) }}),
+        );
+        // dlq_broker_up 0 from 6m: firing after `for` (3m), until it is 1 again at 12m.
+        tests.push(json!({"eval_time": format!("{minute}m"), "alertname": BROKER_ALERT,
+            "exp_alerts": if (9..12).contains(&minute) { firing(BROKER_ALERT, "") } else { json!([]) }}));
+    }
+    promtool_test(promtool, &group, series, json!(tests))
+}
+
+#[test]
+fn a_firing_backlog_alert_stays_firing_while_the_broker_cannot_be_read() {
+    let Some(promtool) =
+        promtool("a_firing_backlog_alert_stays_firing_while_the_broker_cannot_be_read")
+    else {
+        return;
+    };
+    let (ok, out) = outage_scenario(promtool, false);
+    assert!(ok, "firing at the loss: promtool test rules:\n{out}");
+    let (ok, out) = outage_scenario(promtool, true);
+    assert!(ok, "pending at the loss: promtool test rules:\n{out}");
 }
 
 /// The router inbox rules of a resource in router mode (`backlogThreshold` 100, `for`

@@ -13,13 +13,18 @@ use super::{rabbitmq, BrokerError};
 ///
 /// The password is held privately; `Debug` and the `redacted_*` accessors replace it with
 /// `***`.
-#[derive(Clone, PartialEq)]
+///
+/// `uri` and `managementUri` may each list several addresses of one cluster (as
+/// RabbitMQ's own clients take an address list): connections try them in order, starting
+/// with the one that answered last ([`Addresses`]), so a node that is down costs one
+/// timeout, not one per request.
+#[derive(Clone)]
 pub struct BrokerConnection {
     secret_name: String,
-    /// AMQP URI without userinfo.
-    amqp: Url,
-    /// Management base URI without userinfo, query or fragment.
-    management: Url,
+    /// AMQP URIs without userinfo, in the Secret's order (at least one).
+    amqp: Addresses,
+    /// Management base URIs without userinfo, query or fragment (at least one).
+    management: Addresses,
     /// Base URI of the `rabbitmq_prometheus` plugin (`prometheusUri`), if set.
     prometheus: Option<Url>,
     username: String,
@@ -27,6 +32,131 @@ pub struct BrokerConnection {
     ca_pem: Option<Vec<u8>>,
     client_cert_pem: Option<Vec<u8>>,
     client_key_pem: Option<Vec<u8>>,
+}
+
+/// The most addresses one Secret key may list.
+pub const MAX_ADDRESSES: usize = 16;
+
+/// The addresses of one endpoint of a broker (the AMQP URIs, or the management base
+/// URIs), in the order the Secret lists them, and which one answered last: shared by
+/// every [`BrokerConnection`] of this process with the same list (a Secret is read again
+/// at each reconcile), so all its clients move to the next node together and a node that
+/// is down costs one timeout, not one per reconcile.
+#[derive(Clone)]
+pub struct Addresses {
+    urls: Vec<Url>,
+    in_use: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Which address is in use, per list of addresses (the URIs without credentials): one
+/// entry per distinct list a Secret ever gave this process.
+type InUseRegistry = std::sync::Mutex<
+    std::collections::HashMap<Vec<String>, std::sync::Arc<std::sync::atomic::AtomicUsize>>,
+>;
+
+static IN_USE: std::sync::OnceLock<InUseRegistry> = std::sync::OnceLock::new();
+
+impl Addresses {
+    fn new(urls: Vec<Url>) -> Self {
+        let key: Vec<String> = urls.iter().map(Url::to_string).collect();
+        let in_use = IN_USE
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(key)
+            .or_default()
+            .clone();
+        Addresses { urls, in_use }
+    }
+
+    /// Every address, in the Secret's order.
+    pub fn all(&self) -> &[Url] {
+        &self.urls
+    }
+
+    /// The address in use: the one that answered last (the first before any answered).
+    pub fn in_use(&self) -> &Url {
+        let i = self.in_use_index();
+        &self.urls[i]
+    }
+
+    /// Index of [`Addresses::in_use`] in [`Addresses::all`].
+    pub fn in_use_index(&self) -> usize {
+        self.in_use
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .min(self.urls.len().saturating_sub(1))
+    }
+
+    /// The order to try them in: the one in use first, then the others in the Secret's
+    /// order after it, wrapping around (indices into [`Addresses::all`]).
+    pub fn try_order(&self) -> Vec<usize> {
+        let n = self.urls.len();
+        let first = self.in_use_index();
+        (0..n).map(|k| (first + k) % n).collect()
+    }
+
+    /// Records that address `index` answered; returns the address used before when it
+    /// changed (for the log line that says the client moved).
+    pub fn answered(&self, index: usize) -> Option<&Url> {
+        let before = self
+            .in_use
+            .swap(index, std::sync::atomic::Ordering::Relaxed);
+        (before != index && index < self.urls.len())
+            .then(|| &self.urls[before.min(self.urls.len() - 1)])
+    }
+
+    /// `true` when the Secret lists more than one address.
+    pub fn several(&self) -> bool {
+        self.urls.len() > 1
+    }
+
+    /// Where address `index` stands in the list, for messages: `""` for a single address,
+    /// else `" (address 2 of 3)"`.
+    pub fn position(&self, index: usize) -> String {
+        if self.several() {
+            format!(" (address {} of {})", index + 1, self.urls.len())
+        } else {
+            String::new()
+        }
+    }
+}
+
+impl PartialEq for Addresses {
+    /// The same addresses in the same order (which one is in use does not matter).
+    fn eq(&self, other: &Self) -> bool {
+        self.urls == other.urls
+    }
+}
+
+/// The URIs listed in one Secret value: separated by whitespace (one per line) or by a
+/// comma before the next URI's scheme (`amqp://a:5672,amqp://b:5672`); a comma elsewhere
+/// belongs to the URI (a raw one in a password). Empty pieces are dropped.
+fn split_list<'a>(value: &'a str, schemes: &[&str]) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    for token in value.split_whitespace() {
+        let mut rest = token;
+        loop {
+            let cut = rest.match_indices(',').map(|(i, _)| i).find(|&i| {
+                let after = &rest[i + 1..];
+                after.is_empty()
+                    || schemes
+                        .iter()
+                        .any(|s| after.len() >= s.len() && after[..s.len()].eq_ignore_ascii_case(s))
+            });
+            match cut {
+                Some(i) => {
+                    out.push(&rest[..i]);
+                    rest = &rest[i + 1..];
+                }
+                None => {
+                    out.push(rest);
+                    break;
+                }
+            }
+        }
+    }
+    out.retain(|s| !s.is_empty());
+    out
 }
 
 /// An `http(s)://` base URI from a Secret value: parsed, with a host, without userinfo,
@@ -62,9 +192,12 @@ impl BrokerConnection {
     ///
     /// Keys:
     /// - `uri` (required): `amqp://` or `amqps://` URI (RabbitMQ docs, "URI
-    ///   Specification"); its userinfo gives user and password (percent-decoded).
+    ///   Specification"); its userinfo gives user and password (percent-decoded). Several
+    ///   URIs of one cluster may be listed, one per line or separated by commas (at most
+    ///   [`MAX_ADDRESSES`]); they must name the same vhost and carry the same credentials
+    ///   (or none).
     /// - `managementUri` (required): `http://` or `https://` base URI of the management
-    ///   plugin (e.g. `http://rabbitmq:15672`; a path prefix is kept).
+    ///   plugin (e.g. `http://rabbitmq:15672`; a path prefix is kept); a list like `uri`.
     /// - `username`, `password` (optional): override the userinfo of `uri`. Without any
     ///   user, `guest` is used as the URI specification says.
     /// - `prometheusUri` (optional): `http://` or `https://` base URI of the
@@ -90,13 +223,8 @@ impl BrokerConnection {
             name: secret_name,
             data,
         };
-        let (amqp, uri_user, uri_password) = amqp_uri(&secret)?;
-        let management = http_base(
-            &secret.required("managementUri")?,
-            "/api",
-            "give the management plugin's base URI without /api (e.g. http://rabbitmq:15672)",
-        )
-        .map_err(|reason| secret.invalid("managementUri", &reason))?;
+        let (amqp, uri_user, uri_password) = amqp_uris(&secret)?;
+        let management = management_uris(&secret)?;
         // Optional: an empty value (what `kubectl apply` leaves of a removed stringData
         // key) means unset.
         let prometheus = match secret.text("prometheusUri")? {
@@ -130,8 +258,8 @@ impl BrokerConnection {
         }
         Ok(BrokerConnection {
             secret_name: secret_name.to_string(),
-            amqp,
-            management,
+            amqp: Addresses::new(amqp),
+            management: Addresses::new(management),
             prometheus,
             username,
             password,
@@ -151,24 +279,58 @@ impl BrokerConnection {
         &self.username
     }
 
-    /// `true` for an `amqps://` URI.
+    /// `true` when the AMQP URI in use is `amqps://`.
     pub fn amqp_uses_tls(&self) -> bool {
-        self.amqp.scheme() == "amqps"
+        self.amqp.in_use().scheme() == "amqps"
     }
 
-    /// `true` for an `https://` management URI.
+    /// `true` when the management URI in use is `https://`.
     pub fn management_uses_tls(&self) -> bool {
-        self.management.scheme() == "https"
+        self.management.in_use().scheme() == "https"
     }
 
-    /// The AMQP URI with `user:***@` as userinfo, for logs and errors.
+    /// The AMQP addresses (`uri`), and which one is in use.
+    pub fn amqp_addresses(&self) -> &Addresses {
+        &self.amqp
+    }
+
+    /// The management addresses (`managementUri`), and which one is in use.
+    pub fn management_addresses(&self) -> &Addresses {
+        &self.management
+    }
+
+    /// The AMQP URI in use with `user:***@` as userinfo, for logs and errors.
     pub fn redacted_amqp_uri(&self) -> String {
-        with_userinfo(&self.amqp, &self.username, "***")
+        self.redacted_amqp_uri_at(self.amqp.in_use_index())
     }
 
-    /// The management base URI with `user:***@` as userinfo, for logs and errors.
+    /// AMQP address `index` of [`BrokerConnection::amqp_addresses`] with `user:***@` as
+    /// userinfo.
+    pub fn redacted_amqp_uri_at(&self, index: usize) -> String {
+        let url = &self.amqp.all()[index.min(self.amqp.all().len() - 1)];
+        with_userinfo(url, &self.username, "***")
+    }
+
+    /// The management base URI in use with `user:***@` as userinfo, for logs and errors.
     pub fn redacted_management_uri(&self) -> String {
-        with_userinfo(&self.management, &self.username, "***")
+        self.redacted_management_uri_at(self.management.in_use_index())
+    }
+
+    /// Every management base URI with `user:***@` as userinfo, joined by `, `: what
+    /// identifies the broker of this Secret whichever node is in use (groups of one
+    /// listing, one owner per name).
+    pub fn redacted_management_uris(&self) -> String {
+        (0..self.management.all().len())
+            .map(|i| self.redacted_management_uri_at(i))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Management address `index` of [`BrokerConnection::management_addresses`] with
+    /// `user:***@` as userinfo.
+    pub fn redacted_management_uri_at(&self, index: usize) -> String {
+        let url = &self.management.all()[index.min(self.management.all().len() - 1)];
+        with_userinfo(url, &self.username, "***")
     }
 
     /// The `rabbitmq_prometheus` base URI (`prometheusUri`), if set.
@@ -176,9 +338,10 @@ impl BrokerConnection {
         self.prometheus.as_ref()
     }
 
-    /// The management base URI without credentials (basic auth is sent as a header).
+    /// The management base URI in use, without credentials (basic auth is sent as a
+    /// header).
     pub fn management_base(&self) -> &Url {
-        &self.management
+        self.management.in_use()
     }
 
     /// PEM CA certificate(s) from `ca.crt`, if set.
@@ -199,16 +362,22 @@ impl BrokerConnection {
         &self.password
     }
 
-    /// The AMQP URI with the real credentials, for `lapin` only. Never log it.
-    pub(crate) fn amqp_uri_with_credentials(&self) -> String {
-        with_userinfo(&self.amqp, &self.username, &self.password)
+    /// AMQP address `index` with the real credentials, with virtual host `vhost` (`None`:
+    /// the URI's own), for `lapin` only. Never log it.
+    pub(crate) fn amqp_uri_with_credentials_at(&self, index: usize, vhost: Option<&str>) -> String {
+        let mut u = self.amqp.all()[index.min(self.amqp.all().len() - 1)].clone();
+        if let Some(vhost) = vhost {
+            u.set_path(&format!("/{}", rabbitmq::management::encode_segment(vhost)));
+        }
+        with_userinfo(&u, &self.username, &self.password)
     }
 
-    /// Like [`BrokerConnection::amqp_uri_with_credentials`] with virtual host `vhost`.
-    pub(crate) fn amqp_uri_with_credentials_for_vhost(&self, vhost: &str) -> String {
-        let mut u = self.amqp.clone();
-        u.set_path(&format!("/{}", rabbitmq::management::encode_segment(vhost)));
-        with_userinfo(&u, &self.username, &self.password)
+    /// Every AMQP address with the real credentials and virtual host `vhost`, in order: for
+    /// a digest of what a connection depends on (never shown).
+    pub(crate) fn amqp_uris_with_credentials_for_vhost(&self, vhost: &str) -> Vec<String> {
+        (0..self.amqp.all().len())
+            .map(|i| self.amqp_uri_with_credentials_at(i, Some(vhost)))
+            .collect()
     }
 
     /// Replaces every occurrence of the password (raw and percent-encoded) in `text` by
@@ -279,11 +448,102 @@ impl SecretData<'_> {
     }
 }
 
-/// The Secret's `uri`: the AMQP URI without userinfo, and the user and password of its
-/// userinfo (percent-decoded), if any.
-fn amqp_uri(secret: &SecretData<'_>) -> Result<(Url, Option<String>, Option<String>), BrokerError> {
-    let uri = secret.required("uri")?;
-    let mut amqp = Url::parse(&uri).map_err(|e| {
+/// The pieces of a Secret value that lists addresses (`key`): at least one, at most
+/// [`MAX_ADDRESSES`].
+fn listed<'a>(
+    secret: &SecretData<'_>,
+    key: &str,
+    value: &'a str,
+    schemes: &[&str],
+) -> Result<Vec<&'a str>, BrokerError> {
+    let pieces = split_list(value, schemes);
+    if pieces.is_empty() {
+        return Err(secret.invalid(key, "value is empty"));
+    }
+    if pieces.len() > MAX_ADDRESSES {
+        return Err(secret.invalid(
+            key,
+            &format!(
+                "lists {} addresses; at most {MAX_ADDRESSES} (the nodes of one cluster, or one Service address)",
+                pieces.len()
+            ),
+        ));
+    }
+    Ok(pieces)
+}
+
+/// `reason` about the address at `index` of `count`, for an error: as it is for a single
+/// address, else prefixed with `address 2 of 3: `.
+fn about(index: usize, count: usize, reason: &str) -> String {
+    if count > 1 {
+        format!("address {} of {count}: {reason}", index + 1)
+    } else {
+        reason.to_string()
+    }
+}
+
+/// The Secret's `managementUri`: one base URI or several ([`split_list`]).
+fn management_uris(secret: &SecretData<'_>) -> Result<Vec<Url>, BrokerError> {
+    let value = secret.required("managementUri")?;
+    let pieces = listed(secret, "managementUri", &value, &["http://", "https://"])?;
+    pieces
+        .iter()
+        .enumerate()
+        .map(|(i, piece)| {
+            http_base(
+                piece,
+                "/api",
+                "give the management plugin's base URI without /api (e.g. http://rabbitmq:15672)",
+            )
+            .map_err(|reason| secret.invalid("managementUri", &about(i, pieces.len(), &reason)))
+        })
+        .collect()
+}
+
+/// The AMQP URIs of a Secret's `uri` without userinfo, and the user and password their
+/// userinfo gave, if any.
+type ListedUris = (Vec<Url>, Option<String>, Option<String>);
+
+/// The Secret's `uri`: the AMQP URIs without userinfo, and the user and password of their
+/// userinfo (percent-decoded), if any. Several URIs must name the same vhost and carry the
+/// same userinfo or none.
+fn amqp_uris(secret: &SecretData<'_>) -> Result<ListedUris, BrokerError> {
+    let value = secret.required("uri")?;
+    let pieces = listed(secret, "uri", &value, &["amqp://", "amqps://"])?;
+    let mut urls: Vec<Url> = Vec::new();
+    let mut credentials: Option<(Option<String>, Option<String>)> = None;
+    for (i, piece) in pieces.iter().enumerate() {
+        let (url, user, password) = amqp_uri(piece)
+            .map_err(|reason| secret.invalid("uri", &about(i, pieces.len(), &reason)))?;
+        if let Some(first) = urls.first() {
+            if first.path() != url.path() {
+                return Err(secret.invalid(
+                    "uri",
+                    &about(i, pieces.len(), "names another vhost than the first address: the addresses of `uri` are the nodes of one cluster and must name the same vhost"),
+                ));
+            }
+        }
+        if user.is_some() || password.is_some() {
+            match &credentials {
+                Some(c) if *c != (user.clone(), password.clone()) => {
+                    return Err(secret.invalid(
+                        "uri",
+                        &about(i, pieces.len(), "carries other credentials than an address before it: give one user name and password for the whole cluster (in every URI alike, or in the Secret's `username` and `password` keys)"),
+                    ))
+                }
+                _ => credentials = Some((user, password)),
+            }
+        }
+        urls.push(url);
+    }
+    let (user, password) = credentials.unwrap_or((None, None));
+    Ok((urls, user, password))
+}
+
+/// One AMQP URI of the Secret's `uri`: without userinfo, and the user and password of its
+/// userinfo (percent-decoded), if any. The error is the reason.
+fn amqp_uri(uri: &str) -> Result<(Url, Option<String>, Option<String>), String> {
+    let mut amqp = Url::parse(uri).map_err(|e| {
         // A raw credential with `/ ? #` cuts the authority short (the rest reads as
         // a port, "invalid port number"): say so, as the URI itself is not shown.
         let hint = if uri.contains('@') {
@@ -291,10 +551,10 @@ fn amqp_uri(secret: &SecretData<'_>) -> Result<(Url, Option<String>, Option<Stri
         } else {
             String::new()
         };
-        secret.invalid("uri", &format!("not a valid URI ({e}){hint}"))
+        format!("not a valid URI ({e}){hint}")
     })?;
     if !matches!(amqp.scheme(), "amqp" | "amqps") {
-        return Err(secret.invalid("uri", "not an amqp(s) URI"));
+        return Err("not an amqp(s) URI".into());
     }
     // `amqp://user:12/34@host/` parses, as host `user`, port 12 and path `/34@host/`:
     // an `@` after the authority is a credential cut short, not a vhost to use.
@@ -303,15 +563,15 @@ fn amqp_uri(secret: &SecretData<'_>) -> Result<(Url, Option<String>, Option<Stri
         .flatten()
         .any(|part| part.contains('@'))
     {
-        return Err(secret.invalid(
-            "uri",
-            &format!(
-                "an '@' follows the host: the user name or password before it probably holds '/', '?' or '#'; {RAW_CREDENTIAL_HINT} (an '@' in the vhost is written %40)"
-            ),
+        return Err(format!(
+            "an '@' follows the host: the user name or password before it probably holds '/', '?' or '#'; {RAW_CREDENTIAL_HINT} (an '@' in the vhost is written %40)"
         ));
     }
     if amqp.host_str().is_none_or(str::is_empty) {
-        return Err(secret.invalid("uri", "URI has no host"));
+        return Err("URI has no host".into());
+    }
+    if amqp.path().contains("://") {
+        return Err("the vhost part holds another URI: list several addresses separated by commas or new lines, each with the scheme amqp:// or amqps://".into());
     }
     let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
     let uri_user = (!amqp.username().is_empty()).then(|| decode(amqp.username()));
@@ -363,12 +623,35 @@ fn with_userinfo(url: &Url, user: &str, password: &str) -> String {
     u.to_string()
 }
 
+impl PartialEq for BrokerConnection {
+    /// The same settings (which address is in use does not matter).
+    fn eq(&self, other: &Self) -> bool {
+        self.secret_name == other.secret_name
+            && self.amqp == other.amqp
+            && self.management == other.management
+            && self.prometheus == other.prometheus
+            && self.username == other.username
+            && self.password == other.password
+            && self.ca_pem == other.ca_pem
+            && self.client_cert_pem == other.client_cert_pem
+            && self.client_key_pem == other.client_key_pem
+    }
+}
+
 impl fmt::Debug for BrokerConnection {
+    /// Every address redacted (not which one is in use: a digest of the settings must not
+    /// change when a client moves to another node).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let amqp: Vec<String> = (0..self.amqp.all().len())
+            .map(|i| self.redacted_amqp_uri_at(i))
+            .collect();
+        let management: Vec<String> = (0..self.management.all().len())
+            .map(|i| self.redacted_management_uri_at(i))
+            .collect();
         f.debug_struct("BrokerConnection")
             .field("secret", &self.secret_name)
-            .field("uri", &self.redacted_amqp_uri())
-            .field("management_uri", &self.redacted_management_uri())
+            .field("uri", &amqp.join(","))
+            .field("management_uri", &management.join(","))
             .field("username", &self.username)
             .field("password", &"***")
             .field("ca", &self.ca_pem.is_some())
@@ -408,5 +691,144 @@ mod tests {
                 other => panic!("{bad:?}: {other:?}"),
             }
         }
+    }
+
+    fn secret(uri: &str, management: &str) -> BTreeMap<String, Vec<u8>> {
+        [("uri", uri), ("managementUri", management)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    fn invalid(data: &BTreeMap<String, Vec<u8>>) -> (String, String) {
+        match BrokerConnection::from_secret_data("s", data) {
+            Err(BrokerError::InvalidSecret { key, reason, .. }) => (key, reason),
+            other => panic!("expected an invalid secret, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_single_uri_is_one_address() {
+        let c = BrokerConnection::from_secret_data(
+            "s",
+            &secret("amqp://u:p,w@one.test:5672/%2f", "http://one.test:15672"),
+        )
+        .expect("valid");
+        assert_eq!(c.amqp_addresses().all().len(), 1);
+        assert!(!c.amqp_addresses().several());
+        // A raw comma in a password belongs to the URI (no scheme follows it).
+        assert_eq!(c.password(), "p,w");
+        assert_eq!(c.redacted_amqp_uri(), "amqp://u:***@one.test:5672/%2f");
+        assert_eq!(c.amqp_addresses().position(0), "");
+    }
+
+    #[test]
+    fn uri_and_management_uri_list_the_nodes_of_a_cluster() {
+        for uri in [
+            "amqp://u:pw@a.list.test:5672/v,amqp://u:pw@b.list.test:5672/v,amqp://u:pw@c.list.test/v",
+            "amqp://u:pw@a.list.test:5672/v\namqp://u:pw@b.list.test:5672/v\n  amqp://c.list.test/v\n",
+            "amqp://u:pw@a.list.test:5672/v, amqp://u:pw@b.list.test:5672/v, amqp://c.list.test/v,",
+        ] {
+            let c = BrokerConnection::from_secret_data(
+                "s",
+                &secret(uri, "http://a.list.test:15672,https://b.list.test:15671/prefix"),
+            )
+            .unwrap_or_else(|e| panic!("{uri:?}: {e}"));
+            let hosts: Vec<&str> = c
+                .amqp_addresses()
+                .all()
+                .iter()
+                .filter_map(Url::host_str)
+                .collect();
+            assert_eq!(hosts, ["a.list.test", "b.list.test", "c.list.test"], "{uri:?}");
+            assert_eq!((c.username(), c.password()), ("u", "pw"), "one user for all");
+            assert_eq!(c.management_addresses().all().len(), 2);
+            assert_eq!(
+                c.redacted_management_uris(),
+                "http://u:***@a.list.test:15672/, https://u:***@b.list.test:15671/prefix"
+            );
+            assert_eq!(c.amqp_addresses().position(1), " (address 2 of 3)");
+        }
+    }
+
+    #[test]
+    fn the_addresses_must_agree_on_vhost_and_credentials() {
+        let (key, reason) = invalid(&secret(
+            "amqp://h1.agree.test/a,amqp://h2.agree.test/b",
+            "http://h1.agree.test:15672",
+        ));
+        assert_eq!(key, "uri");
+        assert!(
+            reason.starts_with("address 2 of 2: names another vhost"),
+            "{reason}"
+        );
+        let (key, reason) = invalid(&secret(
+            "amqp://u:pw-alpha@h1.agree.test/,amqp://u:pw-beta@h2.agree.test/",
+            "http://h1.agree.test:15672",
+        ));
+        assert_eq!(key, "uri");
+        assert!(reason.contains("other credentials"), "{reason}");
+        assert!(
+            !reason.contains("alpha") && !reason.contains("beta"),
+            "no password shown: {reason}"
+        );
+        let (key, reason) = invalid(&secret(
+            "amqp://h1.agree.test/,ftp://h2.agree.test/",
+            "http://h1.agree.test:15672",
+        ));
+        // `ftp://` is no scheme of the list: the comma stays in the first URI, whose vhost
+        // would then hold a second URI.
+        assert_eq!(key, "uri");
+        assert!(
+            reason.contains("the vhost part holds another URI"),
+            "{reason}"
+        );
+        let (key, reason) = invalid(&secret(
+            "amqp://h1.agree.test/",
+            "http://h1.agree.test:15672,http://h2.agree.test:15672/api",
+        ));
+        assert_eq!(key, "managementUri");
+        assert!(
+            reason
+                .starts_with("address 2 of 2: give the management plugin's base URI without /api"),
+            "{reason}"
+        );
+        let many: Vec<String> = (0..=MAX_ADDRESSES)
+            .map(|i| format!("amqp://h{i}.agree.test/"))
+            .collect();
+        let (key, reason) = invalid(&secret(&many.join(","), "http://h1.agree.test:15672"));
+        assert_eq!(key, "uri");
+        assert!(
+            reason.contains(&format!("at most {MAX_ADDRESSES}")),
+            "{reason}"
+        );
+        let (key, reason) = invalid(&secret(" , ", "http://h1.agree.test:15672"));
+        assert_eq!((key.as_str(), reason.as_str()), ("uri", "value is empty"));
+    }
+
+    #[test]
+    fn the_address_in_use_is_tried_first_and_shared_by_every_parse_of_the_list() {
+        let data = secret(
+            "amqp://x1.order.test/,amqp://x2.order.test/,amqp://x3.order.test/",
+            "http://x1.order.test:15672",
+        );
+        let first = BrokerConnection::from_secret_data("s", &data).expect("valid");
+        assert_eq!(first.amqp_addresses().try_order(), [0, 1, 2]);
+        assert!(first.amqp_addresses().answered(0).is_none(), "no change");
+        let moved_from = first.amqp_addresses().answered(2).map(Url::to_string);
+        assert_eq!(moved_from.as_deref(), Some("amqp://x1.order.test/"));
+        assert_eq!(first.amqp_addresses().try_order(), [2, 0, 1]);
+        assert_eq!(first.redacted_amqp_uri(), "amqp://guest:***@x3.order.test/");
+        // The Secret read again (the next reconcile) starts where the last one ended.
+        let again = BrokerConnection::from_secret_data("s", &data).expect("valid");
+        assert_eq!(again.amqp_addresses().in_use_index(), 2);
+        assert_eq!(
+            again, first,
+            "which address is in use is no part of equality"
+        );
+        assert!(
+            !format!("{again:?}").contains("in_use"),
+            "the digest of a router's settings does not change with the address in use"
+        );
     }
 }

@@ -29,7 +29,7 @@ pub mod seam;
 
 use std::sync::Arc;
 
-pub use connection::BrokerConnection;
+pub use connection::{Addresses, BrokerConnection};
 pub use depth::{depths_from_prometheus, depths_from_rows, QueueDepth, QueueDepthRow};
 pub use error::BrokerError;
 pub use rabbitmq::{QueueLimits, RequestCounts};

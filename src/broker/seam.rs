@@ -120,6 +120,12 @@ pub trait BrokerTopology: Send + Sync {
 
     /// Requests this client made so far (reads and writes), for the metrics.
     fn request_counts(&self) -> RequestCounts;
+
+    /// The address this client reaches the broker's API through now, without
+    /// credentials, with its place when the Secret lists several
+    /// (`http://node-2:15672/ (address 2 of 3)`): for status and logs, which name the node
+    /// in use.
+    fn address_in_use(&self) -> String;
 }
 
 /// Ready messages and consumers of one queue, as a passive declare reports them (current,

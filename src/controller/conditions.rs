@@ -25,6 +25,11 @@ pub const BACKLOG_HIGH: &str = "BacklogHigh";
 /// `InboxMissing`; `Unknown` when the depths or the consumer count cannot be read.
 /// Absent outside router mode.
 pub const ROUTER_READY: &str = "RouterReady";
+/// Condition type written by the backlog monitor (docs/RELIABILITY.md): `True` (reason
+/// `Reachable`) while the broker's queue depths can be read, its message naming the
+/// address in use (which node, when the Secret lists several); `False` with the reason of
+/// the failure (`BrokerUnreachable`, `BrokerAuthFailed`, …) and every address tried.
+pub const BROKER_REACHABLE: &str = "BrokerReachable";
 /// Condition type of a DeadLetterReplay: `True` once it is over (the reason is its final
 /// phase, or `InvalidSpec`), `False` while pending or running (the reason says why).
 pub const COMPLETE: &str = "Complete";

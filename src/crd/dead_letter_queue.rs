@@ -598,7 +598,7 @@ pub struct MaturityWeights {
 
 /// Condition types written by the backlog monitor (field manager
 /// `dlq-operator-monitor`); the reconcile writes the others.
-pub const BACKLOG_CONDITIONS: &[&str] = &["BacklogHigh", "RouterReady"];
+pub const BACKLOG_CONDITIONS: &[&str] = &["BacklogHigh", "BrokerReachable", "RouterReady"];
 
 impl DeadLetterQueueStatus {
     /// The part of the status the reconcile owns: conditions other than

@@ -220,7 +220,7 @@ pub fn check_ownership(planned: &[Planned]) -> Result<(), ManifestError> {
     let claimed: Vec<Claimed<'_>> = planned
         .iter()
         .map(|p| Claimed {
-            endpoint: p.prepared.connection.redacted_management_uri(),
+            endpoint: p.prepared.connection.redacted_management_uris(),
             claims: crate::ownership::claims(&p.object),
             planned: p,
         })

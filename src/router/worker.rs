@@ -108,11 +108,12 @@ impl Target {
     /// when it changes. Never shown (it covers the password).
     pub fn fingerprint(&self) -> String {
         let mut h = Sha256::new();
-        h.update(
-            self.connection
-                .amqp_uri_with_credentials_for_vhost(&self.vhost)
-                .as_bytes(),
-        );
+        for uri in self
+            .connection
+            .amqp_uris_with_credentials_for_vhost(&self.vhost)
+        {
+            h.update(uri.as_bytes());
+        }
         h.update(format!("{:?}", self.connection).as_bytes());
         h.update(format!("{:?}|{:?}|{}", self.routes, self.policy, self.prefetch).as_bytes());
         format!("{:x}", h.finalize())

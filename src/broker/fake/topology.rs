@@ -624,6 +624,10 @@ impl BrokerTopology for FakeBroker {
         s.queue_limits(vhost, name)
     }
 
+    fn address_in_use(&self) -> String {
+        "the in-memory broker".to_string()
+    }
+
     fn request_counts(&self) -> RequestCounts {
         let s = self.lock();
         RequestCounts {

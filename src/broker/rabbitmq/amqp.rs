@@ -14,7 +14,8 @@ use crate::broker::{BrokerConnection, BrokerError};
 pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Opens an AMQP connection with the settings of `conn` (credentials from the Secret,
-/// TLS for `amqps://`).
+/// TLS for `amqps://`). With several addresses in the Secret's `uri`, they are tried in
+/// order from the one that answered last, each within [`TIMEOUT`] ([`connect_vhost`]).
 ///
 /// # Errors
 /// [`BrokerError::AuthFailed`] when the broker refuses the credentials (`ACCESS_REFUSED`),
@@ -22,7 +23,7 @@ pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// [`BrokerError::Tls`] for certificate problems, [`BrokerError::Amqp`] otherwise.
 /// Endpoints are redacted and reasons scrubbed of the password.
 pub async fn connect(conn: &BrokerConnection) -> Result<Connection, BrokerError> {
-    connect_uri(conn, conn.amqp_uri_with_credentials()).await
+    connect_to(conn, None).await
 }
 
 /// Like [`connect`] but to virtual host `vhost` instead of the URI's.
@@ -33,7 +34,92 @@ pub async fn connect_vhost(
     conn: &BrokerConnection,
     vhost: &str,
 ) -> Result<Connection, BrokerError> {
-    connect_uri(conn, conn.amqp_uri_with_credentials_for_vhost(vhost)).await
+    connect_to(conn, Some(vhost)).await
+}
+
+/// Tries the AMQP addresses of `conn` in order, from the one in use
+/// ([`Addresses::try_order`](crate::broker::Addresses::try_order)), each within
+/// [`TIMEOUT`], and keeps the first that connects as the one in use (a warning names the
+/// address left and the one taken). A refused login stops at once: every node of a
+/// cluster has the same users. When every address fails, one error names them all
+/// ([`all_failed`]).
+async fn connect_to(
+    conn: &BrokerConnection,
+    vhost: Option<&str>,
+) -> Result<Connection, BrokerError> {
+    let addresses = conn.amqp_addresses();
+    let mut failures = Vec::new();
+    for index in addresses.try_order() {
+        let uri = conn.amqp_uri_with_credentials_at(index, vhost);
+        match connect_uri(conn, index, uri).await {
+            Ok(connection) => {
+                if addresses.answered(index).is_some() {
+                    tracing::warn!(
+                        secret = conn.secret_name(),
+                        address = %conn.redacted_amqp_uri_at(index),
+                        position = %addresses.position(index).trim(),
+                        failed = %failures.iter().map(|(i, e): &(usize, BrokerError)| format!("{}: {e}", conn.redacted_amqp_uri_at(*i))).collect::<Vec<_>>().join("; "),
+                        "AMQP: connected to another address of the broker"
+                    );
+                }
+                return Ok(connection);
+            }
+            Err(e @ BrokerError::AuthFailed { .. }) => return Err(e),
+            Err(e) => failures.push((index, e)),
+        }
+    }
+    Err(all_failed(
+        failures,
+        |i| conn.redacted_amqp_uri_at(i),
+        addresses.several(),
+    ))
+}
+
+/// The error of a connection or request that failed at every address (`failures`, in the
+/// order tried; `name` gives an address's redacted URI): with one address, its own error;
+/// with several, the first error that is not [`BrokerError::Unreachable`] (a TLS or
+/// protocol problem says more than a refused connection), else one `Unreachable` that
+/// names every address tried and why each failed.
+pub(crate) fn all_failed(
+    failures: Vec<(usize, BrokerError)>,
+    name: impl Fn(usize) -> String,
+    several: bool,
+) -> BrokerError {
+    if !several || failures.len() <= 1 {
+        return failures
+            .into_iter()
+            .next()
+            .map(|(_, e)| e)
+            .unwrap_or_else(|| BrokerError::Unreachable {
+                endpoint: String::new(),
+                reason: "no address to try".into(),
+            });
+    }
+    if let Some(pos) = failures
+        .iter()
+        .position(|(_, e)| !matches!(e, BrokerError::Unreachable { .. }))
+    {
+        return failures
+            .into_iter()
+            .nth(pos)
+            .map(|(_, e)| e)
+            .unwrap_or_else(|| BrokerError::Unreachable {
+                endpoint: String::new(),
+                reason: "no address to try".into(),
+            });
+    }
+    let endpoints: Vec<String> = failures.iter().map(|(i, _)| name(*i)).collect();
+    let reasons: Vec<String> = failures
+        .iter()
+        .map(|(i, e)| match e {
+            BrokerError::Unreachable { reason, .. } => format!("{}: {reason}", name(*i)),
+            other => format!("{}: {other}", name(*i)),
+        })
+        .collect();
+    BrokerError::Unreachable {
+        endpoint: format!("every address ({})", endpoints.join(", ")),
+        reason: reasons.join("; "),
+    }
 }
 
 /// Opens and closes an AMQP connection to `vhost` with the settings of `conn`: proves that
@@ -123,7 +209,12 @@ async fn passive_queue_counts_inner(
     out
 }
 
-async fn connect_uri(conn: &BrokerConnection, uri: String) -> Result<Connection, BrokerError> {
+/// One connection to AMQP address `index` of `conn` (its URI with credentials: `uri`).
+async fn connect_uri(
+    conn: &BrokerConnection,
+    index: usize,
+    uri: String,
+) -> Result<Connection, BrokerError> {
     let tls = OwnedTLSConfig {
         identity: conn
             .client_identity_pem()
@@ -146,9 +237,9 @@ async fn connect_uri(conn: &BrokerConnection, uri: String) -> Result<Connection,
     )
     .await
     {
-        Ok(result) => result.map_err(|e| with_port_hint(map_error(conn, &e))),
+        Ok(result) => result.map_err(|e| with_port_hint(map_error_at(conn, index, &e))),
         Err(_) => Err(with_port_hint(BrokerError::Unreachable {
-            endpoint: conn.redacted_amqp_uri(),
+            endpoint: conn.redacted_amqp_uri_at(index),
             reason: format!(
                 "no AMQP connection within {} s (TCP connect, TLS and AMQP handshake)",
                 TIMEOUT.as_secs()
@@ -184,11 +275,17 @@ fn with_port_hint(e: BrokerError) -> BrokerError {
     }
 }
 
-/// Maps a `lapin` error of a connection made with `conn` to a [`BrokerError`].
+/// Maps a `lapin` error of a connection made with `conn` (to the address in use) to a
+/// [`BrokerError`].
 pub fn map_error(conn: &BrokerConnection, e: &lapin::Error) -> BrokerError {
+    map_error_at(conn, conn.amqp_addresses().in_use_index(), e)
+}
+
+/// Like [`map_error`] for a connection to AMQP address `index` of `conn`.
+fn map_error_at(conn: &BrokerConnection, index: usize, e: &lapin::Error) -> BrokerError {
     let reason = conn.scrub(&super::management::error_chain(e));
     let lower = reason.to_ascii_lowercase();
-    let endpoint = conn.redacted_amqp_uri();
+    let endpoint = conn.redacted_amqp_uri_at(index);
     // ACCESS_REFUSED is also the broker's answer on a channel to a publish it does not
     // allow (an internal exchange, no write permission): only a refused login or vhost
     // access is an authentication failure; anything else keeps the broker's reason.

@@ -156,12 +156,12 @@ impl Answer {
     }
 }
 
-/// Management API client with request counters.
+/// Management API client with request counters. With several management addresses in
+/// the Secret, each request tries them in order from the one that answered last
+/// ([`ManagementClient::send`]).
 #[derive(Debug)]
 pub struct ManagementClient {
     http: reqwest::Client,
-    /// Base URL string without trailing slash (e.g. `http://host:15672`).
-    base: String,
     conn: BrokerConnection,
     reads: AtomicU64,
     writes: AtomicU64,
@@ -214,14 +214,8 @@ impl ManagementClient {
         let http = builder.build().map_err(|e| BrokerError::Tls {
             reason: format!("building the HTTP client: {}", error_chain(&e)),
         })?;
-        let base = conn
-            .management_base()
-            .as_str()
-            .trim_end_matches('/')
-            .to_string();
         Ok(ManagementClient {
             http,
-            base,
             conn: conn.clone(),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
@@ -245,9 +239,16 @@ impl ManagementClient {
     /// answer whatever its status, except 401 which is mapped to
     /// [`BrokerError::AuthFailed`].
     ///
+    /// With several management addresses, they are tried in order from the one that
+    /// answered last, and the one that answers is kept in use (a warning names the move).
+    /// A GET goes to the next address after any transport failure; a write only when it
+    /// could not connect (a write that timed out may have been applied: it is not sent
+    /// twice, the reconcile repeats it).
+    ///
     /// # Errors
-    /// [`BrokerError::Unreachable`] (connect failure, timeout), [`BrokerError::Tls`]
-    /// (certificate problems), [`BrokerError::AuthFailed`] (401).
+    /// [`BrokerError::Unreachable`] (connect failure, timeout; with several addresses, one
+    /// error naming every address tried), [`BrokerError::Tls`] (certificate problems),
+    /// [`BrokerError::AuthFailed`] (401).
     pub async fn send(
         &self,
         method: Method,
@@ -259,7 +260,51 @@ impl ManagementClient {
         } else {
             self.writes.fetch_add(1, Ordering::Relaxed);
         }
-        let url = format!("{}/api/{}", self.base, path);
+        tracing::debug!(%method, path, "management API request");
+        let addresses = self.conn.management_addresses();
+        let mut failures = Vec::new();
+        for index in addresses.try_order() {
+            let resent = match self.send_to(index, &method, path, body).await {
+                Ok(answer) => {
+                    if addresses.answered(index).is_some() {
+                        tracing::warn!(
+                            secret = self.conn.secret_name(),
+                            address = %self.conn.redacted_management_uri_at(index),
+                            position = %addresses.position(index).trim(),
+                            failed = %failures.iter().map(|(i, e): &(usize, BrokerError)| format!("{}: {e}", self.conn.redacted_management_uri_at(*i))).collect::<Vec<_>>().join("; "),
+                            "management API: another address of the broker answered"
+                        );
+                    }
+                    return self.checked(answer, &method, path, index);
+                }
+                Err((e, resendable)) => {
+                    failures.push((index, e));
+                    resendable
+                }
+            };
+            if !(resent || method == Method::GET) {
+                break;
+            }
+        }
+        Err(super::amqp::all_failed(
+            failures,
+            |i| self.conn.redacted_management_uri_at(i),
+            addresses.several(),
+        ))
+    }
+
+    /// One request to management address `index`. The error says whether the request
+    /// surely never reached the broker (no connection), so that a write may go to the next
+    /// address.
+    async fn send_to(
+        &self,
+        index: usize,
+        method: &Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, (BrokerError, bool)> {
+        let base = &self.conn.management_addresses().all()[index];
+        let url = format!("{}/api/{}", base.as_str().trim_end_matches('/'), path);
         let mut req = self
             .http
             .request(method.clone(), &url)
@@ -267,22 +312,35 @@ impl ManagementClient {
         if let Some(b) = body {
             req = req.json(b);
         }
-        tracing::debug!(%method, path, "management API request");
-        let resp = req.send().await.map_err(|e| self.transport_error(&e))?;
+        let failed = |e: reqwest::Error| (self.transport_error(index, &e), e.is_connect());
+        let resp = req.send().await.map_err(failed)?;
         let status = resp.status();
-        let body = resp.text().await.map_err(|e| self.transport_error(&e))?;
-        let answer = Answer { status, body };
-        if status == StatusCode::UNAUTHORIZED {
+        let body = resp
+            .text()
+            .await
+            .map_err(|e| (self.transport_error(index, &e), false))?;
+        Ok(Answer { status, body })
+    }
+
+    /// `answer` of management address `index`, or the error of a 401.
+    fn checked(
+        &self,
+        answer: Answer,
+        method: &Method,
+        path: &str,
+        index: usize,
+    ) -> Result<Answer, BrokerError> {
+        if answer.status == StatusCode::UNAUTHORIZED {
             // RabbitMQ answers 401 both for a failed login and for a user without
             // permission on the vhost or object: only the first is an authentication
             // failure (`Answer::is_login_failure`).
             if answer.is_login_failure() {
                 return Err(BrokerError::AuthFailed {
-                    endpoint: self.conn.redacted_management_uri(),
+                    endpoint: self.conn.redacted_management_uri_at(index),
                     user: self.conn.username().to_string(),
                 });
             }
-            return Err(self.api_error(&method, path, &answer));
+            return Err(self.api_error(method, path, &answer));
         }
         Ok(answer)
     }
@@ -407,22 +465,21 @@ impl ManagementClient {
         }
     }
 
-    fn transport_error(&self, e: &reqwest::Error) -> BrokerError {
+    /// The error of a request to management address `index` that got no HTTP answer.
+    fn transport_error(&self, index: usize, e: &reqwest::Error) -> BrokerError {
         let reason = self.conn.scrub(&error_chain(e));
         let lower = reason.to_ascii_lowercase();
+        let endpoint = self.conn.redacted_management_uri_at(index);
         if lower.contains("certificate")
             || lower.contains("unknownissuer")
             || lower.contains("tls")
             || lower.contains("handshake")
         {
             BrokerError::Tls {
-                reason: format!("{}: {reason}", self.conn.redacted_management_uri()),
+                reason: format!("{endpoint}: {reason}"),
             }
         } else {
-            BrokerError::Unreachable {
-                endpoint: self.conn.redacted_management_uri(),
-                reason,
-            }
+            BrokerError::Unreachable { endpoint, reason }
         }
     }
 }

@@ -71,6 +71,16 @@ impl BrokerTopology for RabbitMq {
     fn request_counts(&self) -> RequestCounts {
         RabbitMq::request_counts(self)
     }
+
+    fn address_in_use(&self) -> String {
+        let conn = self.mgmt.connection();
+        let addresses = conn.management_addresses();
+        format!(
+            "{}{}",
+            conn.management_base(),
+            addresses.position(addresses.in_use_index())
+        )
+    }
 }
 
 #[async_trait::async_trait]

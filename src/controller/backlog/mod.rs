@@ -15,8 +15,11 @@
 //!   changed ([`backlog_status`]): a condition or the alert state at once, the figures at
 //!   most every [`STATUS_INTERVAL`]. A steady state writes nothing.
 //! - A broker that cannot be read makes the backlog unknown, not zero: `BacklogHigh`
-//!   becomes `Unknown` with reason `BrokerUnreachable`, the resource's series are removed
-//!   (the `absent` alert rule covers them), and the monitor keeps polling.
+//!   becomes `Unknown` with reason `BrokerUnreachable`, `BrokerReachable` becomes `False`
+//!   with the error (every address tried), the resource's depth series are removed and
+//!   `dlq_broker_up` is 0 (the alert rules hold a firing backlog alert meanwhile:
+//!   [`crate::alerts`]), and the monitor keeps polling. `BrokerReachable` names the
+//!   address the depths are read through while it is `True`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -46,7 +49,10 @@ pub mod router;
 mod status;
 
 pub use router::{router_condition, router_events, set_router_condition};
-pub use status::{backlog_condition, backlog_events, backlog_status, resumed_evaluator, Reading};
+pub use status::{
+    backlog_condition, backlog_events, backlog_status, reachable_condition, reachable_events,
+    resumed_evaluator, Reading,
+};
 
 /// Field manager of the monitor's status writes (the reconcile's is
 /// [`shared::FIELD_MANAGER`](crate::controller::shared::FIELD_MANAGER)).
@@ -467,11 +473,13 @@ impl Monitor {
         replayed: Option<&std::collections::HashSet<String>>,
     ) -> Option<Write> {
         let error_text;
+        let via = m.target.broker.address_in_use();
         let reading = match (reading, depths) {
             (collector::Reading::Observed(r), _) => Reading::Observed {
                 depth: &r.observed.depth,
                 eval: &r.eval,
                 inbox: r.observed.inbox.as_ref(),
+                via: &via,
             },
             (collector::Reading::Unknown, Err(e)) => {
                 error_text = e.to_string();
@@ -507,6 +515,7 @@ impl Monitor {
             next.maturity = maturity;
         }
         let mut notes = backlog_events(&m.current, &next);
+        notes.extend(reachable_events(&m.current.conditions, &next.conditions));
         notes.extend(router_events(&m.current.conditions, &next.conditions));
         self.written.insert(m.target.uid.clone(), next.clone());
         Some((m.obj.clone(), next, notes))

@@ -185,6 +185,7 @@ mod tests {
             depth: &depth,
             eval: &eval,
             inbox,
+            via: "the in-memory broker",
         };
         router_condition(reading, 1000)
     }
@@ -271,6 +272,7 @@ mod tests {
             depth: &depth,
             eval: &eval,
             inbox: Some(&inbox),
+            via: "the in-memory broker",
         };
         let changed = set_router_condition(&mut next, router, reading, Some(1), &at(t));
         (next, changed)

@@ -9,7 +9,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::collector::ObservedInbox;
-use crate::controller::conditions::{self, ConditionStatus, Desired, BACKLOG_HIGH};
+use crate::controller::conditions::{
+    self, ConditionStatus, Desired, BACKLOG_HIGH, BROKER_REACHABLE,
+};
 use crate::controller::Note;
 use crate::crd::{DeadLetterQueueStatus, DepthStatus};
 use crate::monitor::{AlertState, Evaluation, Params};
@@ -25,6 +27,9 @@ pub enum Reading<'a> {
         eval: &'a Evaluation,
         /// The router inbox with its consumers (router mode).
         inbox: Option<&'a ObservedInbox>,
+        /// The broker address the depths were read through
+        /// ([`BrokerTopology::address_in_use`](crate::broker::BrokerTopology::address_in_use)).
+        via: &'a str,
     },
     /// The depths could not be read: the condition's reason (`BrokerUnreachable`,
     /// `BrokerAuthFailed`, …) and the error.
@@ -118,11 +123,62 @@ pub fn backlog_condition(reading: Reading<'_>, params: &Params) -> Desired {
     }
 }
 
+/// The `BrokerReachable` condition for a reading: `True`, reason `Reachable`, naming the
+/// address the depths were read through (so a move to another node of the cluster shows
+/// in status); `False` with the reading's reason and error (which names every address
+/// tried) when they cannot be read.
+pub fn reachable_condition(reading: Reading<'_>) -> Desired {
+    let (status, reason, message) = match reading {
+        Reading::Observed { via, .. } => (
+            ConditionStatus::True,
+            "Reachable",
+            format!("queue depths read through {via}"),
+        ),
+        Reading::Unknown { reason, message } => (
+            ConditionStatus::False,
+            reason,
+            format!("queue depths cannot be read: {message}"),
+        ),
+    };
+    Desired {
+        type_: BROKER_REACHABLE,
+        status,
+        reason,
+        message,
+    }
+}
+
+/// Events for a change of the `BrokerReachable` condition from `before` to `after`: Normal
+/// `BrokerReachable` when the broker answers again after `False`, Normal
+/// `BrokerAddressChanged` when the depths are read through another address (another node
+/// of the cluster). The move to `False` is told once, by the `BacklogHigh` Event of the
+/// same reason ([`backlog_events`]). Pure.
+pub fn reachable_events(
+    before: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    after: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> Vec<Note> {
+    let find = |cs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
+        cs.iter().find(|c| c.type_ == BROKER_REACHABLE).cloned()
+    };
+    let (Some(new), Some(old)) = (find(after), find(before)) else {
+        return Vec::new();
+    };
+    match (old.status.as_str(), new.status.as_str()) {
+        ("False", "True") => vec![Note::normal("BrokerReachable", "Monitor", new.message)],
+        ("True", "True") if old.message != new.message => vec![Note::normal(
+            "BrokerAddressChanged",
+            "Monitor",
+            format!("{} (before: {})", new.message, old.message),
+        )],
+        _ => Vec::new(),
+    }
+}
+
 /// The backlog part of the status after a reading, or `None` when nothing needs writing.
 /// Pure.
 ///
 /// `current` is the backlog part last written (or read). The result is written when the
-/// `BacklogHigh` condition, the `RouterReady` condition (set in router mode, i.e. with
+/// `BacklogHigh` or `BrokerReachable` condition ([`reachable_condition`]), the `RouterReady` condition (set in router mode, i.e. with
 /// `router` = `spec.router.backlogThreshold`, removed otherwise:
 /// [`set_router_condition`](super::router::set_router_condition)) or the alert state
 /// changed, or when a figure (depths,
@@ -148,9 +204,15 @@ pub fn backlog_status(
         generation,
         now,
     );
+    let reachable_changed = conditions::set(
+        &mut next.conditions,
+        &reachable_condition(reading),
+        generation,
+        now,
+    );
     let router_changed =
         super::router::set_router_condition(&mut next.conditions, router, reading, generation, now);
-    let condition_changed = backlog_changed || router_changed;
+    let condition_changed = backlog_changed || reachable_changed || router_changed;
     match reading {
         Reading::Observed { depth, eval, .. } => {
             next.depth = Some(depth.clone());
@@ -291,6 +353,7 @@ mod tests {
                         depth: &depth,
                         eval: &eval,
                         inbox: None,
+                        via: "http://node-1:15672/",
                     },
                     &p,
                     None,
@@ -383,6 +446,7 @@ mod tests {
                 depth: &depth,
                 eval: &eval,
                 inbox: None,
+                via: "http://node-1:15672/",
             },
             &p,
             None,
@@ -468,6 +532,7 @@ mod tests {
                 depth: &depth,
                 eval: &eval,
                 inbox: None,
+                via: "http://node-1:15672/",
             },
             &p,
             None,
@@ -523,6 +588,7 @@ mod tests {
                     depth: &depth,
                     eval: &eval,
                     inbox: router.then_some(&inbox),
+                    via: "http://node-1:15672/",
                 },
                 &p,
                 router.then_some(1000),
@@ -564,6 +630,97 @@ mod tests {
         assert_eq!(
             router_ready(&unknown),
             Some(("Unknown".into(), "BrokerUnreachable".into()))
+        );
+    }
+
+    #[test]
+    fn broker_reachable_names_the_address_in_use_and_is_written_only_when_it_changes() {
+        let p = params();
+        let mut e = crate::monitor::Evaluator::new(p.clone());
+        let depth = DepthStatus::default();
+        let mut current = DeadLetterQueueStatus::default();
+        let mut step = |t: i64, via: Option<&str>| {
+            let eval = e.observe(t as u64 * 1000, 0);
+            let reading = match via {
+                Some(via) => Reading::Observed {
+                    depth: &depth,
+                    eval: &eval,
+                    inbox: None,
+                    via,
+                },
+                None => Reading::Unknown {
+                    reason: "BrokerUnreachable",
+                    message: "broker at every address (http://a/, http://b/) is unreachable",
+                },
+            };
+            let next = backlog_status(
+                &current,
+                Some(1),
+                reading,
+                &p,
+                None,
+                &at(t),
+                STATUS_INTERVAL,
+            );
+            let notes = next
+                .as_ref()
+                .map(|n| reachable_events(&current.conditions, &n.conditions))
+                .unwrap_or_default();
+            if let Some(n) = &next {
+                current = n.clone();
+            }
+            let c = current
+                .conditions
+                .iter()
+                .find(|c| c.type_ == BROKER_REACHABLE)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+            (
+                next.is_some(),
+                c,
+                notes.into_iter().map(|n| n.reason).collect::<Vec<_>>(),
+            )
+        };
+        let a = "http://a/ (address 1 of 2)";
+        let b = "http://b/ (address 2 of 2)";
+        let (written, c, notes) = step(0, Some(a));
+        assert!(written);
+        assert_eq!(
+            c,
+            Some((
+                "True".into(),
+                "Reachable".into(),
+                format!("queue depths read through {a}")
+            ))
+        );
+        assert!(notes.is_empty(), "no Event for the first reading");
+        assert!(!step(10, Some(a)).0, "a steady state writes nothing");
+        let (written, c, notes) = step(20, Some(b));
+        assert!(written, "another node in use is written at once");
+        assert_eq!(
+            c.map(|c| c.2),
+            Some(format!("queue depths read through {b}"))
+        );
+        assert_eq!(notes, ["BrokerAddressChanged"]);
+        let (written, c, notes) = step(30, None);
+        assert!(written);
+        let (status, reason, message) = c.expect("condition");
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "BrokerUnreachable")
+        );
+        assert!(
+            message.contains("every address (http://a/, http://b/)"),
+            "{message}"
+        );
+        assert!(notes.is_empty(), "BacklogHigh's Event tells the loss once");
+        assert!(!step(40, None).0, "still unreachable: nothing new");
+        let (written, c, notes) = step(50, Some(a));
+        assert!(written);
+        assert_eq!(c.map(|c| c.0), Some("True".into()));
+        assert_eq!(
+            notes,
+            ["BrokerReachable"],
+            "recovered by itself, and said so"
         );
     }
 }
