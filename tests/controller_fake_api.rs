@@ -302,8 +302,16 @@ async fn create_adds_finalizer_applies_topology_and_patches_status_then_steady_s
         .as_array()
         .map(|rs| rs.iter().filter_map(|r| r["alert"].as_str()).collect())
         .unwrap_or_default();
-    // Backlog (guarded: without a threshold series it cannot fire) and absent rules.
-    assert_eq!(alerts, ["DeadLetterBacklogHigh", "DeadLetterMetricsAbsent"]);
+    // Backlog (guarded: without a threshold series it cannot fire), absent and
+    // broker-unreachable rules.
+    assert_eq!(
+        alerts,
+        [
+            "DeadLetterBacklogHigh",
+            "DeadLetterMetricsAbsent",
+            "DeadLetterBrokerUnreachable"
+        ]
+    );
     fake.put(&rule_path, rule.body.clone());
     let status = status_patch(&calls);
     let rules = condition(&status, "AlertRulesReady");

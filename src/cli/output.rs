@@ -139,5 +139,12 @@ pub fn replay_table(r: &ReplayReport) -> String {
     for (why, n) in &r.failed {
         let _ = writeln!(out, "  {n:>8}  {}", escape(why));
     }
+    if r.resumed > 0 {
+        let _ = writeln!(
+            out,
+            "resumed          {} time(s) after the broker was lost; at most {} of the replayed copies may be duplicates",
+            r.resumed, r.in_doubt
+        );
+    }
     out
 }

@@ -95,6 +95,35 @@ pub trait Observer: Send {
         let _ = (report, batch);
         Box::pin(async { Ok(()) })
     }
+
+    /// Called when [`replay`] lost the broker (`error`) and resumes after `delay` with
+    /// attempt `attempt` (2 for the first resumption) of [`RESUME_ATTEMPTS`]. Default:
+    /// nothing said.
+    fn resuming(&mut self, attempt: u32, error: &BrokerError, delay: Duration) {
+        let _ = (attempt, error, delay);
+    }
+}
+
+/// Passes a replay makes at most after broker errors ([`replay`]; the DeadLetterReplay
+/// controller's runs too): the first and three resumptions.
+pub const RESUME_ATTEMPTS: u32 = 4;
+
+/// Pause before attempt `n + 1` after the broker error that ended attempt `n` (1 for the
+/// first): 5 s · 2^(n−1) — 5, 10, 20 s, long enough for a cluster to elect new quorum
+/// queue leaders after a node loss (seconds: docs/RELIABILITY.md).
+pub fn resume_delay(n: u32) -> Duration {
+    Duration::from_secs(5u64.saturating_mul(1u64 << n.saturating_sub(1).min(16)))
+}
+
+/// Whether a new pass may get past `e`: the broker could not be reached, or the AMQP
+/// connection or channel failed (a node lost, a quorum queue's leader moved). A refused
+/// login, a missing queue, a name owned by another resource or a bad Secret would fail
+/// the same way again.
+pub fn resumable(e: &BrokerError) -> bool {
+    matches!(
+        e,
+        BrokerError::Unreachable { .. } | BrokerError::Amqp { .. }
+    )
 }
 
 impl<F: FnMut(&ReplayReport) + Send> Observer for F {
@@ -214,6 +243,19 @@ pub struct ReplayReport {
     pub skipped: BTreeMap<String, u64>,
     /// Not replayed because publishing failed, by reason (they stay).
     pub failed: BTreeMap<String, u64>,
+    /// Passes resumed after the broker was lost ([`replay`]); 0 when none was.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resumed: u32,
+    /// At most this many of the replayed copies are duplicates: copies in flight when a
+    /// pass lost the broker, whose originals went back to the dead-letter queue and were
+    /// replayed again ([`crash_bound`] per resumption). 0 without a resumption.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub in_doubt: u64,
+}
+
+/// `true` for 0 (a count left out of the report when there is nothing to say).
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 impl ReplayReport {
@@ -255,11 +297,18 @@ pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String
 /// when a checkpoint of `observer` fails). `observer` sees the progress after each
 /// message read and keeps a checkpoint before each batch of copies.
 ///
+/// A pass that loses the broker ([`resumable`]: a node killed, a partition) is resumed
+/// on a new connection — the next of the Secret's addresses that answers — after
+/// [`resume_delay`], up to [`RESUME_ATTEMPTS`] passes in all, with the same replay id (a
+/// copy that came back meanwhile is not replayed again) and the limit lowered by what was
+/// replayed. Each resumption is told to [`Observer::resuming`]; the progress and the
+/// report count every pass ([`ReplayReport::resumed`], [`ReplayReport::in_doubt`]).
+///
 /// # Errors
 /// [`BrokerError::NotFound`] for a missing dead-letter queue (every one is looked up
 /// before anything is read, so nothing is replayed then); connection and AMQP errors
-/// (held messages return to their queue; copies already confirmed are replayed; at most
-/// [`crash_bound`] copies are duplicated).
+/// after the last pass (held messages return to their queue; copies already confirmed are
+/// replayed; at most [`crash_bound`] copies are duplicated per lost pass).
 pub async fn replay(
     conn: &BrokerConnection,
     topology: &DesiredTopology,
@@ -268,8 +317,82 @@ pub async fn replay(
     cancel: &CancellationToken,
     observer: &mut dyn Observer,
 ) -> Result<ReplayReport, BrokerError> {
-    let client = crate::broker::default_factory().client(conn)?;
-    replay_with(client.as_ref(), topology, opts, now_ms, cancel, observer).await
+    let mut earlier: Option<ReplayReport> = None;
+    let mut attempt = 1;
+    loop {
+        let mut pass_opts = opts.clone();
+        let before = earlier.as_ref().map_or(0, |e| e.replayed);
+        pass_opts.limit = opts.limit.map(|l| l.saturating_sub(before));
+        let mut offset = Offset {
+            inner: &mut *observer,
+            earlier: earlier.as_ref(),
+            last: None,
+        };
+        let pass = match crate::broker::default_factory().client(conn) {
+            Ok(client) if pass_opts.limit != Some(0) => {
+                replay_with(
+                    client.as_ref(),
+                    topology,
+                    &pass_opts,
+                    now_ms,
+                    cancel,
+                    &mut offset,
+                )
+                .await
+            }
+            Ok(_) => Ok(ReplayReport::start(topology, &pass_opts)),
+            Err(e) => Err(e),
+        };
+        let last = offset.last.take();
+        match pass {
+            Ok(report) => return Ok(report.after(earlier.as_ref())),
+            Err(e) if resumable(&e) && attempt < RESUME_ATTEMPTS && !cancel.is_cancelled() => {
+                let delay = resume_delay(attempt);
+                attempt += 1;
+                observer.resuming(attempt, &e, delay);
+                let mut so_far = last
+                    .map(|r| r.after(earlier.as_ref()))
+                    .or(earlier.take())
+                    .unwrap_or_else(|| ReplayReport::start(topology, opts));
+                so_far.resumed += 1;
+                so_far.in_doubt += crash_bound(opts.max_in_flight, opts.rate, opts.limit);
+                earlier = Some(so_far);
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = cancel.cancelled() => {}
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The observer of one pass of a resumed replay: forwards each report with what the
+/// passes before counted ([`ReplayReport::after`]), and keeps the pass's last report.
+struct Offset<'a> {
+    inner: &'a mut dyn Observer,
+    earlier: Option<&'a ReplayReport>,
+    last: Option<ReplayReport>,
+}
+
+impl Observer for Offset<'_> {
+    fn progress(&mut self, report: &ReplayReport) {
+        self.last = Some(report.clone());
+        let all = report.clone().after(self.earlier);
+        self.inner.progress(&all);
+    }
+
+    fn checkpoint<'b>(
+        &'b mut self,
+        report: &'b ReplayReport,
+        batch: u64,
+    ) -> futures::future::BoxFuture<'b, Result<(), String>> {
+        self.last = Some(report.clone());
+        Box::pin(async move {
+            let all = report.clone().after(self.earlier);
+            self.inner.checkpoint(&all, batch).await
+        })
+    }
 }
 
 /// [`replay`] on any broker client, stopped by `cancel`.
@@ -303,7 +426,26 @@ impl ReplayReport {
             replayed: 0,
             skipped: BTreeMap::new(),
             failed: BTreeMap::new(),
+            resumed: 0,
+            in_doubt: 0,
         }
+    }
+
+    /// This report of a pass, counted on top of `earlier` (the passes before it, when it
+    /// resumed a replay): replayed, matched, scanned and total add what earlier passes
+    /// replayed (those messages are gone from the queue this pass read); skipped and
+    /// failed are this pass's (it met those messages again); `resumed` and `in_doubt` are
+    /// the earlier ones'.
+    pub fn after(mut self, earlier: Option<&ReplayReport>) -> Self {
+        if let Some(e) = earlier {
+            self.replayed += e.replayed;
+            self.matched += e.replayed;
+            self.scanned += e.replayed;
+            self.total += e.replayed;
+            self.resumed = e.resumed;
+            self.in_doubt = e.in_doubt;
+        }
+        self
     }
 
     /// Sets the outcome once every queue is done: [`Outcome::Partial`] when `stopped` (a
@@ -444,5 +586,59 @@ mod tests {
         assert_eq!(next_batch(None, 7, 9), 7);
         assert!(limit_reached(Some(3), 2, 1));
         assert!(!limit_reached(None, 2, 1));
+    }
+
+    #[test]
+    fn a_resumed_pass_counts_what_the_passes_before_replayed() {
+        let report = |skipped: u64| ReplayReport {
+            resource: "shop/orders".into(),
+            replay_id: "r".into(),
+            dry_run: false,
+            outcome: Outcome::Succeeded,
+            total: 0,
+            scanned: 0,
+            matched: 0,
+            replayed: 0,
+            skipped: [("already replayed".to_string(), skipped)].into(),
+            failed: BTreeMap::new(),
+            resumed: 0,
+            in_doubt: 0,
+        };
+        let mut first = report(10);
+        (first.total, first.scanned, first.matched, first.replayed) = (100, 40, 40, 30);
+        first.resumed = 1;
+        first.in_doubt = 1000;
+        let mut second = report(10);
+        (
+            second.total,
+            second.scanned,
+            second.matched,
+            second.replayed,
+        ) = (70, 70, 70, 60);
+        let all = second.clone().after(Some(&first));
+        assert_eq!(
+            (all.total, all.scanned, all.matched, all.replayed),
+            (100, 100, 100, 90)
+        );
+        assert_eq!(
+            all.skipped, second.skipped,
+            "the second pass met them again"
+        );
+        assert_eq!((all.resumed, all.in_doubt), (1, 1000));
+        assert_eq!(second.clone().after(None), second);
+    }
+
+    #[test]
+    fn only_a_lost_broker_is_resumed_5_10_20_s_apart() {
+        assert_eq!([1, 2, 3].map(|n| resume_delay(n).as_secs()), [5, 10, 20]);
+        let unreachable = BrokerError::Unreachable {
+            endpoint: "amqp://a".into(),
+            reason: "connection refused".into(),
+        };
+        let missing = BrokerError::NotFound {
+            what: "queue q".into(),
+        };
+        assert!(resumable(&unreachable));
+        assert!(!resumable(&missing));
     }
 }

@@ -132,4 +132,22 @@ impl Observer for Shown {
         self.bar.set_message(format!("replayed {}", r.replayed));
         (self.read, self.replayed) = (r.scanned, r.replayed);
     }
+
+    /// One line on stderr above the bar: what was lost, and when the replay goes on.
+    fn resuming(
+        &mut self,
+        attempt: u32,
+        error: &dlq_operator::broker::BrokerError,
+        delay: std::time::Duration,
+    ) {
+        let line = format!(
+            "the broker was lost after {} read and {} replayed ({}); resuming in {} s on the next address that answers (pass {attempt} of {})",
+            self.read,
+            self.replayed,
+            error,
+            delay.as_secs(),
+            engine::RESUME_ATTEMPTS,
+        );
+        self.bar.suspend(|| crate::cli::output::err(&line));
+    }
 }

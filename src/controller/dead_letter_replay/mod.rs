@@ -96,13 +96,14 @@ pub const PENDING_RECHECK: Duration = Duration::from_secs(10);
 /// finishing (its status could not be written) is resumed then.
 pub const RUNNING_RECHECK: Duration = Duration::from_secs(30);
 
-/// Attempts of one run when the broker fails during it (the first and 3 retries), each
-/// resuming where the last stopped; 5 s, 10 s and 20 s apart.
-pub const RUN_ATTEMPTS: u32 = 4;
+/// Attempts of a run in all after broker errors: the engine's own
+/// ([`RESUME_ATTEMPTS`](crate::dlq::replay::RESUME_ATTEMPTS)).
+pub const RUN_ATTEMPTS: u32 = crate::dlq::replay::RESUME_ATTEMPTS;
 
-/// Pause before retry `n` (1 for the first) after a broker error: 5 s · 2^(n−1).
+/// Pause before retry `n` (1 for the first) after a broker error: the engine's
+/// [`resume_delay`](crate::dlq::replay::resume_delay), 5 s · 2^(n−1).
 pub fn retry_delay(n: u32) -> Duration {
-    Duration::from_secs(5u64.saturating_mul(1u64 << n.saturating_sub(1).min(16)))
+    crate::dlq::replay::resume_delay(n)
 }
 
 /// Reconciles one DeadLetterReplay (module doc). Records the reconcile metrics.
@@ -339,6 +340,8 @@ pub(crate) mod fixtures {
             replayed,
             skipped: map(skipped),
             failed: map(failed),
+            resumed: 0,
+            in_doubt: 0,
         }
     }
 }

@@ -188,6 +188,8 @@ fn replay_report() -> ReplayReport {
         replayed: 0,
         skipped: BTreeMap::new(),
         failed: BTreeMap::new(),
+        resumed: 0,
+        in_doubt: 0,
     }
 }
 
