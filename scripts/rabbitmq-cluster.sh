@@ -15,6 +15,7 @@
 #   scripts/rabbitmq-cluster.sh partition N        # cuts node N off from the other two nodes
 #                                                  # (clients still reach it)
 #   scripts/rabbitmq-cluster.sh heal               # removes every partition
+#   scripts/rabbitmq-cluster.sh wait               # waits until the three nodes run as one cluster
 #   scripts/rabbitmq-cluster.sh attach NS          # plugs network namespace NS into the bridge
 #   scripts/rabbitmq-cluster.sh ctl N ARGS...      # rabbitmqctl of node N
 #   scripts/rabbitmq-cluster.sh status             # prints the addresses (as `start` does)
@@ -43,7 +44,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 
 log() { printf '[rabbitmq-cluster] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 node_ns() { echo "dlqc-n$1"; }
 node_ip() { echo "$NET.1$1"; }
@@ -389,6 +390,7 @@ case "${1:-}" in
   restart) check_n "${2:-}"; restart_node "$2" ;;
   partition) check_n "${2:-}"; partition "$2" ;;
   heal) heal ;;
+  wait) version >/dev/null; for n in 1 2 3; do wait_node "$n"; done; wait_cluster; log "3 nodes running" ;;
   attach) [[ $# -eq 2 ]] || usage; attach "$2" ;;
   ctl) check_n "${2:-}"; n="$2"; shift 2; ctl "$n" "$@" ;;
   status) version >/dev/null; print_status ;;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod cluster;
 pub mod console;
 pub mod dlq;
 pub mod e2e;
@@ -81,8 +82,13 @@ pub fn dlq_yaml(name: &str, queue: &str, policy: &str, secret: &str, extra: &str
 
 /// GET a management API path as JSON (guest/guest); `None` on 404.
 pub async fn mgmt_get(path: &str) -> Option<serde_json::Value> {
+    mgmt_get_at(MGMT, path).await
+}
+
+/// GET `path` of the management API at `base` as JSON (guest/guest); `None` on 404.
+pub async fn mgmt_get_at(base: &str, path: &str) -> Option<serde_json::Value> {
     let resp = reqwest::Client::new()
-        .get(format!("{MGMT}{path}"))
+        .get(format!("{base}{path}"))
         .basic_auth("guest", Some("guest"))
         .send()
         .await
@@ -90,59 +96,78 @@ pub async fn mgmt_get(path: &str) -> Option<serde_json::Value> {
     if resp.status() == reqwest::StatusCode::NOT_FOUND {
         return None;
     }
-    assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
+    assert!(
+        resp.status().is_success(),
+        "GET {base}{path}: {}",
+        resp.status()
+    );
     Some(resp.json().await.expect("json"))
 }
 
 /// DELETE a management API path (ignores 404).
 pub async fn mgmt_delete(path: &str) {
+    mgmt_delete_at(MGMT, path).await
+}
+
+/// DELETE `path` of the management API at `base` (ignores 404).
+pub async fn mgmt_delete_at(base: &str, path: &str) {
     let resp = reqwest::Client::new()
-        .delete(format!("{MGMT}{path}"))
+        .delete(format!("{base}{path}"))
         .basic_auth("guest", Some("guest"))
         .send()
         .await
         .expect("management API reachable");
     assert!(
         resp.status().is_success() || resp.status() == reqwest::StatusCode::NOT_FOUND,
-        "DELETE {path}: {}",
+        "DELETE {base}{path}: {}",
         resp.status()
     );
 }
 
 /// Removes every queue, exchange and operator policy whose name starts with `prefix`
-/// (test objects only). Queues are deleted only if empty unless `force`.
+/// (test objects only) from the local broker.
 pub async fn cleanup(prefix: &str) {
+    cleanup_via(MGMT, prefix).await
+}
+
+/// [`cleanup`] through the management API at `base` (a node of the test cluster).
+pub async fn cleanup_via(base: &str, prefix: &str) {
     let enc = |s: &str| {
         percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
     };
-    if let Some(qs) = mgmt_get("/api/queues/%2F?columns=name").await {
+    if let Some(qs) = mgmt_get_at(base, "/api/queues/%2F?columns=name").await {
         for q in qs.as_array().into_iter().flatten() {
             if let Some(n) = q["name"].as_str().filter(|n| n.starts_with(prefix)) {
-                mgmt_delete(&format!("/api/queues/%2F/{}", enc(n))).await;
+                mgmt_delete_at(base, &format!("/api/queues/%2F/{}", enc(n))).await;
             }
         }
     }
-    if let Some(xs) = mgmt_get("/api/exchanges/%2F").await {
+    if let Some(xs) = mgmt_get_at(base, "/api/exchanges/%2F").await {
         for x in xs.as_array().into_iter().flatten() {
             if let Some(n) = x["name"].as_str().filter(|n| n.starts_with(prefix)) {
-                mgmt_delete(&format!("/api/exchanges/%2F/{}", enc(n))).await;
+                mgmt_delete_at(base, &format!("/api/exchanges/%2F/{}", enc(n))).await;
             }
         }
     }
-    if let Some(ps) = mgmt_get("/api/policies/%2F").await {
+    if let Some(ps) = mgmt_get_at(base, "/api/policies/%2F").await {
         for p in ps.as_array().into_iter().flatten() {
             if let Some(n) = p["name"].as_str().filter(|n| n.contains(prefix)) {
-                mgmt_delete(&format!("/api/policies/%2F/{}", enc(n))).await;
+                mgmt_delete_at(base, &format!("/api/policies/%2F/{}", enc(n))).await;
             }
         }
     }
-    delete_owner_records(prefix).await;
+    delete_owner_records_at(base, prefix).await;
 }
 
 /// Deletes the ownership records (global parameters `dlq-operator.owner.…`) of the
 /// objects of vhost `/` whose name starts with `prefix`.
 pub async fn delete_owner_records(prefix: &str) {
-    let Some(params) = mgmt_get("/api/global-parameters").await else {
+    delete_owner_records_at(MGMT, prefix).await
+}
+
+/// [`delete_owner_records`] through the management API at `base`.
+pub async fn delete_owner_records_at(base: &str, prefix: &str) {
+    let Some(params) = mgmt_get_at(base, "/api/global-parameters").await else {
         return;
     };
     for p in params.as_array().into_iter().flatten() {
@@ -152,7 +177,7 @@ pub async fn delete_owner_records(prefix: &str) {
             && p["value"]["vhost"] == "/"
             && object.starts_with(prefix)
         {
-            mgmt_delete(&format!("/api/global-parameters/{name}")).await;
+            mgmt_delete_at(base, &format!("/api/global-parameters/{name}")).await;
         }
     }
 }
