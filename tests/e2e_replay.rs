@@ -385,6 +385,9 @@ async fn running_replay(test: &str, n: usize, rate: u32, started: u32) -> Option
     running_replay_via(test, n, rate, started, AMQP).await
 }
 
+/// The flags of an operator without leader election.
+const NO_ELECTION: &[&str] = &["--leader-election=false"];
+
 /// [`running_replay`] with the operator reaching the broker's AMQP port at `amqp`.
 async fn running_replay_via(
     test: &str,
@@ -393,6 +396,19 @@ async fn running_replay_via(
     started: u32,
     amqp: &str,
 ) -> Option<Interrupted> {
+    running_replay_with(test, n, rate, started, amqp, NO_ELECTION).await
+}
+
+/// [`running_replay_via`] with the operator started with `election` (its leader election
+/// flags) after `--namespace`.
+async fn running_replay_with(
+    test: &str,
+    n: usize,
+    rate: u32,
+    started: u32,
+    amqp: &str,
+    election: &[&str],
+) -> Option<Interrupted> {
     let client = client(test).await?;
     let kubeconfig = common::e2e::kubeconfig(test).expect("set");
     ensure_crds(&client).await;
@@ -400,10 +416,7 @@ async fn running_replay_via(
     let prefix = unique("e2e-rpls");
     let q = format!("{prefix}-work");
     let dlq = format!("{q}.dlq");
-    let op = Operator::start(
-        &kubeconfig,
-        &["--namespace", &ns, "--leader-election=false"],
-    );
+    let op = Operator::start(&kubeconfig, &[&["--namespace", &ns][..], election].concat());
     create_dlq(&client, &ns, "work", &q, json!({})).await;
     let api = dlqs(&client, &ns);
     wait_for(LONG, "work Ready", &op, || async {
@@ -708,5 +721,105 @@ async fn a_replay_deleted_mid_run_stops_and_loses_nothing() {
     assert!(in_source < n as u64, "stopped before the end");
     let _ = t.conn.close(200, "bye".into()).await;
     drop(t.op);
+    cleanup(&t.prefix).await;
+}
+
+/// Holder of Lease `default/name`, if any.
+async fn lease_holder(client: &Client, name: &str) -> Option<String> {
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), "default")
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+/// Operator failover (docs/RELIABILITY.md): two operators share a Lease; the leader is
+/// SIGKILLed in the middle of a DeadLetterReplay; the standby takes the Lease once it
+/// expires and finishes the replay: Succeeded, every message id in the source queue,
+/// none left in the dead-letter queue, the duplicates within `inDoubt`.
+#[tokio::test]
+async fn a_replay_whose_leader_is_killed_is_finished_by_the_standby() {
+    const TEST: &str = "a_replay_whose_leader_is_killed_is_finished_by_the_standby";
+    let lease = unique("e2e-failover");
+    let duration = 6u64;
+    let with = |id: &'static str| -> Vec<String> {
+        [
+            "--lease-namespace",
+            "default",
+            "--lease-name",
+            &lease,
+            "--lease-duration",
+            &duration.to_string(),
+            "--identity",
+            id,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let leader = with("replica-a");
+    let leader: Vec<&str> = leader.iter().map(String::as_str).collect();
+    let n = 100;
+    let Some(mut t) = running_replay_with(TEST, n, 20, 10, AMQP, &leader).await else {
+        return;
+    };
+    assert_eq!(
+        lease_holder(&t.client, &lease).await.as_deref(),
+        Some("replica-a"),
+        "the first operator leads"
+    );
+    let standby = with("replica-b");
+    let standby: Vec<&str> = standby.iter().map(String::as_str).collect();
+    let b = Operator::start(
+        &t.kubeconfig,
+        &[&["--namespace", &t.ns][..], &standby].concat(),
+    );
+    wait_for(LONG, "b answers /healthz", &b, || async {
+        b.healthy().await.then_some(())
+    })
+    .await;
+    t.op.signal("-KILL");
+    t.op.wait(Duration::from_secs(10)).await.expect("killed");
+    let killed = std::time::Instant::now();
+    let (client, lease_ref) = (&t.client, &lease);
+    wait_for(LONG, "b holds the lease", &b, || async move {
+        (lease_holder(client, lease_ref).await.as_deref() == Some("replica-b")).then_some(())
+    })
+    .await;
+    let handover = killed.elapsed();
+    let done = status_when(
+        &t.client,
+        &t.ns,
+        "slow",
+        &b,
+        "slow Succeeded after the failover",
+        phase_is("Succeeded"),
+    )
+    .await;
+    let finished = killed.elapsed();
+    let in_source = u64::from(ready(&t.ch, &t.q).await);
+    assert_eq!(
+        ready(&t.ch, &t.dlq).await,
+        0,
+        "every message replayed: {done}"
+    );
+    let (replayed, in_doubt) = (count(&done, "replayed"), count(&done, "inDoubt"));
+    eprintln!(
+        "RELIABILITY operator failover | leader SIGKILLed mid-replay of {n} | standby leads after {:.1} s (lease {duration} s), replay Succeeded {:.1} s after the kill | arrived {in_source}, replayed {replayed}, inDoubt {in_doubt}",
+        handover.as_secs_f64(),
+        finished.as_secs_f64()
+    );
+    assert!(
+        handover <= Duration::from_secs(duration + 4),
+        "handover took {handover:?} with a {duration} s lease"
+    );
+    assert!(
+        replayed <= in_source && in_source <= n as u64 + in_doubt,
+        "arrived {in_source} of {n}: duplicates beyond inDoubt {in_doubt}: {done}"
+    );
+    let ids: BTreeSet<String> = drain_ids(&t.ch, &t.q).await.into_iter().collect();
+    assert_eq!(ids, t.ids, "every message id arrived");
+    let _ = t.conn.close(200, "bye".into()).await;
+    drop(b);
     cleanup(&t.prefix).await;
 }
