@@ -8,6 +8,7 @@
 #   scripts/kube-apiserver.sh build        # once; ~8 min on 2 cores, ~2-6 GB under the cache
 #   scripts/kube-apiserver.sh start DIR    # certs, etcd, kube-apiserver; writes DIR/kubeconfig
 #   scripts/kube-apiserver.sh stop DIR     # stops what `start DIR` started
+#   scripts/kube-apiserver.sh restart-apiserver DIR   # kube-apiserver only, same port and etcd
 #   scripts/kube-apiserver.sh kubectl DIR ARGS...   # the built kubectl with DIR/kubeconfig
 #
 # Environment:
@@ -33,7 +34,7 @@ log() { printf '[kube-apiserver.sh] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -241,6 +242,36 @@ wait_http() { # URL SECONDS CURL-ARGS...
   return 1
 }
 
+# Starts kube-apiserver of DIR on API_PORT over etcd on ETCD_PORT and waits for /readyz
+# (up to 90 s); its pid is appended to DIR/pids.
+launch_apiserver() {
+  local dir=$1 etcd_port=$2 api_port=$3 token=$4 api_pid
+  log "starting kube-apiserver (log $dir/kube-apiserver.log)"
+  setsid "$BIN/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$etcd_port" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+    --insecure-port=0 \
+    --tls-cert-file="$dir/pki/apiserver.crt" --tls-private-key-file="$dir/pki/apiserver.key" \
+    --client-ca-file="$dir/pki/ca.crt" --token-auth-file="$dir/tokens.csv" \
+    --authorization-mode=RBAC \
+    --service-account-issuer="$SA_ISSUER" \
+    --service-account-key-file="$dir/pki/sa.pub" \
+    --service-account-signing-key-file="$dir/pki/sa.key" \
+    --api-audiences="$SA_ISSUER" \
+    --service-cluster-ip-range=10.0.0.0/24 --endpoint-reconciler-type=none \
+    >>"$dir/kube-apiserver.log" 2>&1 </dev/null &
+  api_pid=$!
+  echo "kube-apiserver $api_pid" >> "$dir/pids"
+
+  if ! wait_http "https://127.0.0.1:$api_port/readyz" 90 \
+      --cacert "$dir/pki/ca.crt" -H "Authorization: Bearer $token"; then
+    tail -n 40 "$dir/kube-apiserver.log" >&2
+    cmd_stop "$dir"
+    die "kube-apiserver /readyz did not answer ok within 90 s (log: $dir/kube-apiserver.log)"
+  fi
+  log "kube-apiserver ready (pid $api_pid): https://127.0.0.1:$api_port"
+}
+
 cmd_start() {
   [[ $# -eq 1 ]] || usage
   local dir
@@ -301,30 +332,8 @@ cmd_start() {
   fi
   log "etcd ready (pid $etcd_pid)"
 
-  log "starting kube-apiserver (log $dir/kube-apiserver.log)"
-  setsid "$BIN/kube-apiserver" \
-    --etcd-servers="http://127.0.0.1:$etcd_port" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
-    --insecure-port=0 \
-    --tls-cert-file="$dir/pki/apiserver.crt" --tls-private-key-file="$dir/pki/apiserver.key" \
-    --client-ca-file="$dir/pki/ca.crt" --token-auth-file="$dir/tokens.csv" \
-    --authorization-mode=RBAC \
-    --service-account-issuer="$SA_ISSUER" \
-    --service-account-key-file="$dir/pki/sa.pub" \
-    --service-account-signing-key-file="$dir/pki/sa.key" \
-    --api-audiences="$SA_ISSUER" \
-    --service-cluster-ip-range=10.0.0.0/24 --endpoint-reconciler-type=none \
-    >"$dir/kube-apiserver.log" 2>&1 </dev/null &
-  api_pid=$!
-  echo "kube-apiserver $api_pid" >> "$dir/pids"
-
-  if ! wait_http "https://127.0.0.1:$api_port/readyz" 90 \
-      --cacert "$dir/pki/ca.crt" -H "Authorization: Bearer $token"; then
-    tail -n 40 "$dir/kube-apiserver.log" >&2
-    cmd_stop "$dir"
-    die "kube-apiserver /readyz did not answer ok within 90 s (log: $dir/kube-apiserver.log)"
-  fi
-  log "kube-apiserver ready (pid $api_pid): https://127.0.0.1:$api_port"
+  : > "$dir/kube-apiserver.log"
+  launch_apiserver "$dir" "$etcd_port" "$api_port" "$token"
 
   (umask 077 && cat > "$dir/kubeconfig" <<EOF
 apiVersion: v1
@@ -389,6 +398,30 @@ cmd_kubectl() {
   exec "$BIN/kubectl" --kubeconfig "$dir/kubeconfig" "$@"
 }
 
+# ------------------------------------------------------------------------- restart-apiserver
+
+# Stops the kube-apiserver of DIR (SIGTERM, as a rolling restart does) and starts it again
+# on the same port over the same etcd: stored objects stay, every watch is cut.
+cmd_restart_apiserver() {
+  [[ $# -eq 1 ]] || usage
+  local dir=$1 pid i etcd_port api_port
+  running_pid "$dir" etcd >/dev/null || die "no etcd running from $dir: run '$0 start $dir' first"
+  etcd_port=$(awk -F= '$1=="ETCD_PORT" {print $2}' "$dir/ports")
+  api_port=$(awk -F= '$1=="APISERVER_PORT" {print $2}' "$dir/ports")
+  pid=$(running_pid "$dir" kube-apiserver || true)
+  if [[ -n "$pid" ]]; then
+    log "stopping kube-apiserver (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 60; i++)); do
+      pid_alive "$pid" || break
+      sleep 0.25
+    done
+    pid_alive "$pid" && kill -KILL "$pid" 2>/dev/null || true
+  fi
+  sed -i '/^kube-apiserver /d' "$dir/pids"
+  launch_apiserver "$dir" "$etcd_port" "$api_port" "$(cat "$dir/token")"
+}
+
 # ----------------------------------------------------------------------------------- main
 
 [[ $# -ge 1 ]] || usage
@@ -397,6 +430,7 @@ case "$sub" in
   build) [[ $# -eq 0 ]] || usage; cmd_build ;;
   start) cmd_start "$@" ;;
   stop) cmd_stop "$@" ;;
+  restart-apiserver) cmd_restart_apiserver "$@" ;;
   kubectl) cmd_kubectl "$@" ;;
   -h | --help | help) usage ;;
   *) usage ;;

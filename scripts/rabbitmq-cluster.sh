@@ -40,6 +40,12 @@ NOFILE=20000
 # default would make every partition test wait a minute; 10 s keeps them short and is
 # still far above the latency of a bridge.
 NET_TICKTIME=10
+# How long (ms) RabbitMQ's at-least-once dead-lettering waits for its target's confirm
+# before it publishes again (rabbit's dead_letter_worker_publisher_confirm_timeout, 180 s
+# by default): after a node loss, messages rejected out of a quorum queue wait up to this
+# long before they move on. 20 s keeps the router's fault tests short; docs/RELIABILITY.md
+# gives the figures with the default as well.
+DLX_CONFIRM_TIMEOUT_MS=20000
 HERE="$(cd "$(dirname "$0")" && pwd)"
 
 log() { printf '[rabbitmq-cluster] %s\n' "$*" >&2; }
@@ -165,7 +171,8 @@ write_node_files() {
     # Statistics every second: the tests read depths through the management API.
     echo "collect_statistics_interval = 1000"
   } > "$h/rabbitmq.conf"
-  echo "[{kernel, [{net_ticktime, $NET_TICKTIME}]}]." > "$h/advanced.config"
+  printf '[{kernel, [{net_ticktime, %s}]},\n {rabbit, [{dead_letter_worker_publisher_confirm_timeout, %s}]}].\n' \
+    "$NET_TICKTIME" "$DLX_CONFIRM_TIMEOUT_MS" > "$h/advanced.config"
   # Names from /etc/hosts and this file only: the namespaces have no DNS, and RabbitMQ 4.0
   # looks up the machine's host name while it forms the cluster (23 s per lookup that
   # waits for a resolver that cannot answer).

@@ -8,7 +8,12 @@
 //!   node partitioned;
 //! - `apply` with one node down, and with no node answering;
 //! - the backlog monitor (`run --standalone`) with its only node killed and back, and with
-//!   a list of nodes.
+//!   a list of nodes;
+//! - `dlq repair`, the console's repair and the console's replay with their node killed
+//!   between the publish of a copy and the ack of its original (a proxy holds back the
+//!   broker's confirm: [`Freezing`]);
+//! - a DeadLetterReplay run by the operator (against the real API server,
+//!   `DLQ_E2E_KUBECONFIG`) with its node killed half-way.
 //!
 //! Each prints a `RELIABILITY` line with its figures. The tests take the cluster one at a
 //! time (tests/common/cluster.rs); a test heals and restarts what it broke.
@@ -21,11 +26,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cluster::{self, Cluster, Tally};
+use common::cluster::{self, rejecting_consumer, Cluster, Tally};
+use common::console::{login, page_with, repair_form, start_replay, Console};
 use common::dlq::{header, text as amqp_text};
+use common::proxy::Freezing;
 use common::*;
-use futures::StreamExt;
-use lapin::options::{BasicConsumeOptions, BasicQosOptions, BasicRejectOptions};
+use dlq_operator::object::api_resource;
 use lapin::types::FieldTable;
 
 /// Dead letters a replay test replays.
@@ -39,8 +45,10 @@ const PREFETCH: usize = 1_000;
 /// Copies that may still land after a fault without the run moving on (in flight when it
 /// struck): a depth above the one at the fault by more than this says the run moves again.
 const IN_FLIGHT_MARGIN: u32 = 1_100;
-/// How long (s) the router tests keep a node partitioned before healing it.
-const PARTITION_S: u64 = 30;
+/// The RetryPolicy of the fault tests (spec body).
+const POLICY: &str = "  maxRetries: 1\n  tiers: [1s]\n";
+/// How long (s) the router tests keep a node killed or partitioned before ending the fault.
+const FAULT_S: u64 = 30;
 
 /// What the product did under one fault, for the `RELIABILITY` line.
 struct Row<'a> {
@@ -59,8 +67,8 @@ impl Row<'_> {
             .moving_again
             .map(|d| format!("{:.1} s", d.as_secs_f64()))
             .unwrap_or_else(|| "-".into());
-        eprintln!(
-            "RELIABILITY {} | {} | lost {} | duplicated {} (bound {}) | resumed {} | moving again {} | {}",
+        reliability!(
+            "{} | {} | lost {} | duplicated {} (bound {}) | resumed {} | moving again {} | {}",
             self.version,
             self.case,
             self.tally.lost,
@@ -216,6 +224,14 @@ impl Fault {
             Fault::Partition(n) => c.partition(n),
         }
     }
+
+    /// Ends the fault: restarts the killed node, heals the partition.
+    fn end(self, c: &Cluster) {
+        match self {
+            Fault::Kill(n) => c.restart(n),
+            Fault::Partition(_) => c.heal(),
+        }
+    }
 }
 
 /// One replay under a fault: the Secret lists the nodes in `order` (the first is the one
@@ -226,9 +242,9 @@ impl Fault {
 async fn replay_under(c: &Cluster, case: &str, order: &[usize], fault: Fault, watch: usize) {
     let q = unique("cf-replay");
     let dlq = format!("{q}.dlq");
-    let declared = manifests_for(c, &[1, 2, 3], &q, "  maxRetries: 1\n  tiers: [1s]\n", "");
+    let declared = manifests_for(c, &[1, 2, 3], &q, POLICY, "");
     apply_ok(&declared);
-    let dir = manifests_for(c, order, &q, "  maxRetries: 1\n  tiers: [1s]\n", "");
+    let dir = manifests_for(c, order, &q, POLICY, "");
     let leader = c.leader_of(watch, &dlq).await;
     let ids = cluster::ids(&q, REPLAYED);
     let (conn, ch) = c.channel(watch).await;
@@ -380,46 +396,6 @@ async fn replay_resumes_when_the_connected_node_is_partitioned() {
     .await;
 }
 
-/// A consumer of `queue` on `conn` that rejects every delivery (requeue=false) until
-/// `stop`, consuming again whenever its consumer ends (its queue's leader moved).
-fn rejecting_consumer(
-    conn: Arc<lapin::Connection>,
-    queue: String,
-    stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        while !stop.load(Ordering::Relaxed) {
-            let Ok(ch) = conn.create_channel().await else {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            };
-            let _ = ch.basic_qos(500, BasicQosOptions::default()).await;
-            let Ok(mut consumer) = ch
-                .basic_consume(
-                    queue.as_str().into(),
-                    "".into(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-            else {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            };
-            while !stop.load(Ordering::Relaxed) {
-                match tokio::time::timeout(Duration::from_millis(300), consumer.next()).await {
-                    Ok(Some(Ok(d))) => {
-                        let _ = d.reject(BasicRejectOptions { requeue: false }).await;
-                    }
-                    Ok(_) => break,
-                    Err(_) => {}
-                }
-            }
-            let _ = ch.close(200, "bye".into()).await;
-        }
-    })
-}
-
 /// The retry router under a fault: the Secret lists nodes 1, 2, 3 (the router connects to
 /// node 1, which leads the queues), 10,000 messages published through node 2 are rejected
 /// there by a plain consumer, and `fault` strikes once 3,000 of them wait in the tier.
@@ -456,21 +432,23 @@ async fn router_under(c: &Cluster, case: &str, fault: Fault) {
     fault.strike(c);
     let struck = Instant::now();
     let mut moving_again = None;
-    // Done once the source and the inbox hold nothing ready and every id has reached the
-    // tier (or the dead-letter queue), three reads a second apart.
+    // Done once the source and the inbox hold nothing ready, the source nothing held for
+    // its dead-lettering, and the tier at least as many as were sent, four reads a second
+    // apart (the cluster's management statistics are at most 1 s old).
     let mut settled = 0;
-    // A partition is healed after PARTITION_S: RabbitMQ's at-least-once dead-lettering out
-    // of the source queue may stall until then (docs/RELIABILITY.md).
-    let mut healed = !matches!(fault, Fault::Partition(_));
-    while settled < 3 {
+    // The fault ends after FAULT_S (the partition heals; the killed node is restarted, as
+    // Kubernetes restarts a killed pod): RabbitMQ's at-least-once dead-lettering out of the
+    // source queue may stall until then (docs/RELIABILITY.md).
+    let mut healed = false;
+    while settled < 4 {
         router.drain();
         assert!(!router.exited(), "the router exited: {:?}", router.stderr);
         assert!(
-            struck.elapsed() < Duration::from_secs(PARTITION_S + 400),
+            struck.elapsed() < Duration::from_secs(FAULT_S + 400),
             "the router does not finish"
         );
-        if !healed && struck.elapsed() > Duration::from_secs(PARTITION_S) {
-            c.heal();
+        if !healed && struck.elapsed() > Duration::from_secs(FAULT_S) {
+            fault.end(c);
             healed = true;
         }
         let t = depth_on(&conn, &tier).await.unwrap_or(0);
@@ -478,7 +456,8 @@ async fn router_under(c: &Cluster, case: &str, fault: Fault) {
             moving_again = Some(struck.elapsed());
         }
         let rest = depth_on(&conn, &q).await.unwrap_or(1)
-            + depth_on(&conn, &format!("{q}.router")).await.unwrap_or(1);
+            + depth_on(&conn, &format!("{q}.router")).await.unwrap_or(1)
+            + held_for_dead_lettering(c, &q).await;
         settled = if rest == 0 && t as usize >= ROUTED {
             settled + 1
         } else {
@@ -517,8 +496,8 @@ async fn router_under(c: &Cluster, case: &str, fault: Fault) {
             "every id in the tier {:.0} s after the fault{} | warning: {warned}",
             settled_after.as_secs_f64(),
             match fault {
-                Fault::Partition(_) => format!(" (partition healed after {PARTITION_S} s)"),
-                Fault::Kill(_) => String::new(),
+                Fault::Partition(_) => format!(" (partition healed after {FAULT_S} s)"),
+                Fault::Kill(_) => format!(" (node restarted after {FAULT_S} s)"),
             }
         ),
     }
@@ -535,6 +514,17 @@ async fn router_under(c: &Cluster, case: &str, fault: Fault) {
         "{case}: the router did not move on after the fault"
     );
     c.cleanup(2, &q).await;
+}
+
+/// Messages quorum queue `queue` holds for its at-least-once dead-lettering
+/// (`messages_dlx`: rejected, not yet confirmed by the dead-letter target; neither ready
+/// nor unacknowledged, so a passive declare does not count them), as node 2's
+/// management API reports it (its statistics lag up to `collect_statistics_interval`, 1 s
+/// in the test cluster); 1 while it cannot be read.
+async fn held_for_dead_lettering(c: &Cluster, queue: &str) -> u32 {
+    c.mgmt_get(2, &format!("/api/queues/%2F/{}", cluster::enc(queue)))
+        .await
+        .map_or(1, |q| q["messages_dlx"].as_u64().unwrap_or(0) as u32)
 }
 
 #[tokio::test]
@@ -567,7 +557,7 @@ async fn apply_converges_through_the_other_nodes_and_names_every_address_when_no
         return;
     };
     let q = unique("cf-apply");
-    let dir = manifests_for(&c, &[1, 2, 3], &q, "  maxRetries: 1\n  tiers: [1s]\n", "");
+    let dir = manifests_for(&c, &[1, 2, 3], &q, POLICY, "");
     c.kill(1);
     let start = Instant::now();
     let out = cli(&["apply", "-f", &dir.path().display().to_string()]);
@@ -586,8 +576,8 @@ async fn apply_converges_through_the_other_nodes_and_names_every_address_when_no
         .is_some(),
         "the dead-letter queue is declared through node 2"
     );
-    eprintln!(
-        "RELIABILITY {} | apply, node 1 down | converged through the others in {:.1} s",
+    reliability!(
+        "{} | apply, node 1 down | converged through the others in {:.1} s",
         c.version,
         took.as_secs_f64()
     );
@@ -598,8 +588,8 @@ async fn apply_converges_through_the_other_nodes_and_names_every_address_when_no
     c.kill(3);
     let out = cli(&["apply", "-f", &dir.path().display().to_string()]);
     let said = text(&out);
-    eprintln!(
-        "RELIABILITY {} | apply, no node answers | exit {:?}: {}",
+    reliability!(
+        "{} | apply, no node answers | exit {:?}: {}",
         c.version,
         out.status.code(),
         said.trim()
@@ -673,7 +663,7 @@ async fn the_monitor_says_the_broker_cannot_be_read_and_recovers_by_itself() {
     let q = unique("cf-monitor");
     let monitoring = "  monitoring:\n    interval: 200ms\n    threshold: 100\n";
     // One address: node 3 only.
-    let dir = manifests_for(&c, &[3], &q, "  maxRetries: 1\n  tiers: [1s]\n", monitoring);
+    let dir = manifests_for(&c, &[3], &q, POLICY, monitoring);
     let addr = free_addr();
     let path = dir.path().display().to_string();
     let mut run = Proc::start(&[
@@ -693,8 +683,8 @@ async fn the_monitor_says_the_broker_cannot_be_read_and_recovers_by_itself() {
     let back = until_broker_up(&addr, 1.0, Duration::from_secs(60)).await;
     run.drain();
     drop(run);
-    eprintln!(
-        "RELIABILITY {} | monitor, its only node 3 killed | dlq_broker_up 0 after {:?}, 1 again {:?} after the restart",
+    reliability!(
+        "{} | monitor, its only node 3 killed | dlq_broker_up 0 after {:?}, 1 again {:?} after the restart",
         c.version, down, back
     );
     assert!(
@@ -704,13 +694,7 @@ async fn the_monitor_says_the_broker_cannot_be_read_and_recovers_by_itself() {
     assert!(back.is_some(), "dlq_broker_up did not come back by itself");
 
     // The same with the three nodes listed, node 3 first: it never turns 0.
-    let listed = manifests_for(
-        &c,
-        &[3, 1, 2],
-        &q,
-        "  maxRetries: 1\n  tiers: [1s]\n",
-        monitoring,
-    );
+    let listed = manifests_for(&c, &[3, 1, 2], &q, POLICY, monitoring);
     let addr = free_addr();
     let path = listed.path().display().to_string();
     let mut run = Proc::start(&[
@@ -734,8 +718,8 @@ async fn the_monitor_says_the_broker_cannot_be_read_and_recovers_by_itself() {
     run.drain();
     c.restart(3);
     let zeros = values.iter().filter(|v| **v == Some(0.0)).count();
-    eprintln!(
-        "RELIABILITY {} | monitor, node 3 of [3, 1, 2] killed | dlq_broker_up 0 in {zeros} of {} reads over 15 s",
+    reliability!(
+        "{} | monitor, node 3 of [3, 1, 2] killed | dlq_broker_up 0 in {zeros} of {} reads over 15 s",
         c.version,
         values.len()
     );
@@ -748,4 +732,385 @@ async fn the_monitor_says_the_broker_cannot_be_read_and_recovers_by_itself() {
         "dlq_broker_up read as 1: {values:?}"
     );
     c.cleanup(1, &q).await;
+}
+
+/// Marker in the body of a repaired copy: the proxy of [`Cut`] holds back the broker's
+/// replies once a client has sent it.
+const MARK: &str = "repaired-7c1f";
+
+/// Dead letters of a DeadLetterQueue whose queues node 1 leads, for a move cut between
+/// the publish of a copy and the ack of its original: a client reaches node 1 through a
+/// [`Freezing`] proxy that stops the broker's replies (the copy's publisher confirm) once
+/// the client sends a marker; node 1 is then killed.
+struct Cut {
+    q: String,
+    dlq: String,
+    ids: Vec<String>,
+    conn: lapin::Connection,
+    /// A channel on node 2, which outlives node 1.
+    ch: lapin::Channel,
+    proxy: Freezing,
+    /// Manifests whose Secret reaches node 1 through the proxy only.
+    dir: tempfile::TempDir,
+}
+
+impl Cut {
+    /// Declares the DeadLetterQueue `d` (through node 1), puts `n` dead letters in its
+    /// dead-letter queue (through node 2), and starts the proxy that freezes on the
+    /// marker `marker(ids)`.
+    async fn new(c: &Cluster, prefix: &str, n: usize, marker: impl Fn(&[String]) -> String) -> Cut {
+        let q = unique(prefix);
+        let dlq = format!("{q}.dlq");
+        apply_ok(&manifests_for(c, &[1, 2, 3], &q, POLICY, ""));
+        let ids = cluster::ids(&q, n);
+        let (conn, ch) = c.channel(2).await;
+        let h = header(&[("dlq-original-queue", amqp_text(&q))]);
+        cluster::publish_all(&ch, &dlq, &ids, h).await;
+        let node1 = c.nodes[0].amqp.trim_start_matches("amqp://").to_string();
+        let proxy = Freezing::start(&node1, marker(&ids).as_bytes()).await;
+        let uri = format!("amqp://guest:guest@{}/%2f", proxy.addr);
+        let dir = manifests(&[
+            ("s.yaml", &c.secret_yaml_with("s", &uri, &[1, 2, 3])),
+            ("p.yaml", &policy_yaml("p", POLICY)),
+            ("d.yaml", &dlq_yaml("d", &q, "p", "s", "")),
+        ]);
+        Cut {
+            q,
+            dlq,
+            ids,
+            conn,
+            ch,
+            proxy,
+            dir,
+        }
+    }
+
+    fn path(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// Waits until the proxy has frozen and the source queue holds at least `copies`
+    /// (so the copy was confirmed by the broker and its confirm held back), then kills
+    /// node 1: before the client could ack the original.
+    async fn kill_when_frozen(&self, c: &Cluster, copies: u32, said: &mut dyn FnMut() -> String) {
+        let start = Instant::now();
+        while !(self.proxy.frozen()
+            && cluster::depth(&self.ch, &self.q).await.unwrap_or(0) >= copies)
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "no copy was published through the proxy: {}",
+                said()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        c.kill(1);
+    }
+
+    /// Once the originals held by the dead connection are back (the source and the
+    /// dead-letter queue hold at least every id, two reads a second apart), takes every
+    /// message out of both and counts the copies of each id; the repaired bodies (those
+    /// with [`MARK`]) counted apart.
+    async fn tally(&self) -> (Tally, usize) {
+        let start = Instant::now();
+        let mut steady = 0;
+        while steady < 2 {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "the originals did not come back"
+            );
+            let held = cluster::depth(&self.ch, &self.q).await.unwrap_or(0)
+                + cluster::depth(&self.ch, &self.dlq).await.unwrap_or(0);
+            steady = if held as usize >= self.ids.len() {
+                steady + 1
+            } else {
+                0
+            };
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let repaired = common::dlq::take_all(&self.ch, &self.q).await;
+        let marked = repaired
+            .iter()
+            .filter(|m| String::from_utf8_lossy(&m.body).contains(MARK))
+            .count();
+        let mut seen = cluster::count_ids(&self.ch, std::slice::from_ref(&self.dlq)).await;
+        for m in &repaired {
+            *seen.entry(m.id.clone()).or_insert(0) += 1;
+        }
+        (cluster::tally(&self.ids, &seen), marked)
+    }
+
+    async fn finish(self, c: &Cluster) {
+        c.restart(1);
+        let _ = self.conn.close(200, "bye".into()).await;
+        c.cleanup(2, &self.q).await;
+    }
+}
+
+#[tokio::test]
+async fn repair_with_its_node_killed_between_the_publish_and_the_ack_loses_nothing() {
+    let Some(c) =
+        Cluster::get("repair_with_its_node_killed_between_the_publish_and_the_ack_loses_nothing")
+    else {
+        return;
+    };
+    let cut = Cut::new(&c, "cf-repair", 3, |_| MARK.to_string()).await;
+    let id = cut.ids[1].clone();
+    let body = format!("{{\"repaired\":\"{MARK}\"}}");
+    let path = cut.path();
+    let mut repair = Proc::start(&[
+        "dlq",
+        "repair",
+        "--standalone",
+        "-f",
+        &path,
+        "--name",
+        "d",
+        "--id",
+        &id,
+        "--body-json",
+        &body,
+    ]);
+    cut.kill_when_frozen(&c, 1, &mut || {
+        repair.drain();
+        repair.stderr.join("\n")
+    })
+    .await;
+    let (status, _) = repair.finish(Duration::from_secs(120));
+    let said = repair.stderr.join("\n");
+    let (t, marked) = cut.tally().await;
+    reliability!(
+        "{} | dlq repair, node 1 killed between the publish and the ack | lost {} | duplicated {} (bound 1) | repaired copies {marked} | exit {:?}: {}",
+        c.version,
+        t.lost,
+        t.duplicated,
+        status.code(),
+        said.lines().last().unwrap_or_default()
+    );
+    assert_eq!(t.lost, 0, "{t:?}");
+    assert_eq!(t.unexpected, 0, "{t:?}");
+    assert!(t.duplicated <= 1, "{t:?}");
+    assert_eq!(marked, 1, "the repaired copy is in the source queue");
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(dlq_operator::dlq::repair::STOPPED_NOTE),
+        "the user is told what may have happened: {said}"
+    );
+    assert!(!said.contains("panicked"), "{said}");
+    cut.finish(&c).await;
+}
+
+#[tokio::test]
+async fn console_repair_with_its_node_killed_between_the_publish_and_the_ack_loses_nothing() {
+    let Some(c) = Cluster::get(
+        "console_repair_with_its_node_killed_between_the_publish_and_the_ack_loses_nothing",
+    ) else {
+        return;
+    };
+    let cut = Cut::new(&c, "cf-crepair", 3, |_| MARK.to_string()).await;
+    let console = Console::start(&cut.path());
+    let cookie = login(&console).await;
+    let form = repair_form(&console, &cookie, "/dlq/default/d", &cut.ids[1]).await;
+    let body = format!("{{\"repaired\":\"{MARK}\"}}");
+    let fields = [
+        ("csrf", form.csrf.clone()),
+        ("g", form.g.clone()),
+        ("body", body),
+        ("headers", "{}".to_string()),
+    ];
+    // The POST answers once the repair ends: sent from a task while node 1 is killed.
+    let (base, action, cookie2) = (console.base.clone(), form.action.clone(), cookie.clone());
+    let posted = tokio::spawn(async move {
+        let pairs: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let r = common::console::client()
+            .post(format!("{base}{action}"))
+            .header("cookie", &cookie2)
+            .header("origin", &base)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(common::console::encoded(&pairs))
+            .send()
+            .await
+            .expect("post");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    });
+    cut.kill_when_frozen(&c, 1, &mut String::new).await;
+    let (status, page) = posted.await.expect("post task");
+    let (t, marked) = cut.tally().await;
+    reliability!(
+        "{} | console repair, node 1 killed between the publish and the ack | lost {} | duplicated {} (bound 1) | repaired copies {marked} | HTTP {status}",
+        c.version, t.lost, t.duplicated
+    );
+    assert_eq!(t.lost, 0, "{t:?}");
+    assert_eq!(t.unexpected, 0, "{t:?}");
+    assert!(t.duplicated <= 1, "{t:?}");
+    assert_eq!(marked, 1, "the repaired copy is in the source queue");
+    assert_eq!(status, 502, "{page}");
+    assert!(
+        page.contains("may have reached the source queue"),
+        "the user is told what may have happened: {page}"
+    );
+    drop(console);
+    cut.finish(&c).await;
+}
+
+#[tokio::test]
+async fn console_replay_with_its_node_killed_between_a_publish_and_its_ack_loses_nothing() {
+    const N: usize = 2_000;
+    let Some(c) = Cluster::get(
+        "console_replay_with_its_node_killed_between_a_publish_and_its_ack_loses_nothing",
+    ) else {
+        return;
+    };
+    // The proxy freezes when the copy of the middle dead letter is published.
+    let cut = Cut::new(&c, "cf-creplay", N, |ids| ids[N / 2].clone()).await;
+    let console = Console::start(&cut.path());
+    let cookie = login(&console).await;
+    let job = start_replay(&console, &cookie, "/dlq/default/d").await;
+    cut.kill_when_frozen(&c, (N / 2) as u32 + 1, &mut String::new)
+        .await;
+    let page = page_with(&console, &cookie, &job, "Done:").await;
+    let (t, _) = cut.tally().await;
+    let bound = dlq_operator::dlq::replay::crash_bound(
+        dlq_operator::dlq::replay::MAX_IN_FLIGHT,
+        None,
+        None,
+    );
+    let error = page
+        .split("class=\"error\">")
+        .nth(1)
+        .and_then(|e| e.split("</p>").next())
+        .unwrap_or_default()
+        .replace('\n', " ");
+    reliability!(
+        "{} | console replay of {N}, node 1 killed between a publish and its ack | lost {} | duplicated {} (bound {bound}) | the job page: {error}",
+        c.version, t.lost, t.duplicated
+    );
+    assert_eq!(t.lost, 0, "{t:?}");
+    assert_eq!(t.unexpected, 0, "{t:?}");
+    assert!(t.duplicated as u64 <= bound, "{t:?}");
+    assert!(
+        error.contains("a second replay sends those again"),
+        "the user is told what may have happened: {page}"
+    );
+    drop(console);
+    cut.finish(&c).await;
+}
+
+/// A DeadLetterReplay run by the operator (against the real API server) whose broker
+/// connection's node is killed half-way: the operator's replay resumes on the next
+/// address like `dlq replay`; the resource ends Succeeded, every id counted.
+#[tokio::test]
+async fn a_dead_letter_replay_resumes_when_its_node_is_killed_half_way() {
+    const TEST: &str = "a_dead_letter_replay_resumes_when_its_node_is_killed_half_way";
+    const N: usize = 5_000;
+    let Some(client) = common::e2e::client(TEST).await else {
+        return;
+    };
+    let Some(c) = Cluster::get(TEST) else {
+        return;
+    };
+    let kubeconfig = common::e2e::kubeconfig(TEST).expect("set");
+    common::e2e::ensure_crds(&client).await;
+    let ns = common::e2e::namespace(&client, "cf-replay").await;
+    let q = unique("cf-dlr");
+    let dlq = format!("{q}.dlq");
+    let objects = [
+        c.secret_yaml("rabbit", &[1, 2, 3]),
+        policy_yaml("policy", POLICY),
+        dlq_yaml("work", &q, "policy", "rabbit", ""),
+    ];
+    for yaml in objects {
+        create_object(&client, &ns, &yaml).await;
+    }
+    let op = common::e2e::Operator::start(
+        &kubeconfig,
+        &["--namespace", &ns, "--leader-election=false"],
+    );
+    let dlqs = common::e2e::dlqs(&client, &ns);
+    common::e2e::wait_for(Duration::from_secs(90), "work Ready", &op, || async {
+        common::e2e::ready(&dlqs, "work")
+            .await
+            .filter(|r| r.0 == "True")
+    })
+    .await;
+    let ids = cluster::ids(&q, N);
+    let (conn, ch) = c.channel(2).await;
+    let h = header(&[("dlq-original-queue", amqp_text(&q))]);
+    cluster::publish_all(&ch, &dlq, &ids, h).await;
+    let replay = kube::api::DynamicObject::new(
+        "all",
+        &api_resource::<dlq_operator::crd::DeadLetterReplay>(),
+    )
+    .data(serde_json::json!({"spec": {"deadLetterQueueRef": {"name": "work"}}}));
+    let replays: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &api_resource::<dlq_operator::crd::DeadLetterReplay>(),
+    );
+    replays
+        .create(&Default::default(), &replay)
+        .await
+        .expect("create DeadLetterReplay");
+    depth_at_least(&conn, &q, (N / 2) as u32, Duration::from_secs(300))
+        .await
+        .unwrap_or_else(|| panic!("the replay did not reach half; log:\n{}", op.log()));
+    c.kill(1);
+    let struck = Instant::now();
+    let status = common::e2e::wait_for(
+        Duration::from_secs(300),
+        "the DeadLetterReplay finished",
+        &op,
+        || async {
+            let o = replays.get_opt("all").await.ok()??;
+            let s = o.data.get("status")?.clone();
+            ["Succeeded", "Partial", "Failed"]
+                .contains(&s["phase"].as_str()?)
+                .then_some(s)
+        },
+    )
+    .await;
+    let finished = struck.elapsed();
+    let t = cluster::tally(
+        &ids,
+        &cluster::count_ids(&ch, &[q.clone(), dlq.clone()]).await,
+    );
+    let in_doubt = status["inDoubt"].as_u64().unwrap_or(0);
+    reliability!(
+        "{} | DeadLetterReplay of {N}, its node 1 (the leader) killed half-way | lost {} | duplicated {} (inDoubt {in_doubt}) | {} {:.1} s after the kill, replayed {}",
+        c.version,
+        t.lost,
+        t.duplicated,
+        status["phase"],
+        finished.as_secs_f64(),
+        status["replayed"]
+    );
+    assert_eq!(t.lost, 0, "{t:?}");
+    assert_eq!(t.unexpected, 0, "{t:?}");
+    assert!(
+        t.duplicated as u64 <= in_doubt,
+        "{t:?} beyond inDoubt: {status}"
+    );
+    assert_eq!(status["phase"], "Succeeded", "{status}");
+    drop(op);
+    let _ = conn.close(200, "bye".into()).await;
+    c.restart(1);
+    c.cleanup(2, &q).await;
+}
+
+/// Creates the object of manifest `yaml` in namespace `ns` (its own namespace ignored).
+async fn create_object(client: &kube::Client, ns: &str, yaml: &str) {
+    let mut v: serde_json::Value = serde_yaml_ng::from_str(yaml).expect("manifest");
+    v["metadata"]["namespace"] = ns.into();
+    let kind = v["kind"].as_str().expect("kind").to_string();
+    let ar = match kind.as_str() {
+        "Secret" => kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+        "RetryPolicy" => api_resource::<dlq_operator::crd::RetryPolicy>(),
+        "DeadLetterQueue" => api_resource::<dlq_operator::crd::DeadLetterQueue>(),
+        other => panic!("no API resource for kind {other}"),
+    };
+    let obj: kube::api::DynamicObject = serde_json::from_value(v).expect("object");
+    kube::Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+        .create(&Default::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {kind}: {e}"));
 }

@@ -13,7 +13,10 @@ mod common;
 use std::time::Duration;
 
 use common::cleanup;
-use common::console::{client, encoded, get, hidden, page_with, post, post_with, Console};
+use common::console::{
+    client, encoded, get, hidden, login, page_with, post, post_with, repair_form, start_replay,
+    Console, RepairForm,
+};
 use common::dlq::{applied_manifests, confirm_channel, header, publish, ready, take_all, text};
 
 #[tokio::test]
@@ -193,43 +196,18 @@ async fn console_repairs_one_message_through_the_core() {
         publish(&ch, &dlq, &format!("r{i}"), h).await;
     }
     let c = Console::start(&path);
-    let r = client()
-        .get(format!("{}/login?token={}", c.base, c.token))
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(r.status(), 303);
-    let cookie = r.headers()["set-cookie"]
-        .to_str()
-        .expect("ascii")
-        .split(';')
-        .next()
-        .expect("cookie")
-        .to_string();
+    let cookie = login(&c).await;
     let dlq_page = "/dlq/default/d";
-    let html = page_with(&c, &cookie, dlq_page, "Last scan").await;
-    let (g, csrf) = (hidden(&html, "g"), hidden(&html, "csrf"));
-    let (status, list) = get(
-        &c,
-        &cookie,
-        &format!("{dlq_page}/messages?g={g}&filter=id%3Dr1"),
-    )
-    .await;
-    assert_eq!(status, 200, "{list}");
-    let index = list
-        .split("/messages/")
-        .nth(1)
-        .and_then(|s| s.split('?').next())
-        .expect("a message link")
-        .to_string();
-    let (status, msg) = get(&c, &cookie, &format!("{dlq_page}/messages/{index}?g={g}")).await;
-    assert_eq!(status, 200, "{msg}");
-    assert!(msg.contains("id=\"repair-form\""), "{msg}");
+    let RepairForm {
+        action: repair,
+        csrf,
+        g,
+        page: msg,
+    } = repair_form(&c, &cookie, dlq_page, "r1").await;
     assert!(
         msg.contains("body of r1</textarea>"),
         "the body pre-filled: {msg}"
     );
-    let repair = format!("{dlq_page}/messages/{index}/repair");
     let headers = r#"{"tenant": "acme2"}"#;
 
     // Invalid JSON: 400, the form again, nothing moved.
@@ -343,17 +321,6 @@ fn bad_flags_are_refused_with_one_clear_error() {
     }
 }
 
-/// Logs in with the console's link: the session cookie (`name=value`).
-async fn login(c: &Console) -> String {
-    let r = client()
-        .get(format!("{}/login?token={}", c.base, c.token))
-        .send()
-        .await
-        .expect("login");
-    let set = r.headers()["set-cookie"].to_str().expect("ascii");
-    set.split(';').next().expect("cookie").to_string()
-}
-
 #[tokio::test]
 async fn sigterm_during_a_replay_settles_its_copies_and_audits_it() {
     const N: usize = 20_000;
@@ -385,15 +352,7 @@ async fn sigterm_during_a_replay_settles_its_copies_and_audits_it() {
     let mut c = Console::start(&path);
     let cookie = login(&c).await;
     let dlq_page = "/dlq/default/d";
-    let html = page_with(&c, &cookie, dlq_page, "Last scan").await;
-    let csrf = hidden(&html, "csrf");
-    let form = [("csrf", csrf.as_str()), ("filter", "")];
-    let (status, confirm) = post(&c, &cookie, &format!("{dlq_page}/replay/preview"), &form).await;
-    assert_eq!(status, 200, "{confirm}");
-    let action = hidden(&confirm, "action");
-    let form = [("csrf", csrf.as_str()), ("action", action.as_str())];
-    let (status, _) = post(&c, &cookie, &format!("{dlq_page}/replay"), &form).await;
-    assert_eq!(status, 303, "the replay runs as a job");
+    start_replay(&c, &cookie, dlq_page).await;
     // SIGTERM as soon as copies arrive in the source queue.
     while common::dlq::ready_now(&ch, &q).await == 0 {
         tokio::time::sleep(Duration::from_millis(2)).await;

@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 
 use common::dlq::{confirm_channel, drain_ids, header, publish, ready, ready_now, text};
 use common::e2e::{
-    client, create_dlq, dlqs, ensure_crds, events_about, namespace_with_broker, ready as dlq_ready,
-    ready_orders, table, wait_for, Operator,
+    client, create_dlq, dlqs, ensure_crds, events_about, lease_flags, lease_holder,
+    namespace_with_broker, ready as dlq_ready, ready_orders, table, wait_for, Operator,
 };
 use common::{cleanup, unique, AMQP};
 use dlq_operator::crd::DeadLetterReplay;
@@ -724,16 +724,6 @@ async fn a_replay_deleted_mid_run_stops_and_loses_nothing() {
     cleanup(&t.prefix).await;
 }
 
-/// Holder of Lease `default/name`, if any.
-async fn lease_holder(client: &Client, name: &str) -> Option<String> {
-    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), "default")
-        .get_opt(name)
-        .await
-        .ok()
-        .flatten()
-        .and_then(|l| l.spec?.holder_identity)
-}
-
 /// Operator failover (docs/RELIABILITY.md): two operators share a Lease; the leader is
 /// SIGKILLed in the middle of a DeadLetterReplay; the standby takes the Lease once it
 /// expires and finishes the replay: Succeeded, every message id in the source queue,
@@ -743,21 +733,7 @@ async fn a_replay_whose_leader_is_killed_is_finished_by_the_standby() {
     const TEST: &str = "a_replay_whose_leader_is_killed_is_finished_by_the_standby";
     let lease = unique("e2e-failover");
     let duration = 6u64;
-    let with = |id: &'static str| -> Vec<String> {
-        [
-            "--lease-namespace",
-            "default",
-            "--lease-name",
-            &lease,
-            "--lease-duration",
-            &duration.to_string(),
-            "--identity",
-            id,
-        ]
-        .map(String::from)
-        .to_vec()
-    };
-    let leader = with("replica-a");
+    let leader = lease_flags(&lease, duration, "replica-a");
     let leader: Vec<&str> = leader.iter().map(String::as_str).collect();
     let n = 100;
     let Some(mut t) = running_replay_with(TEST, n, 20, 10, AMQP, &leader).await else {
@@ -768,7 +744,7 @@ async fn a_replay_whose_leader_is_killed_is_finished_by_the_standby() {
         Some("replica-a"),
         "the first operator leads"
     );
-    let standby = with("replica-b");
+    let standby = lease_flags(&lease, duration, "replica-b");
     let standby: Vec<&str> = standby.iter().map(String::as_str).collect();
     let b = Operator::start(
         &t.kubeconfig,
@@ -804,8 +780,8 @@ async fn a_replay_whose_leader_is_killed_is_finished_by_the_standby() {
         "every message replayed: {done}"
     );
     let (replayed, in_doubt) = (count(&done, "replayed"), count(&done, "inDoubt"));
-    eprintln!(
-        "RELIABILITY operator failover | leader SIGKILLed mid-replay of {n} | standby leads after {:.1} s (lease {duration} s), replay Succeeded {:.1} s after the kill | arrived {in_source}, replayed {replayed}, inDoubt {in_doubt}",
+    reliability!(
+        "operator failover | leader SIGKILLed mid-replay of {n} | standby leads after {:.1} s (lease {duration} s), replay Succeeded {:.1} s after the kill | arrived {in_source}, replayed {replayed}, inDoubt {in_doubt}",
         handover.as_secs_f64(),
         finished.as_secs_f64()
     );

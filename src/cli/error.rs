@@ -181,12 +181,7 @@ pub enum Progress {
 impl std::fmt::Display for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
-            Progress::Repair => write!(
-                f,
-                "\nthe repaired copy may have reached the source queue while the original \
-                 went back to the dead-letter queue (at-least-once: check the source queue \
-                 before repairing again; deduplicate on message_id). Nothing is lost."
-            ),
+            Progress::Repair => write!(f, "\n{}", dlq_operator::dlq::repair::STOPPED_NOTE),
             Progress::Nothing
             | Progress::Replay { read: 0, .. }
             | Progress::Purge { read: 0, .. } => Ok(()),
@@ -196,12 +191,8 @@ impl std::fmt::Display for Progress {
                 unsettled,
             } => write!(
                 f,
-                "\nbefore the error: at least {read} messages read and {confirmed} copies confirmed \
-                 by the broker. Copies not yet settled (up to {unsettled}) may have arrived too, \
-                 and the originals of those and of confirmed copies whose acks were \
-                 not yet sent are back in the dead-letter queues if the connection \
-                 was lost: a second replay sends those again (at-least-once; \
-                 deduplicate on message_id). Nothing is lost."
+                "\n{}",
+                dlq_operator::dlq::replay::stopped_note(read, confirmed, unsettled)
             ),
             Progress::Purge { read, removed } => write!(
                 f,

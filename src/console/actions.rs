@@ -16,14 +16,16 @@ use serde::Deserialize;
 
 use super::audit::Entry;
 use super::auth::{self, Need, Session};
-use super::server::{broker_error, find, html, page, scan_of, Shared};
+use super::server::{broker_error, find, html, lost_broker_text, page, scan_of, Shared};
 use super::templates::{Confirm, Done};
 use super::views::{self, Group};
 use super::{locked, Pending, State};
 use crate::broker::{BrokerClient, BrokerError};
 use crate::dlq::filter::Filter;
 use crate::dlq::purge::{purge_with, PurgeReport};
-use crate::dlq::replay::{replay_with, ReplayOptions, ReplayReport, Target, MAX_IN_FLIGHT};
+use crate::dlq::replay::{
+    crash_bound, replay_with, stopped_note, ReplayOptions, ReplayReport, Target, MAX_IN_FLIGHT,
+};
 use crate::printable::{shown, PREVIEW_BYTES};
 use crate::reconcile::Prepared;
 
@@ -426,12 +428,20 @@ pub async fn replay(
     state.tasks.spawn(async move {
         let result = task.await;
         shared.scans.invalidate(&key);
+        let mut j = locked(&job);
         let (report, error) = match result {
             Ok(Ok(r)) => (Some(r), None),
-            Ok(Err(e)) => (None, Some(crate::printable::escape_lines(&e.to_string()))),
+            Ok(Err(e)) => {
+                let (read, confirmed) = j
+                    .report
+                    .as_ref()
+                    .map_or((0, 0), |r| (r.scanned, r.replayed));
+                let unsettled = crash_bound(MAX_IN_FLIGHT, None, None);
+                let note = stopped_note(read, confirmed, unsettled);
+                (None, Some(lost_broker_text(&e, &note)))
+            }
             Err(e) => (None, Some(format!("the replay task failed: {e}"))),
         };
-        let mut j = locked(&job);
         if report.is_some() {
             j.report = report;
         }

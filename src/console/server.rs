@@ -478,6 +478,28 @@ pub fn broker_error(e: &crate::broker::BrokerError) -> Response {
     )
 }
 
+/// [`broker_error`] of an action that may have moved messages before it stopped: when the
+/// connection was lost ([`crate::dlq::replay::resumable`]: a node killed, a partition),
+/// `note` follows the error, saying what may have been left ([`lost_broker_text`]).
+pub fn broker_error_noting(e: &crate::broker::BrokerError, note: &str) -> Response {
+    page(
+        StatusCode::BAD_GATEWAY,
+        "Broker error",
+        lost_broker_text(e, note),
+    )
+}
+
+/// The error `e` (escaped), followed on a line of its own by `note` when the connection
+/// was lost ([`crate::dlq::replay::resumable`]).
+pub fn lost_broker_text(e: &crate::broker::BrokerError, note: &str) -> String {
+    let error = crate::printable::escape_lines(&e.to_string());
+    if crate::dlq::replay::resumable(e) {
+        format!("{error}\n{note}")
+    } else {
+        error
+    }
+}
+
 #[derive(Deserialize)]
 struct ListQuery {
     g: Option<u64>,

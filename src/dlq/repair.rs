@@ -43,6 +43,13 @@ use crate::broker::{BrokerError, DeadLetterOps};
 use crate::printable::{shown, PREVIEW_BYTES};
 use crate::topology::DesiredTopology;
 
+/// What a repair that stopped on a broker error may have left, for the user (the CLI's
+/// error, the console's page): its one copy may have been confirmed while the original's
+/// removal was lost with the connection (at-least-once, [`repair_with`]).
+pub const STOPPED_NOTE: &str = "the repaired copy may have reached the source queue while \
+     the original went back to the dead-letter queue (at-least-once: check the source queue \
+     before repairing again; deduplicate on message_id). Nothing is lost.";
+
 /// The longest header name AMQP 0-9-1 takes (a short string), bytes.
 pub const MAX_HEADER_NAME_BYTES: usize = 255;
 

@@ -206,6 +206,21 @@ pub fn crash_bound(max_in_flight: usize, rate: Option<f64>, limit: Option<u64>) 
         .max(1)
 }
 
+/// What a replay that stopped on a broker error may have left, for the user (the CLI's
+/// error, the console's job page): `read` messages read, `confirmed` copies confirmed and
+/// up to `unsettled` ([`crash_bound`]) copies in flight when it stopped. At-least-once:
+/// nothing is lost, a second replay may send some again.
+pub fn stopped_note(read: u64, confirmed: u64, unsettled: u64) -> String {
+    format!(
+        "before the error: at least {read} messages read and {confirmed} copies confirmed \
+         by the broker. Copies not yet settled (up to {unsettled}) may have arrived too, \
+         and the originals of those and of confirmed copies whose acks were \
+         not yet sent are back in the dead-letter queues if the connection \
+         was lost: a second replay sends those again (at-least-once; \
+         deduplicate on message_id). Nothing is lost."
+    )
+}
+
 /// How a replay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Outcome {

@@ -10,10 +10,15 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
+use futures::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
+    QueueDeclareOptions,
+};
 use lapin::types::{FieldTable, ShortString};
 use lapin::BasicProperties;
 
@@ -153,10 +158,16 @@ impl Cluster {
 
     /// A Secret `name` listing the nodes in `order` (1-based) for AMQP and management.
     pub fn secret_yaml(&self, name: &str, order: &[usize]) -> String {
+        self.secret_yaml_with(name, &self.amqp_list(order), order)
+    }
+
+    /// A Secret `name` with AMQP URI(s) `amqp` (one per line) and the management APIs of
+    /// the nodes in `order`.
+    pub fn secret_yaml_with(&self, name: &str, amqp: &str, order: &[usize]) -> String {
         let indent = |s: String| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
         format!(
             "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: default\nstringData:\n  uri: |\n{}  managementUri: |\n{}",
-            indent(self.amqp_list(order)),
+            indent(amqp.to_string()),
             indent(self.management_list(order).replace(", ", "\n"))
         )
     }
@@ -295,27 +306,57 @@ pub async fn until_depth(
     None
 }
 
-/// Takes every message of `queues` (acked) on `ch` and counts the copies of each message
-/// id.
+/// Takes every message of `queues` on `ch`'s connection and counts the copies of each
+/// message id: each queue is consumed (auto-ack, on a channel of its own) until its depth
+/// reads 0 after a pause of a second without deliveries.
 pub async fn count_ids(ch: &lapin::Channel, queues: &[String]) -> BTreeMap<String, usize> {
     let mut seen = BTreeMap::new();
     for q in queues {
-        while let Some(m) = ch
-            .basic_get(q.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .unwrap_or_else(|e| panic!("basic.get from {q}: {e}"))
-        {
-            let id = m
-                .delivery
-                .properties
-                .message_id()
-                .as_ref()
-                .map(|s| s.to_string())
-                .unwrap_or_default();
-            *seen.entry(id).or_insert(0) += 1;
+        while depth(ch, q).await.unwrap_or_else(|| panic!("depth of {q}")) > 0 {
+            take_ids(ch, q, &mut seen).await;
         }
     }
     seen
+}
+
+/// Consumes `queue` (auto-ack) on a new channel of `ch`'s connection until a second
+/// passes without a delivery, counting each message id into `seen`.
+async fn take_ids(ch: &lapin::Channel, queue: &str, seen: &mut BTreeMap<String, usize>) {
+    let conn_ch = ch.clone();
+    let taker = conn_ch
+        .basic_consume(
+            queue.into(),
+            "count-ids".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("consume {queue}: {e}"));
+    let mut taker = taker;
+    let mut count = |d: Result<lapin::message::Delivery, lapin::Error>| {
+        let d = d.unwrap_or_else(|e| panic!("delivery from {queue}: {e}"));
+        let id = d
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        *seen.entry(id).or_insert(0) += 1;
+    };
+    while let Ok(Some(d)) = tokio::time::timeout(Duration::from_secs(1), taker.next()).await {
+        count(d);
+    }
+    conn_ch
+        .basic_cancel("count-ids".into(), Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("cancel the consumer of {queue}: {e}"));
+    // Deliveries already sent (auto-acked) before the cancel: still counted.
+    while let Ok(Some(d)) = tokio::time::timeout(Duration::from_secs(1), taker.next()).await {
+        count(d);
+    }
 }
 
 /// Compares the ids `seen` (copies per id) with the ids `sent`.
@@ -335,4 +376,44 @@ pub fn tally(sent: &[String], seen: &BTreeMap<String, usize>) -> Tally {
 /// `n` unique message ids from `prefix`.
 pub fn ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i:06}")).collect()
+}
+
+/// A consumer of `queue` on `conn` that rejects every delivery (requeue=false) until
+/// `stop`, consuming again whenever its consumer ends (its queue's leader moved).
+pub fn rejecting_consumer(
+    conn: Arc<lapin::Connection>,
+    queue: String,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            let Ok(ch) = conn.create_channel().await else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            let _ = ch.basic_qos(500, BasicQosOptions::default()).await;
+            let Ok(mut consumer) = ch
+                .basic_consume(
+                    queue.as_str().into(),
+                    "".into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+            else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            while !stop.load(Ordering::Relaxed) {
+                match tokio::time::timeout(Duration::from_millis(300), consumer.next()).await {
+                    Ok(Some(Ok(d))) => {
+                        let _ = d.reject(BasicRejectOptions { requeue: false }).await;
+                    }
+                    Ok(_) => break,
+                    Err(_) => {}
+                }
+            }
+            let _ = ch.close(200, "bye".into()).await;
+        }
+    })
 }

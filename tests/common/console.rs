@@ -217,3 +217,79 @@ pub async fn form_login(c: &Console, token: &str) -> (u16, Option<String>) {
         .map(str::to_string);
     (r.status().as_u16(), cookie)
 }
+
+/// Logs in with the console's link: the session cookie (`name=value`).
+pub async fn login(c: &Console) -> String {
+    let r = client()
+        .get(format!("{}/login?token={}", c.base, c.token))
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(r.status(), 303, "login with the console's link");
+    let set = r.headers()["set-cookie"].to_str().expect("ascii");
+    set.split(';').next().expect("cookie").to_string()
+}
+
+/// The repair form of the dead letter with message_id `id` on the page of DeadLetterQueue
+/// `dlq_page` (`/dlq/NS/NAME`), once its scan is done: the form's address, its CSRF token
+/// and the scan's generation `g`.
+pub async fn repair_form(c: &Console, cookie: &str, dlq_page: &str, id: &str) -> RepairForm {
+    let html = page_with(c, cookie, dlq_page, "Last scan").await;
+    let (g, csrf) = (hidden(&html, "g"), hidden(&html, "csrf"));
+    let (status, list) = get(
+        c,
+        cookie,
+        &format!("{dlq_page}/messages?g={g}&filter=id%3D{id}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{list}");
+    let index = list
+        .split("/messages/")
+        .nth(1)
+        .and_then(|s| s.split('?').next())
+        .expect("a message link")
+        .to_string();
+    let (status, page) = get(c, cookie, &format!("{dlq_page}/messages/{index}?g={g}")).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("id=\"repair-form\""), "{page}");
+    RepairForm {
+        action: format!("{dlq_page}/messages/{index}/repair"),
+        csrf,
+        g,
+        page,
+    }
+}
+
+/// What [`repair_form`] found.
+pub struct RepairForm {
+    /// The form's address.
+    pub action: String,
+    /// The session's CSRF token.
+    pub csrf: String,
+    /// The scan's generation.
+    pub g: String,
+    /// The message's page.
+    pub page: String,
+}
+
+/// Starts the replay of every dead letter of `dlq_page` (`/dlq/NS/NAME`): the dry run,
+/// then the confirmed replay; the job's address.
+pub async fn start_replay(c: &Console, cookie: &str, dlq_page: &str) -> String {
+    let html = page_with(c, cookie, dlq_page, "Last scan").await;
+    let csrf = hidden(&html, "csrf");
+    let form = [("csrf", csrf.as_str()), ("filter", "")];
+    let (status, confirm) = post(c, cookie, &format!("{dlq_page}/replay/preview"), &form).await;
+    assert_eq!(status, 200, "{confirm}");
+    let action = hidden(&confirm, "action");
+    let r = client()
+        .post(format!("{}{dlq_page}/replay", c.base))
+        .header("cookie", cookie)
+        .header("origin", &c.base)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(encoded(&[("csrf", &csrf), ("action", &action)]))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 303, "the replay runs as a job");
+    r.headers()["location"].to_str().expect("ascii").to_string()
+}

@@ -610,3 +610,30 @@ pub async fn events_about(
     events.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
     events
 }
+
+/// Holder of Lease `default/name`, if any.
+pub async fn lease_holder(client: &Client, name: &str) -> Option<String> {
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), "default")
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+/// The flags of an operator that takes Lease `default/lease` (held for `duration_s`
+/// seconds) as `identity`.
+pub fn lease_flags(lease: &str, duration_s: u64, identity: &str) -> Vec<String> {
+    [
+        "--lease-namespace",
+        "default",
+        "--lease-name",
+        lease,
+        "--lease-duration",
+        &duration_s.to_string(),
+        "--identity",
+        identity,
+    ]
+    .map(String::from)
+    .to_vec()
+}

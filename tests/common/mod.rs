@@ -14,6 +14,16 @@ pub mod proxy;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Writes one `RELIABILITY …` line of figures (docs/RELIABILITY.md) straight to the
+/// process's stderr, past the test harness's capture, so the log of `.ci/run` keeps them.
+#[macro_export]
+macro_rules! reliability {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "RELIABILITY {}", format_args!($($arg)*));
+    }};
+}
+
 /// Management API of the local broker.
 pub const MGMT: &str = "http://127.0.0.1:15672";
 /// AMQP URI of the local broker.

@@ -1,7 +1,8 @@
 //! A TCP proxy in front of a real endpoint (the RabbitMQ management API), so a test can
 //! take "the broker" away from the operator and bring it back on the same address
 //! without stopping the shared broker other tests use.
-//! [`Coalescing`] instead holds what a client sends until it waits for a reply.
+//! [`Coalescing`] instead holds what a client sends until it waits for a reply;
+//! [`Freezing`] stops passing the broker's replies once a client has sent a marker.
 
 use std::net::SocketAddr;
 
@@ -181,5 +182,99 @@ async fn hold_until_quiet(
                 return;
             }
         }
+    }
+}
+
+/// A proxy to `target` that passes everything both ways until a client sends `marker`
+/// (e.g. in the body of a message it publishes), then passes nothing more from the broker
+/// to the clients: the broker's replies from then on (the publisher confirm of that
+/// message, so the client never acks what it moved) are lost, as on a dying network.
+/// When the broker closes a connection (its node killed), the proxy closes it to the
+/// client. The client's bytes are checked before they are passed on, so no reply to the
+/// marked frames can slip through.
+pub struct Freezing {
+    /// Where it listens (`127.0.0.1:<port>`).
+    pub addr: SocketAddr,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: JoinHandle<()>,
+}
+
+impl Freezing {
+    /// Starts one to `target` (`host:port`) on a free local port.
+    pub async fn start(target: &str, marker: &[u8]) -> Freezing {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = tokio::spawn(serve_freezing(
+            listener,
+            target.to_string(),
+            marker.to_vec(),
+            frozen.clone(),
+        ));
+        Freezing { addr, frozen, task }
+    }
+
+    /// `true` once a client has sent the marker.
+    pub fn frozen(&self) -> bool {
+        self.frozen.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Freezing {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve_freezing(
+    listener: TcpListener,
+    target: String,
+    marker: Vec<u8>,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut connections = JoinSet::new();
+    loop {
+        let Ok((inbound, _)) = listener.accept().await else {
+            continue;
+        };
+        let (target, marker, frozen) = (target.clone(), marker.clone(), frozen.clone());
+        connections.spawn(async move {
+            let Ok(outbound) = TcpStream::connect(&target).await else {
+                return;
+            };
+            let (mut client_in, mut client_out) = inbound.into_split();
+            let (mut broker_in, mut broker_out) = outbound.into_split();
+            let up = async {
+                let (mut buf, mut seen) = (vec![0u8; 64 * 1024], Vec::new());
+                while let Ok(n @ 1..) = client_in.read(&mut buf).await {
+                    seen.extend_from_slice(&buf[..n]);
+                    if seen.windows(marker.len()).any(|w| w == marker.as_slice()) {
+                        frozen.store(true, Ordering::SeqCst);
+                    }
+                    let keep = seen.len().saturating_sub(marker.len());
+                    seen.drain(..keep);
+                    if broker_out.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            };
+            let down = async {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = broker_in.read(&mut buf).await {
+                    if !frozen.load(Ordering::SeqCst)
+                        && client_out.write_all(&buf[..n]).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            };
+            tokio::select! {
+                () = up => {}
+                () = down => {}
+            }
+        });
+        while connections.try_join_next().is_some() {}
     }
 }
