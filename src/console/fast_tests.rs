@@ -660,3 +660,20 @@ async fn a_repair_form_with_large_headers_is_read_not_refused_for_its_size() {
     );
     stop.cancel();
 }
+
+#[test]
+fn a_lost_connection_is_followed_by_what_may_have_been_left_and_other_errors_are_not() {
+    let lost = crate::broker::BrokerError::Unreachable {
+        endpoint: "amqp://guest:***@10.0.0.1:5672/%2f".into(),
+        reason: "IO error: connection aborted\u{1b}[2J".into(),
+    };
+    let text = server::lost_broker_text(&lost, "NOTE");
+    assert!(text.ends_with("\nNOTE"), "{text}");
+    assert!(text.contains("connection aborted"), "{text}");
+    assert!(!text.contains('\u{1b}'), "escaped: {text}");
+    let missing = crate::broker::BrokerError::NotFound {
+        what: "queue \"q.dlq\"".into(),
+    };
+    let text = server::lost_broker_text(&missing, "NOTE");
+    assert!(!text.contains("NOTE"), "nothing was moved: {text}");
+}

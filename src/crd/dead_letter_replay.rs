@@ -167,9 +167,10 @@ pub struct DeadLetterReplayStatus {
     /// Matched messages whose copy the broker refused or could not route (they stay).
     #[serde(default)]
     pub failed: u64,
-    /// Copies whose fate an operator crash left unknown: published, maybe confirmed, the
-    /// original maybe still in the dead-letter queue (then replayed again on resume: a
-    /// duplicate, never a loss). 0 unless the operator stopped without draining.
+    /// Copies whose fate an operator crash or a lost broker connection left unknown:
+    /// published, maybe confirmed, the original maybe still in the dead-letter queue
+    /// (then replayed again on resume: a duplicate, never a loss). 0 unless the operator
+    /// stopped without draining or a pass lost the broker.
     #[serde(default)]
     pub in_doubt: u64,
     /// Why messages were skipped or failed, with counts (e.g. `skipped: already replayed 3
