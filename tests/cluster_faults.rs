@@ -13,7 +13,8 @@
 //!   between the publish of a copy and the ack of its original (a proxy holds back the
 //!   broker's confirm: [`Freezing`]);
 //! - a DeadLetterReplay run by the operator (against the real API server,
-//!   `DLQ_E2E_KUBECONFIG`) with its node killed half-way.
+//!   `DLQ_E2E_KUBECONFIG`) with its node killed half-way, and the controller converging
+//!   a new DeadLetterQueue while that node is down.
 //!
 //! Each prints a `RELIABILITY` line with its figures. The tests take the cluster one at a
 //! time (tests/common/cluster.rs); a test heals and restarts what it broke.
@@ -810,18 +811,26 @@ impl Cut {
         self.dir.path().display().to_string()
     }
 
-    /// Waits until the proxy has frozen and the source queue holds at least `copies`
-    /// (so the copy was confirmed by the broker and its confirm held back), then kills
-    /// node 1: before the client could ack the original.
-    async fn kill_when_frozen(&self, c: &Cluster, copies: u32, said: &mut dyn FnMut() -> String) {
+    /// Waits until the proxy has frozen and the source queue holds a copy and has stopped
+    /// growing (1 s unchanged: the broker has routed and confirmed every copy it was sent,
+    /// its confirms held back), then kills node 1: before the client could ack the
+    /// originals of those copies.
+    async fn kill_when_frozen(&self, c: &Cluster, said: &mut dyn FnMut() -> String) {
         let start = Instant::now();
-        while !(self.proxy.frozen() && depth_on(&self.conn, &self.q).await.unwrap_or(0) >= copies) {
+        let (mut last, mut steady) = (0, 0);
+        while steady < 5 {
             assert!(
                 start.elapsed() < Duration::from_secs(120),
-                "no copy was published through the proxy: {}",
+                "no copy was published through the proxy (frozen: {}): {}",
+                self.proxy.frozen(),
                 said()
             );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            if self.proxy.frozen() {
+                let d = depth_on(&self.conn, &self.q).await.unwrap_or(0);
+                steady = if d >= 1 && d == last { steady + 1 } else { 0 };
+                last = d;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         c.kill(1);
     }
@@ -892,7 +901,7 @@ async fn repair_with_its_node_killed_between_the_publish_and_the_ack_loses_nothi
         "--body-json",
         &body,
     ]);
-    cut.kill_when_frozen(&c, 1, &mut || {
+    cut.kill_when_frozen(&c, &mut || {
         repair.drain();
         repair.stderr.join("\n")
     })
@@ -954,7 +963,7 @@ async fn console_repair_with_its_node_killed_between_the_publish_and_the_ack_los
             .expect("post");
         (r.status().as_u16(), r.text().await.unwrap_or_default())
     });
-    cut.kill_when_frozen(&c, 1, &mut String::new).await;
+    cut.kill_when_frozen(&c, &mut String::new).await;
     let (status, page) = posted.await.expect("post task");
     let (t, marked) = cut.tally().await;
     reliability!(
@@ -987,8 +996,7 @@ async fn console_replay_with_its_node_killed_between_a_publish_and_its_ack_loses
     let console = Console::start(&cut.path());
     let cookie = login(&console).await;
     let job = start_replay(&console, &cookie, "/dlq/default/d").await;
-    cut.kill_when_frozen(&c, (N / 2) as u32 + 1, &mut String::new)
-        .await;
+    cut.kill_when_frozen(&c, &mut String::new).await;
     let page = page_with(&console, &cookie, &job, "Done:").await;
     let (t, _) = cut.tally().await;
     let bound = dlq_operator::dlq::replay::crash_bound(
@@ -1019,10 +1027,11 @@ async fn console_replay_with_its_node_killed_between_a_publish_and_its_ack_loses
 
 /// A DeadLetterReplay run by the operator (against the real API server) whose broker
 /// connection's node is killed half-way: the operator's replay resumes on the next
-/// address like `dlq replay`; the resource ends Succeeded, every id counted.
+/// address like `dlq replay`; the resource ends Succeeded, every id counted. Then, the
+/// node still down, a new DeadLetterQueue converges through the other two.
 #[tokio::test]
-async fn a_dead_letter_replay_resumes_when_its_node_is_killed_half_way() {
-    const TEST: &str = "a_dead_letter_replay_resumes_when_its_node_is_killed_half_way";
+async fn the_operator_resumes_a_replay_and_converges_with_a_node_killed() {
+    const TEST: &str = "the_operator_resumes_a_replay_and_converges_with_a_node_killed";
     const N: usize = 5_000;
     let Some(client) = common::e2e::client(TEST).await else {
         return;
@@ -1112,6 +1121,36 @@ async fn a_dead_letter_replay_resumes_when_its_node_is_killed_half_way() {
         "{t:?} beyond inDoubt: {status}"
     );
     assert_eq!(status["phase"], "Succeeded", "{status}");
+
+    // Node 1 still down: a new DeadLetterQueue converges through nodes 2 and 3.
+    let q2 = format!("{q}-second");
+    create_object(
+        &client,
+        &ns,
+        &dlq_yaml("second", &q2, "policy", "rabbit", ""),
+    )
+    .await;
+    let created = Instant::now();
+    common::e2e::wait_for(
+        Duration::from_secs(120),
+        "second Ready with node 1 down",
+        &op,
+        || async {
+            common::e2e::ready(&dlqs, "second")
+                .await
+                .filter(|r| r.0 == "True")
+        },
+    )
+    .await;
+    reliability!(
+        "{} | controller, node 1 down | a new DeadLetterQueue Ready through the other nodes {:.1} s after it was created",
+        c.version,
+        created.elapsed().as_secs_f64()
+    );
+    assert!(
+        depth_on(&conn, &format!("{q2}.dlq")).await.is_some(),
+        "its dead-letter queue is declared"
+    );
     drop(op);
     let _ = conn.close(200, "bye".into()).await;
     c.restart(1);
