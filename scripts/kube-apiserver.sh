@@ -362,9 +362,22 @@ EOF
 
 # ----------------------------------------------------------------------------------- stop
 
+# SIGTERM to process PID (NAME), SIGKILL if it has not exited 15 s later.
+stop_pid() {
+  local name=$1 pid=$2 i
+  log "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 60; i++)); do
+    pid_alive "$pid" || return 0
+    sleep 0.25
+  done
+  log "$name (pid $pid) did not exit after 15 s: SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
 cmd_stop() {
   [[ $# -eq 1 ]] || usage
-  local dir=$1 name pid i
+  local dir=$1 name pid
   if [[ ! -f "$dir/pids" ]]; then
     log "nothing to stop: no $dir/pids"
     return 0
@@ -376,16 +389,7 @@ cmd_stop() {
       log "$name: not running"
       continue
     fi
-    log "stopping $name (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 60; i++)); do
-      pid_alive "$pid" || break
-      sleep 0.25
-    done
-    if pid_alive "$pid"; then
-      log "$name (pid $pid) did not exit after 15 s: SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
+    stop_pid "$name" "$pid"
   done
   rm -f "$dir/pids"
   log "stopped"
@@ -404,20 +408,12 @@ cmd_kubectl() {
 # on the same port over the same etcd: stored objects stay, every watch is cut.
 cmd_restart_apiserver() {
   [[ $# -eq 1 ]] || usage
-  local dir=$1 pid i etcd_port api_port
+  local dir=$1 pid etcd_port api_port
   running_pid "$dir" etcd >/dev/null || die "no etcd running from $dir: run '$0 start $dir' first"
   etcd_port=$(awk -F= '$1=="ETCD_PORT" {print $2}' "$dir/ports")
   api_port=$(awk -F= '$1=="APISERVER_PORT" {print $2}' "$dir/ports")
   pid=$(running_pid "$dir" kube-apiserver || true)
-  if [[ -n "$pid" ]]; then
-    log "stopping kube-apiserver (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 60; i++)); do
-      pid_alive "$pid" || break
-      sleep 0.25
-    done
-    pid_alive "$pid" && kill -KILL "$pid" 2>/dev/null || true
-  fi
+  [[ -z "$pid" ]] || stop_pid kube-apiserver "$pid"
   sed -i '/^kube-apiserver /d' "$dir/pids"
   launch_apiserver "$dir" "$etcd_port" "$api_port" "$(cat "$dir/token")"
 }

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use common::cleanup;
 use common::console::{
-    client, encoded, get, hidden, login, page_with, post, post_with, repair_form, start_replay,
-    Console, RepairForm,
+    client, encoded, first_message, get, hidden, login, page_with, post, post_with, repair_form,
+    start_replay, Console, RepairForm,
 };
 use common::dlq::{applied_manifests, confirm_channel, header, publish, ready, take_all, text};
 
@@ -72,21 +72,7 @@ async fn console_shows_groups_escapes_text_and_replays_and_purges_with_checks() 
     let (g, csrf) = (hidden(&html, "g"), hidden(&html, "csrf"));
 
     // A hostile header is shown inert.
-    let (status, list) = get(
-        &c,
-        &cookie,
-        &format!("{dlq_page}/messages?g={g}&filter=class%3Dvalidation"),
-    )
-    .await;
-    assert_eq!(status, 200, "{list}");
-    let index = list
-        .split("/messages/")
-        .nth(1)
-        .and_then(|s| s.split('?').next())
-        .expect("a message link")
-        .to_string();
-    let (status, msg) = get(&c, &cookie, &format!("{dlq_page}/messages/{index}?g={g}")).await;
-    assert_eq!(status, 200, "{msg}");
+    let (_, msg) = first_message(&c, &cookie, dlq_page, &g, "class%3Dvalidation").await;
     assert!(msg.contains("x-note"), "{msg}");
     assert!(!msg.contains("<script>"), "{msg}");
     assert!(!msg.contains('\u{1b}'), "{msg}");

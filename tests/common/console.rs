@@ -236,10 +236,29 @@ pub async fn login(c: &Console) -> String {
 pub async fn repair_form(c: &Console, cookie: &str, dlq_page: &str, id: &str) -> RepairForm {
     let html = page_with(c, cookie, dlq_page, "Last scan").await;
     let (g, csrf) = (hidden(&html, "g"), hidden(&html, "csrf"));
+    let (index, page) = first_message(c, cookie, dlq_page, &g, &format!("id%3D{id}")).await;
+    assert!(page.contains("id=\"repair-form\""), "{page}");
+    RepairForm {
+        action: format!("{dlq_page}/messages/{index}/repair"),
+        csrf,
+        g,
+        page,
+    }
+}
+
+/// The first message that the list of scan `g` of `dlq_page` (`/dlq/NS/NAME`) shows for
+/// `filter` (URL-encoded): its index and its page (both read with status 200).
+pub async fn first_message(
+    c: &Console,
+    cookie: &str,
+    dlq_page: &str,
+    g: &str,
+    filter: &str,
+) -> (String, String) {
     let (status, list) = get(
         c,
         cookie,
-        &format!("{dlq_page}/messages?g={g}&filter=id%3D{id}"),
+        &format!("{dlq_page}/messages?g={g}&filter={filter}"),
     )
     .await;
     assert_eq!(status, 200, "{list}");
@@ -251,13 +270,7 @@ pub async fn repair_form(c: &Console, cookie: &str, dlq_page: &str, id: &str) ->
         .to_string();
     let (status, page) = get(c, cookie, &format!("{dlq_page}/messages/{index}?g={g}")).await;
     assert_eq!(status, 200, "{page}");
-    assert!(page.contains("id=\"repair-form\""), "{page}");
-    RepairForm {
-        action: format!("{dlq_page}/messages/{index}/repair"),
-        csrf,
-        g,
-        page,
-    }
+    (index, page)
 }
 
 /// What [`repair_form`] found.
