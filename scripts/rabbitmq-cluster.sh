@@ -118,7 +118,7 @@ net_down() {
     fi
   done
   local v
-  for v in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^dlqc-v' || true); do
+  for v in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E '^dlqc-(v|a)' || true); do
     ip link del "$v" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
@@ -134,6 +134,9 @@ attach() {
   local ns="$1" i
   has_ns "$ns" || die "no network namespace $ns"
   ip link show "$BRIDGE" >/dev/null 2>&1 || die "no cluster network: run '$0 start' first"
+  # A link left from an earlier attach (its cluster stopped, the namespace kept): deleting
+  # this end of the veth pair deletes the other, so NS is plugged in afresh.
+  ip -n "$ns" link del dlqc0 2>/dev/null || true
   for i in 2 3 4 5 6 7 8 9; do
     if ! ip link show "dlqc-a$i" >/dev/null 2>&1; then
       ip link add "dlqc-a$i" type veth peer name dlqc0 netns "$ns"
