@@ -398,6 +398,69 @@ async fn replay_resumes_when_the_connected_node_is_partitioned() {
     .await;
 }
 
+/// What [`route_through`] saw of a router run after its fault.
+struct RouterRun {
+    /// From the fault until the tier grew by more than what was in flight then.
+    moving_again: Option<Duration>,
+    /// From the fault until every id was in the tier and nothing was left to move.
+    settled_after: Duration,
+    /// Whether the fault was ended (after `FAULT_S`) before the run settled.
+    healed: bool,
+}
+
+/// Strikes `fault` and waits until the router has moved everything: the source and the
+/// inbox hold nothing ready, the source nothing held for its dead-lettering, and the tier
+/// at least `ROUTED`, four reads a second apart (the cluster's management statistics are
+/// at most 1 s old). The fault ends after `FAULT_S` (the partition heals; the killed node
+/// is restarted, as Kubernetes restarts a killed pod): RabbitMQ's at-least-once
+/// dead-lettering out of the source queue may stall until then (docs/RELIABILITY.md).
+/// Panics if the router exits or does not finish within `FAULT_S + 400` s.
+async fn route_through(
+    c: &Cluster,
+    fault: Fault,
+    conn: &lapin::Connection,
+    q: &str,
+    router: &mut Proc,
+    at_fault: u32,
+) -> RouterRun {
+    let tier = format!("{q}.retry.1h");
+    fault.strike(c);
+    let struck = Instant::now();
+    let mut moving_again = None;
+    let mut settled = 0;
+    let mut healed = false;
+    while settled < 4 {
+        router.drain();
+        assert!(!router.exited(), "the router exited: {:?}", router.stderr);
+        assert!(
+            struck.elapsed() < Duration::from_secs(FAULT_S + 400),
+            "the router does not finish"
+        );
+        if !healed && struck.elapsed() > Duration::from_secs(FAULT_S) {
+            fault.end(c);
+            healed = true;
+        }
+        let t = depth_on(conn, &tier).await.unwrap_or(0);
+        if moving_again.is_none() && t > at_fault + PREFETCH as u32 + 100 {
+            moving_again = Some(struck.elapsed());
+        }
+        let rest = depth_on(conn, q).await.unwrap_or(1)
+            + depth_on(conn, &format!("{q}.router")).await.unwrap_or(1)
+            + held_for_dead_lettering(c, q).await;
+        settled = if rest == 0 && t as usize >= ROUTED {
+            settled + 1
+        } else {
+            0
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    RouterRun {
+        moving_again,
+        settled_after: struck.elapsed(),
+        healed,
+    }
+}
+
 /// The retry router under a fault: the Secret lists nodes 1, 2, 3 (the router connects to
 /// node 1, which leads the queues), 10,000 messages published through node 2 are rejected
 /// there by a plain consumer, and `fault` strikes once 3,000 of them wait in the tier.
@@ -431,45 +494,10 @@ async fn router_under(c: &Cluster, case: &str, fault: Fault) {
     let at_fault = depth_at_least(&conn, &tier, 3_000, Duration::from_secs(300))
         .await
         .unwrap_or_else(|| panic!("the router did not move 3,000: {:?}", router.stderr));
-    fault.strike(c);
-    let struck = Instant::now();
-    let mut moving_again = None;
-    // Done once the source and the inbox hold nothing ready, the source nothing held for
-    // its dead-lettering, and the tier at least as many as were sent, four reads a second
-    // apart (the cluster's management statistics are at most 1 s old).
-    let mut settled = 0;
-    // The fault ends after FAULT_S (the partition heals; the killed node is restarted, as
-    // Kubernetes restarts a killed pod): RabbitMQ's at-least-once dead-lettering out of the
-    // source queue may stall until then (docs/RELIABILITY.md).
-    let mut healed = false;
-    while settled < 4 {
-        router.drain();
-        assert!(!router.exited(), "the router exited: {:?}", router.stderr);
-        assert!(
-            struck.elapsed() < Duration::from_secs(FAULT_S + 400),
-            "the router does not finish"
-        );
-        if !healed && struck.elapsed() > Duration::from_secs(FAULT_S) {
-            fault.end(c);
-            healed = true;
-        }
-        let t = depth_on(&conn, &tier).await.unwrap_or(0);
-        if moving_again.is_none() && t > at_fault + PREFETCH as u32 + 100 {
-            moving_again = Some(struck.elapsed());
-        }
-        let rest = depth_on(&conn, &q).await.unwrap_or(1)
-            + depth_on(&conn, &format!("{q}.router")).await.unwrap_or(1)
-            + held_for_dead_lettering(c, &q).await;
-        settled = if rest == 0 && t as usize >= ROUTED {
-            settled + 1
-        } else {
-            0
-        };
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let run = route_through(c, fault, &conn, &q, &mut router, at_fault).await;
     stop.store(true, Ordering::Relaxed);
     let _ = consumer.await;
-    let settled_after = struck.elapsed();
+    let (moving_again, settled_after, healed) = (run.moving_again, run.settled_after, run.healed);
     router.stop().await;
     let queues = [
         tier.clone(),
@@ -1122,19 +1150,32 @@ async fn the_operator_resumes_a_replay_and_converges_with_a_node_killed() {
     );
     assert_eq!(status["phase"], "Succeeded", "{status}");
 
-    // Node 1 still down: a new DeadLetterQueue converges through nodes 2 and 3.
+    converges_with_node_1_down(&c, &client, &ns, &op, &conn, &q).await;
+    drop(op);
+    let _ = conn.close(200, "bye".into()).await;
+    c.restart(1);
+    c.cleanup(2, &q).await;
+}
+
+/// With node 1 still down, a new DeadLetterQueue `second` (queue `{q}-second`) created in
+/// `ns` becomes Ready through nodes 2 and 3 and its dead-letter queue is declared; prints
+/// the RELIABILITY row with the time it took. Panics if it is not Ready within 120 s.
+async fn converges_with_node_1_down(
+    c: &Cluster,
+    client: &kube::Client,
+    ns: &str,
+    op: &common::e2e::Operator,
+    conn: &lapin::Connection,
+    q: &str,
+) {
+    let dlqs = common::e2e::dlqs(client, ns);
     let q2 = format!("{q}-second");
-    create_object(
-        &client,
-        &ns,
-        &dlq_yaml("second", &q2, "policy", "rabbit", ""),
-    )
-    .await;
+    create_object(client, ns, &dlq_yaml("second", &q2, "policy", "rabbit", "")).await;
     let created = Instant::now();
     common::e2e::wait_for(
         Duration::from_secs(120),
         "second Ready with node 1 down",
-        &op,
+        op,
         || async {
             common::e2e::ready(&dlqs, "second")
                 .await
@@ -1148,13 +1189,9 @@ async fn the_operator_resumes_a_replay_and_converges_with_a_node_killed() {
         created.elapsed().as_secs_f64()
     );
     assert!(
-        depth_on(&conn, &format!("{q2}.dlq")).await.is_some(),
+        depth_on(conn, &format!("{q2}.dlq")).await.is_some(),
         "its dead-letter queue is declared"
     );
-    drop(op);
-    let _ = conn.close(200, "bye".into()).await;
-    c.restart(1);
-    c.cleanup(2, &q).await;
 }
 
 /// Creates the object of manifest `yaml` in namespace `ns` (its own namespace ignored).
