@@ -15,6 +15,8 @@ RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
     && cargo build --release --locked --bin dlq-operator \
     && rm -rf src
 COPY src ./src
+# The console's pages and stylesheet (askama templates and include_str!, read at compile time).
+COPY templates ./templates
 RUN touch src/main.rs src/lib.rs \
     && cargo build --release --locked --bin dlq-operator \
     && cp target/release/dlq-operator /dlq-operator
