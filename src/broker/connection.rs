@@ -130,7 +130,8 @@ impl PartialEq for Addresses {
 
 /// The URIs listed in one Secret value: separated by whitespace (one per line) or by a
 /// comma before the next URI's scheme (`amqp://a:5672,amqp://b:5672`); a comma elsewhere
-/// belongs to the URI (a raw one in a password). Empty pieces are dropped.
+/// belongs to the URI (a raw one in a password), except commas ending a piece (`a,,b`,
+/// a trailing `,`), which are separators too. Empty pieces are dropped.
 fn split_list<'a>(value: &'a str, schemes: &[&str]) -> Vec<&'a str> {
     let mut out = Vec::new();
     for token in value.split_whitespace() {
@@ -145,7 +146,7 @@ fn split_list<'a>(value: &'a str, schemes: &[&str]) -> Vec<&'a str> {
             });
             match cut {
                 Some(i) => {
-                    out.push(&rest[..i]);
+                    out.push(rest[..i].trim_end_matches(','));
                     rest = &rest[i + 1..];
                 }
                 None => {
@@ -472,6 +473,19 @@ fn listed<'a>(
     Ok(pieces)
 }
 
+/// The reason the URI `url` at `index` cannot be listed after `first`: another scheme. A
+/// list is all TLS or all plain, so that a node failing TLS verification (or an attacker
+/// making it fail) never sends the credentials to the next address in clear text.
+fn other_scheme(first: &Url, url: &Url) -> Option<String> {
+    (first.scheme() != url.scheme()).then(|| {
+        format!(
+            "uses {}:// while the first address uses {}://: every address of a list must use TLS alike (a node failing TLS verification must never be left for one without it)",
+            url.scheme(),
+            first.scheme()
+        )
+    })
+}
+
 /// `reason` about the address at `index` of `count`, for an error: as it is for a single
 /// address, else prefixed with `address 2 of 3: `.
 fn about(index: usize, count: usize, reason: &str) -> String {
@@ -486,18 +500,20 @@ fn about(index: usize, count: usize, reason: &str) -> String {
 fn management_uris(secret: &SecretData<'_>) -> Result<Vec<Url>, BrokerError> {
     let value = secret.required("managementUri")?;
     let pieces = listed(secret, "managementUri", &value, &["http://", "https://"])?;
-    pieces
-        .iter()
-        .enumerate()
-        .map(|(i, piece)| {
-            http_base(
-                piece,
-                "/api",
-                "give the management plugin's base URI without /api (e.g. http://rabbitmq:15672)",
-            )
-            .map_err(|reason| secret.invalid("managementUri", &about(i, pieces.len(), &reason)))
-        })
-        .collect()
+    let mut urls: Vec<Url> = Vec::new();
+    for (i, piece) in pieces.iter().enumerate() {
+        let url = http_base(
+            piece,
+            "/api",
+            "give the management plugin's base URI without /api (e.g. http://rabbitmq:15672)",
+        )
+        .map_err(|reason| secret.invalid("managementUri", &about(i, pieces.len(), &reason)))?;
+        if let Some(reason) = urls.first().and_then(|first| other_scheme(first, &url)) {
+            return Err(secret.invalid("managementUri", &about(i, pieces.len(), &reason)));
+        }
+        urls.push(url);
+    }
+    Ok(urls)
 }
 
 /// The AMQP URIs of a Secret's `uri` without userinfo, and the user and password their
@@ -515,6 +531,9 @@ fn amqp_uris(secret: &SecretData<'_>) -> Result<ListedUris, BrokerError> {
     for (i, piece) in pieces.iter().enumerate() {
         let (url, user, password) = amqp_uri(piece)
             .map_err(|reason| secret.invalid("uri", &about(i, pieces.len(), &reason)))?;
+        if let Some(reason) = urls.first().and_then(|first| other_scheme(first, &url)) {
+            return Err(secret.invalid("uri", &about(i, pieces.len(), &reason)));
+        }
         if let Some(first) = urls.first() {
             if first.path() != url.path() {
                 return Err(secret.invalid(
@@ -731,7 +750,7 @@ mod tests {
         ] {
             let c = BrokerConnection::from_secret_data(
                 "s",
-                &secret(uri, "http://a.list.test:15672,https://b.list.test:15671/prefix"),
+                &secret(uri, "http://a.list.test:15672,http://b.list.test:15671/prefix"),
             )
             .unwrap_or_else(|e| panic!("{uri:?}: {e}"));
             let hosts: Vec<&str> = c
@@ -745,10 +764,60 @@ mod tests {
             assert_eq!(c.management_addresses().all().len(), 2);
             assert_eq!(
                 c.redacted_management_uris(),
-                "http://u:***@a.list.test:15672/, https://u:***@b.list.test:15671/prefix"
+                "http://u:***@a.list.test:15672/, http://u:***@b.list.test:15671/prefix"
             );
             assert_eq!(c.amqp_addresses().position(1), " (address 2 of 3)");
         }
+    }
+
+    #[test]
+    fn empty_entries_of_a_list_are_separators() {
+        for (uri, management) in [
+            (
+                "amqp://u:pw@a.empty.test/v,,amqp://u:pw@b.empty.test/v",
+                "http://a.empty.test:15672,,http://b.empty.test:15672",
+            ),
+            (
+                "amqp://u:pw@a.empty.test/v,amqp://u:pw@b.empty.test/v,,",
+                "http://a.empty.test:15672/,http://b.empty.test:15672/,,",
+            ),
+        ] {
+            let c = BrokerConnection::from_secret_data("s", &secret(uri, management))
+                .unwrap_or_else(|e| panic!("{uri:?} {management:?}: {e}"));
+            let paths: Vec<&str> = c.amqp_addresses().all().iter().map(Url::path).collect();
+            assert_eq!(paths, ["/v", "/v"], "{uri:?}");
+            let bases: Vec<&str> = c
+                .management_addresses()
+                .all()
+                .iter()
+                .map(Url::as_str)
+                .collect();
+            assert_eq!(
+                bases,
+                ["http://a.empty.test:15672/", "http://b.empty.test:15672/"],
+                "{management:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_list_is_all_tls_or_all_plain() {
+        let (key, reason) = invalid(&secret(
+            "amqps://u:pw@a.tls.test/,amqp://u:pw@b.tls.test/",
+            "https://a.tls.test:15671",
+        ));
+        assert_eq!(key, "uri");
+        assert!(
+            reason
+                .starts_with("address 2 of 2: uses amqp:// while the first address uses amqps://"),
+            "{reason}"
+        );
+        let (key, reason) = invalid(&secret(
+            "amqps://u:pw@a.tls.test/",
+            "https://a.tls.test:15671 http://b.tls.test:15672",
+        ));
+        assert_eq!(key, "managementUri");
+        assert!(reason.contains("must use TLS alike"), "{reason}");
     }
 
     #[test]
