@@ -153,34 +153,42 @@ pub async fn check(conn: &BrokerConnection, vhost: &str) -> Result<(), BrokerErr
 
 /// Ready messages and consumers of queue `name` in `vhost`, from an AMQP passive
 /// `queue.declare` (immediate, unlike the management statistics); `None` when the queue
-/// does not exist (RabbitMQ docs, "Queues": passive declare).
+/// does not exist (RabbitMQ docs, "Queues": passive declare). The connection tries every
+/// address as [`connect`] does, each within [`TIMEOUT`]; the declare then has [`TIMEOUT`]
+/// of its own (one limit around both would end before a second address was tried).
 ///
 /// # Errors
-/// As [`connect`].
+/// As [`connect`]; [`BrokerError::Unreachable`] when the declare gets no answer in time.
 pub async fn passive_queue_counts(
     conn: &BrokerConnection,
     vhost: &str,
     name: &str,
 ) -> Result<Option<(u32, u32)>, BrokerError> {
-    tokio::time::timeout(TIMEOUT, passive_queue_counts_inner(conn, vhost, name))
-        .await
-        .unwrap_or_else(|_| {
-            Err(BrokerError::Unreachable {
-                endpoint: conn.redacted_amqp_uri(),
-                reason: format!(
-                    "no answer to a passive declare of queue {name:?} within {} s",
-                    TIMEOUT.as_secs()
-                ),
-            })
-        })
+    let connection = connect_vhost(conn, vhost).await?;
+    match tokio::time::timeout(TIMEOUT, passive_declare(conn, &connection, name)).await {
+        Ok(out) => {
+            // Best effort: the connection is dropped anyway.
+            let _ = connection.close(200, "bye".into()).await;
+            out
+        }
+        // No close: a broker that does not answer would not answer it either.
+        Err(_) => Err(BrokerError::Unreachable {
+            endpoint: conn.redacted_amqp_uri(),
+            reason: format!(
+                "no answer to a passive declare of queue {name:?} within {} s",
+                TIMEOUT.as_secs()
+            ),
+        }),
+    }
 }
 
-async fn passive_queue_counts_inner(
+/// The passive `queue.declare` of [`passive_queue_counts`] on `connection` (made with
+/// `conn`), on a channel of its own.
+async fn passive_declare(
     conn: &BrokerConnection,
-    vhost: &str,
+    connection: &Connection,
     name: &str,
 ) -> Result<Option<(u32, u32)>, BrokerError> {
-    let connection = connect_vhost(conn, vhost).await?;
     let result = async {
         let channel = connection.create_channel().await?;
         let declared = channel
@@ -199,14 +207,11 @@ async fn passive_queue_counts_inner(
         Ok::<_, lapin::Error>(declared)
     }
     .await;
-    let out = match result {
+    match result {
         Ok(q) => Ok(Some((q.message_count(), q.consumer_count()))),
         Err(e) if e.to_string().contains("NOT_FOUND") || e.to_string().contains("404") => Ok(None),
         Err(e) => Err(map_error(conn, &e)),
-    };
-    // Best effort: the connection is dropped anyway.
-    let _ = connection.close(200, "bye".into()).await;
-    out
+    }
 }
 
 /// One connection to AMQP address `index` of `conn` (its URI with credentials: `uri`).
