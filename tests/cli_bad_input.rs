@@ -585,7 +585,27 @@ async fn an_amqp_uri_that_answers_http_is_named_as_not_amqp() {
             &t,
             &[&format!("127.0.0.1:{port}"), "did not answer in AMQP 0-9-1"],
         );
+        // Resuming is for a broker lost on the way, not one never reached.
+        assert!(!t.contains("resuming"), "{command}: {t}");
     }
+    // A repair that never reached the broker sent no copy, and does not say it may have.
+    let o = cli(&[
+        "dlq",
+        "repair",
+        "--standalone",
+        "-f",
+        &path,
+        "--name",
+        "d",
+        "--id",
+        "m-1",
+        "--set-header",
+        "fixed=yes",
+    ]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "repair: {t}");
+    assert_names(&t, &[&format!("127.0.0.1:{port}")]);
+    assert!(!t.contains("may have reached"), "repair: {t}");
     // A server that reads the AMQP header and hangs up without a word (the management
     // port does that after 5 s): the hint too.
     let quiet = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

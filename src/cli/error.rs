@@ -167,7 +167,8 @@ pub enum Progress {
         /// At most this many copies were in flight.
         unsettled: u64,
     },
-    /// `dlq repair`: its one copy may have been confirmed before the error.
+    /// `dlq repair` that had found its message: its one copy may have been confirmed
+    /// before the error.
     Repair,
     /// `dlq purge`: messages read and removed (for good).
     Purge {

@@ -18,12 +18,10 @@ use serde_json::Value;
 use super::actions::{checked_post, ActionForm};
 use super::audit::Entry;
 use super::auth::Need;
-use super::server::{broker_error_noting, html, page, scan_of, Shared};
+use super::server::{broker_error, broker_error_noting, html, page, scan_of, Shared};
 use super::templates::{Message, RepairDone};
 use super::views;
-use crate::dlq::repair::{
-    protected, repair_with, RepairOutcome, RepairReport, Rewrite, STOPPED_NOTE,
-};
+use crate::dlq::repair::{protected, repair_with, RepairOutcome, RepairReport, Rewrite};
 use crate::dlq::DeadLetter;
 use crate::printable::{escape_json, escape_lines, shown, PREVIEW_BYTES};
 
@@ -208,7 +206,10 @@ async fn run(
     });
     match task.await {
         Ok(Ok(report)) => Ok(report),
-        Ok(Err(e)) => Err(broker_error_noting(&e, STOPPED_NOTE)),
+        Ok(Err(stop)) => Err(match stop.note() {
+            Some(note) => broker_error_noting(&stop.error, note),
+            None => broker_error(&stop.error),
+        }),
         Err(e) => Err(page(
             StatusCode::INTERNAL_SERVER_ERROR,
             "Failed",

@@ -36,7 +36,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::filter::{Filter, Term};
-use super::replay::{new_replay_id, replay_with, Outcome, ReplayOptions, ReplayReport, Target};
+use super::replay::{
+    new_replay_id, replay_with, Observer, Outcome, ReplayOptions, ReplayReport, Target,
+};
 use super::{replay_headers, REPAIRED_AT};
 use crate::broker::message::{HeaderValue, Headers};
 use crate::broker::{BrokerError, DeadLetterOps};
@@ -467,8 +469,9 @@ pub fn repair_options(message_id: &str, rewrite: Rewrite, now_ms: u64) -> Replay
 /// messages.
 ///
 /// # Errors
-/// As [`DeadLetterOps::replay`]: a missing dead-letter queue (nothing changed), a lost
-/// connection (messages held go back; a copy already confirmed stays repaired).
+/// [`RepairStopped`]: the error of [`DeadLetterOps::replay`] — a missing dead-letter
+/// queue (nothing changed), a lost connection (messages held go back; a copy already
+/// confirmed stays repaired) — and whether the message had been found by then.
 pub async fn repair_with(
     broker: &dyn DeadLetterOps,
     topology: &DesiredTopology,
@@ -476,11 +479,54 @@ pub async fn repair_with(
     rewrite: Rewrite,
     now_ms: u64,
     cancel: &CancellationToken,
-) -> Result<RepairReport, BrokerError> {
+) -> Result<RepairReport, RepairStopped> {
     let opts = repair_options(message_id, rewrite, now_ms);
-    let mut quiet = |_: &ReplayReport| {};
-    let report = replay_with(broker, topology, &opts, now_ms, cancel, &mut quiet).await?;
+    let mut found = Found(false);
+    let report = replay_with(broker, topology, &opts, now_ms, cancel, &mut found)
+        .await
+        .map_err(|error| RepairStopped {
+            error,
+            found: found.0,
+        })?;
     Ok(RepairReport::from_replay(message_id, &report, now_ms))
+}
+
+/// The observer of [`repair_with`]: whether the message was found. The replay keeps a
+/// checkpoint right before it publishes a copy, with the message already counted as
+/// matched, so a copy sent and lost with the connection is known here.
+struct Found(bool);
+
+impl Observer for Found {
+    fn progress(&mut self, report: &ReplayReport) {
+        self.0 |= report.matched > 0;
+    }
+
+    fn checkpoint<'a>(
+        &'a mut self,
+        report: &'a ReplayReport,
+        _batch: u64,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        self.0 |= report.matched > 0;
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// A repair stopped by a broker error ([`repair_with`]).
+#[derive(Debug)]
+pub struct RepairStopped {
+    /// The broker's error.
+    pub error: BrokerError,
+    /// Whether the message had been found before it: only then may its copy have been
+    /// published.
+    pub found: bool,
+}
+
+impl RepairStopped {
+    /// What the stop may have left, for the user: [`STOPPED_NOTE`] once the message was
+    /// found, else nothing (no copy was sent).
+    pub fn note(&self) -> Option<&'static str> {
+        self.found.then_some(STOPPED_NOTE)
+    }
 }
 
 #[cfg(test)]

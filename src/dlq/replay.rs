@@ -312,7 +312,8 @@ pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String
 /// when a checkpoint of `observer` fails). `observer` sees the progress after each
 /// message read and keeps a checkpoint before each batch of copies.
 ///
-/// A pass that loses the broker ([`resumable`]: a node killed, a partition) is resumed
+/// A pass that loses the broker ([`resumable`]: a node killed, a partition) after it
+/// read a message, or a pass after such a one, is resumed
 /// on a new connection — the next of the Secret's addresses that answers — after
 /// [`resume_delay`], up to [`RESUME_ATTEMPTS`] passes in all, with the same replay id (a
 /// copy that came back meanwhile is not replayed again) and the limit lowered by what was
@@ -359,9 +360,17 @@ pub async fn replay(
             Err(e) => Err(e),
         };
         let last = offset.last.take();
+        // Only a broker lost on the way is resumed: a first pass that read nothing has
+        // already tried every address, and none answered.
+        let reached = last.is_some() || earlier.is_some();
         match pass {
             Ok(report) => return Ok(report.after(earlier.as_ref())),
-            Err(e) if resumable(&e) && attempt < RESUME_ATTEMPTS && !cancel.is_cancelled() => {
+            Err(e)
+                if reached
+                    && resumable(&e)
+                    && attempt < RESUME_ATTEMPTS
+                    && !cancel.is_cancelled() =>
+            {
                 let delay = resume_delay(attempt);
                 attempt += 1;
                 observer.resuming(attempt, &e, delay);

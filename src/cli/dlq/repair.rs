@@ -32,7 +32,7 @@ pub async fn repair(args: RepairArgs) -> Result<ExitCode, CliError> {
     let prepared = resolve(args.which, &stop).await?;
     let client = dlq_operator::broker::default_factory()
         .client(&prepared.connection)
-        .map_err(|source| dlq_error(&prepared.key, source))?;
+        .map_err(|source| dlq_error(&prepared.key, source, false))?;
     let report = repair_with(
         client.as_ref(),
         &prepared.topology,
@@ -42,7 +42,7 @@ pub async fn repair(args: RepairArgs) -> Result<ExitCode, CliError> {
         &stop,
     )
     .await
-    .map_err(|source| dlq_error(&prepared.key, source))?;
+    .map_err(|stop| dlq_error(&prepared.key, stop.error, stop.found))?;
     if stop.is_cancelled() && report.scanned == 0 {
         return Err(CliError::Interrupted);
     }
@@ -57,12 +57,17 @@ pub async fn repair(args: RepairArgs) -> Result<ExitCode, CliError> {
     })
 }
 
-/// A broker error of the repair of DeadLetterQueue `key`.
-fn dlq_error(key: &str, source: dlq_operator::broker::BrokerError) -> CliError {
+/// A broker error of the repair of DeadLetterQueue `key`; `found`: the message had been
+/// found by then, so its copy may have been published ([`Progress::Repair`]).
+fn dlq_error(key: &str, source: dlq_operator::broker::BrokerError, found: bool) -> CliError {
     CliError::Dlq {
         key: key.to_string(),
         source: Box::new(source),
-        progress: Progress::Repair,
+        progress: if found {
+            Progress::Repair
+        } else {
+            Progress::Nothing
+        },
     }
 }
 

@@ -146,3 +146,23 @@ async fn repair_takes_the_first_of_messages_sharing_an_id() {
     );
     assert_eq!(ids(&broker, "orders"), ["fixed"]);
 }
+
+#[tokio::test]
+async fn a_repair_that_never_reached_the_broker_says_no_copy_may_have_been_sent() {
+    use crate::dlq::repair::{repair_with, Rewrite};
+    let (broker, t) = applied(vec![letter("orders", "timeout", HOUR, "a")]).await;
+    broker.set_fault(Some(Fault::Unreachable));
+    let cancel = CancellationToken::new();
+    let rewrite = Rewrite::new().with_json_body("{}").expect("body");
+    let stop = repair_with(&broker, &t, "a", rewrite, NOW, &cancel)
+        .await
+        .expect_err("the broker is unreachable");
+    assert!(
+        matches!(stop.error, BrokerError::Unreachable { .. }),
+        "{stop:?}"
+    );
+    assert!(!stop.found, "{stop:?}");
+    assert_eq!(stop.note(), None);
+    broker.set_fault(None);
+    assert_eq!(message_ids(&broker, "orders.dlq"), ["a"], "nothing changed");
+}
