@@ -56,7 +56,7 @@ node_ns() { echo "dlqc-n$1"; }
 node_ip() { echo "$NET.1$1"; }
 node_name() { echo "rabbit@$(node_ip "$1")"; }
 check_n() { [[ "${1:-}" =~ ^[123]$ ]] || die "node must be 1, 2 or 3 (got '${1:-}')"; }
-has_ns() { ip netns list | awk '{print $1}' | grep -qx "$1"; }
+has_ns() { ip netns list | awk '{print $1}' | grep -qxF -- "$1"; }
 
 version() { cat "$STATE/version" 2>/dev/null || die "no cluster: run '$0 start' first"; }
 

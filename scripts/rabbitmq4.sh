@@ -101,7 +101,7 @@ in_ns() { local ns="$1"; shift; ip netns exec "$ns" "$@"; }
 start() {
   local ns="$1"
   built || die "not built: run '$0 build' first"
-  if ! ip netns list | grep -qw "$ns"; then
+  if ! ip netns list | awk '{print $1}' | grep -qxF -- "$ns"; then
     ip netns add "$ns"
   fi
   in_ns "$ns" ip link set lo up
@@ -130,7 +130,7 @@ start() {
 
 stop() {
   local ns="$1"
-  if ip netns list | grep -qw "$ns"; then
+  if ip netns list | awk '{print $1}' | grep -qxF -- "$ns"; then
     ctl "$ns" -q stop >/dev/null 2>&1 || true
     # epmd and anything else left in the namespace.
     local p
