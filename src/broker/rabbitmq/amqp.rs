@@ -167,8 +167,8 @@ pub async fn passive_queue_counts(
     let connection = connect_vhost(conn, vhost).await?;
     match tokio::time::timeout(TIMEOUT, passive_declare(conn, &connection, name)).await {
         Ok(out) => {
-            // Best effort: the connection is dropped anyway.
-            let _ = connection.close(200, "bye".into()).await;
+            // Best effort, and bounded: the connection is dropped anyway.
+            let _ = tokio::time::timeout(TIMEOUT, connection.close(200, "bye".into())).await;
             out
         }
         // No close: a broker that does not answer would not answer it either.
