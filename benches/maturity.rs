@@ -15,10 +15,10 @@ use kube::api::DynamicObject;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 
-use dlq_operator::controller::backlog::maturity::{as_policy, maturity_status, policy_in, Seen};
 use dlq_operator::crd::{DeadLetterQueueSpec, DepthStatus, RetryPolicy};
 use dlq_operator::maturity::Weights;
 use dlq_operator::object::api_resource;
+use dlq_operator::status::maturity::{as_policy, maturity_status, policy_in, Seen};
 
 const RESOURCES: usize = 1_000;
 

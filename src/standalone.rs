@@ -15,13 +15,10 @@ use std::time::Duration as StdDuration;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{BrokerConnection, BrokerFactory};
-use crate::collector::{
-    Collector, DepthSource, Group, GroupPoll, Listing, Member, Reading, Recorded, Required,
-};
-use crate::controller::conditions;
+use crate::broker::BrokerFactory;
+use crate::collector::{groups, Collector, Endpoint, Group, GroupPoll, Member, Reading, Recorded};
 use crate::manifest::{self, object_key, ManifestError, Manifests};
-use crate::reconcile;
+use crate::status::conditions;
 
 pub use crate::resolve::manifests::{load_and_plan, Planned};
 
@@ -422,52 +419,6 @@ async fn next_read(
     })))
 }
 
-/// The broker of a group of the manifests: a client made for each listing from the
-/// connection settings of the group's first resource (a client that cannot be made fails
-/// the listing).
-pub struct Endpoint<'a>(&'a dyn BrokerFactory, &'a BrokerConnection);
-
-impl DepthSource for Endpoint<'_> {
-    async fn depths_covering(&self, vhost: &str, required: &Required) -> Listing {
-        self.0
-            .client(self.1)?
-            .queue_depths_and_consumers(vhost, &required.queues, &required.consumers)
-            .await
-    }
-}
-
-/// The resources of `planned` grouped by broker (management endpoint, credentials not
-/// shown) and vhost: one listing each (also the console's poll: [`crate::console`]).
-/// `spacing_ms`: the poll interval, ms.
-pub fn groups<'a>(
-    brokers: &'a dyn BrokerFactory,
-    prepared: impl IntoIterator<Item = &'a reconcile::Prepared>,
-    spacing_ms: u64,
-) -> Vec<(String, Group<'a, Endpoint<'a>>)> {
-    let mut groups: BTreeMap<(String, &str), Group<'_, Endpoint<'_>>> = BTreeMap::new();
-    for prep in prepared {
-        let endpoint = prep.connection.redacted_management_uris();
-        groups
-            .entry((endpoint, prep.topology.vhost.as_str()))
-            .or_insert_with(|| Group {
-                broker: Endpoint(brokers, &prep.connection),
-                vhost: &prep.topology.vhost,
-                spacing_ms,
-                members: Vec::new(),
-            })
-            .members
-            .push(Member {
-                key: &prep.key,
-                topology: &prep.topology,
-                params: &prep.monitoring,
-            });
-    }
-    groups
-        .into_iter()
-        .map(|((endpoint, _), g)| (endpoint, g))
-        .collect()
-}
-
 /// Polls depths: one listing per (broker, vhost), shared by every resource on it
 /// ([`crate::collector::poll`]), one at a time. Logs a line per DeadLetterQueue (tiers
 /// shortest first; the router inbox and its consumers in router mode), a line when a
@@ -535,14 +486,14 @@ fn log_routers(
         let (Some(&threshold), Reading::Observed(r)) = (routers.get(m.key), reading) else {
             continue;
         };
-        let reading = crate::controller::backlog::Reading::Observed {
+        let reading = crate::status::Reading::Observed {
             depth: &r.observed.depth,
             eval: &r.eval,
             inbox: r.observed.inbox.as_ref(),
             via: "",
         };
         // Within the no-consumer grace period nothing is said yet.
-        let Some(desired) = crate::controller::backlog::router_condition(reading, threshold) else {
+        let Some(desired) = crate::status::router_condition(reading, threshold) else {
             continue;
         };
         match router_change(m.key, verdicts, &desired) {
@@ -677,7 +628,7 @@ mod fast_tests;
 #[cfg(test)]
 mod router_line_tests {
     use super::*;
-    use crate::controller::conditions::{ConditionStatus, Desired, ROUTER_READY};
+    use crate::status::conditions::{ConditionStatus, Desired, ROUTER_READY};
 
     fn desired(status: ConditionStatus, reason: &'static str) -> Desired {
         Desired {

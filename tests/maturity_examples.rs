@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use dlq_operator::maturity::{self, report::file_facts, Weights};
+use dlq_operator::maturity::{self, Weights};
+use dlq_operator::status::maturity::file_facts;
 
 /// The table's rows: (example file, retry, dead letters, monitoring, score).
 fn documented() -> Vec<(String, [f64; 4])> {

@@ -95,7 +95,7 @@ pub enum CliError {
     /// `report` could not list what it scores from the cluster: which list, and why (a
     /// CRD not installed, the RBAC to check).
     #[error(transparent)]
-    Report(#[from] dlq_operator::maturity::report::ListError),
+    Report(#[from] dlq_operator::report::ListError),
     /// The controller stopped with an error (metrics address, Lease, selector).
     #[error(transparent)]
     Controller(#[from] RunError),

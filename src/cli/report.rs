@@ -1,12 +1,12 @@
 //! `dlq-operator report [--standalone -f PATH…] [-n NS] [-o table|json|yaml]
 //! [--maturity-weights R,D,M]`: every DeadLetterQueue's maturity, worst first
-//! ([`dlq_operator::maturity::report`]).
+//! ([`dlq_operator::report`]).
 
 use std::process::ExitCode;
 
 use dlq_operator::crd;
-use dlq_operator::maturity::report::{self, Row};
 use dlq_operator::printable::escape;
+use dlq_operator::report::{self, Row};
 
 use super::args::ReportArgs;
 use super::error::CliError;

@@ -5,7 +5,7 @@
 //! only in the log), as `kubectl describe` shows them. Text from the user or the messages
 //! is escaped ([`crate::printable::escape`]).
 
-use crate::controller::Note;
+use crate::status::Note;
 
 /// One action, as logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +75,7 @@ pub fn note_of(entry: &Entry<'_>) -> Option<Note> {
 impl super::State {
     /// Audits `entry`: the log line ([`record`]), and in a cluster the Event
     /// ([`note_of`]) on the DeadLetterQueue, published in a task the shutdown waits for
-    /// (a failed publish is logged by [`crate::controller::publish`]).
+    /// (a failed publish is logged by [`crate::status::publish`]).
     pub fn audit(&self, entry: &Entry<'_>) {
         record(entry);
         let (Some(recorder), Some(note)) = (&self.events, note_of(entry)) else {
@@ -92,7 +92,7 @@ impl super::State {
         let recorder = recorder.clone();
         self.tasks.spawn(async move {
             let resource = crate::object::api_resource::<crate::crd::DeadLetterQueue>();
-            crate::controller::publish(&recorder, &object, &resource, note).await;
+            crate::status::publish(&recorder, &object, &resource, note).await;
         });
     }
 }

@@ -3,7 +3,7 @@
 //! them through the same core as the CLI: [`crate::dlq::browse::inspect_with`] (cached,
 //! bounded scans: [`scan`]), [`crate::dlq::replay::replay_with`] and
 //! [`crate::dlq::purge::purge_with`] ([`actions`]). Depths, backlog ratio and alert state
-//! come from the collector `run --standalone` uses ([`crate::standalone::groups`],
+//! come from the collector `run --standalone` uses ([`crate::collector::groups`],
 //! [`crate::collector::poll`]), polled by the console itself, with a depth ring per
 //! DeadLetterQueue ([`history`]).
 //!
@@ -315,7 +315,7 @@ async fn poll_once(state: &State, collector: &mut Collector, interval: Duration)
     collector.retain(|k| keys.contains(&k));
     let spacing_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
     let prepared = targets.iter().map(|t| &t.prepared);
-    let groups: Vec<_> = crate::standalone::groups(state.brokers.as_ref(), prepared, spacing_ms)
+    let groups: Vec<_> = crate::collector::groups(state.brokers.as_ref(), prepared, spacing_ms)
         .into_iter()
         .map(|(_, g)| g)
         .collect();

@@ -10,10 +10,10 @@
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 
-use crate::controller::conditions::{ConditionStatus, Desired, ALERT_RULES_READY};
 use crate::controller::context::{Context, FIELD_MANAGER};
 use crate::crd::DeadLetterQueue;
 use crate::monitor::Params;
+use crate::status::conditions::{ConditionStatus, Desired, ALERT_RULES_READY};
 
 /// The `PrometheusRule` resource type.
 pub fn api_resource() -> ApiResource {

@@ -13,11 +13,12 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use crate::backoff::ResolvedPolicy;
-use crate::controller::conditions::{self, ConditionStatus, Desired, READY};
 use crate::controller::context::RetryPolicyContext;
-use crate::controller::{publish, Error, Note};
+use crate::controller::Error;
 use crate::crd::{InvalidSpec, RetryPolicy, RetryPolicySpec, RetryPolicyStatus};
 use crate::object::{api_resource, decode, status_of};
+use crate::status::conditions::{self, ConditionStatus, Desired, READY};
+use crate::status::{publish, Note};
 
 /// Kind label of this controller's metrics.
 pub const KIND: &str = "RetryPolicy";

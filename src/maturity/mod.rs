@@ -13,7 +13,6 @@
 //! checks and why it matters: docs/ARCHITECTURE.md, "Maturity".
 
 pub mod metrics;
-pub mod report;
 #[cfg(test)]
 mod tests;
 mod weights;

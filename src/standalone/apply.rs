@@ -12,8 +12,8 @@ use super::{Planned, Summary};
 use crate::broker::{
     ApplyReport, BrokerClient, BrokerConnection, BrokerError, BrokerFactory, Outcome,
 };
-use crate::controller::conditions;
 use crate::reconcile;
+use crate::status::conditions;
 
 /// Resources applied at once by [`apply_all`]: the controller's default `--concurrency`.
 pub const APPLY_CONCURRENCY: usize = 4;

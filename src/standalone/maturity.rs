@@ -1,16 +1,17 @@
 //! The maturity metrics of `run --standalone` (`dlq_maturity_score`,
 //! `dlq_maturity_area_score`): after each poll, each DeadLetterQueue read from the files
 //! is scored on what the files say and what the poll showed
-//! ([`crate::maturity::report::file_facts`]). A message once seen in a retry tier keeps
+//! ([`crate::status::maturity::file_facts`]). A message once seen in a retry tier keeps
 //! retries counted as live for the life of the process (files have no status to keep it
 //! in).
 
 use std::collections::{BTreeMap, HashSet};
 
 use crate::collector::Observed;
-use crate::maturity::{self, report::file_facts, Weights};
+use crate::maturity::{self, Weights};
 use crate::metrics::Metrics;
 use crate::resolve::manifests::Planned;
+use crate::status::maturity::file_facts;
 
 /// What the scores remember between polls.
 pub struct Scores {

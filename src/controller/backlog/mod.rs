@@ -4,7 +4,7 @@
 //! ([`crate::collector`]) — evaluates each resource's dead-letter backlog, records the
 //! metrics, and writes the backlog part of the status, the `BacklogHigh` condition and, in
 //! router mode, the `RouterReady` condition (the router inbox's consumers and depth:
-//! [`router`]).
+//! [`crate::status::router`]).
 //!
 //! - Targets are registered by the DeadLetterQueue reconcile once a resource is planned
 //!   ([`Targets::watch`]) and dropped once the resource is gone from the watch (its finalizer released; a
@@ -36,22 +36,18 @@ use tracing::{debug, info, warn};
 use crate::broker::{BrokerClient, BrokerError};
 use crate::collector::{self, Collector, DepthSource, Listing, Member, Required};
 use crate::controller::shared::Context;
-use crate::controller::{publish, Note};
 use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus};
 use crate::monitor::Params;
 use crate::object::{api_resource, status_of};
+use crate::status::{publish, Note};
 use crate::topology::DesiredTopology;
 
 #[cfg(test)]
 mod fast_tests;
-pub mod maturity;
-pub mod router;
-mod status;
-
-pub use router::{router_condition, router_events, set_router_condition};
-pub use status::{
+use crate::status::maturity;
+pub use crate::status::{
     backlog_condition, backlog_events, backlog_status, reachable_condition, reachable_events,
-    resumed_evaluator, Reading,
+    resumed_evaluator, router_condition, router_events, set_router_condition, Reading,
 };
 
 /// Field manager of the monitor's status writes (the reconcile's is
@@ -505,7 +501,7 @@ impl Monitor {
             .unwrap_or(&m.current)
             .conditions
             .iter()
-            .any(|c| c.type_ == crate::controller::conditions::ROUTER_READY && c.status == "True");
+            .any(|c| c.type_ == crate::status::conditions::ROUTER_READY && c.status == "True");
         let maturity = self.maturity(m, reading, router_ready, now, replayed);
         if backlog.is_none() && maturity.is_none() {
             return None;

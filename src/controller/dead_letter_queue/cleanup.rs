@@ -9,10 +9,9 @@ use kube::runtime::controller::Action;
 use kube::ResourceExt;
 
 use crate::broker::RemovalReport;
-use crate::controller::conditions::{self, ConditionStatus, Desired, READY, TOPOLOGY_READY};
 use crate::controller::context::DeadLetterQueueContext;
 use crate::controller::ownership;
-use crate::controller::{publish, Error, Note};
+use crate::controller::Error;
 use crate::crd::{
     DeadLetterQueue, DeadLetterQueueStatus, DeletionPolicy, InvalidSpec, RetryPolicy,
     RetryPolicySpec, TopologyStatus,
@@ -20,6 +19,8 @@ use crate::crd::{
 use crate::manifest::object_key;
 use crate::object::{api_resource, decode, status_of};
 use crate::reconcile::{self, ReconcileError};
+use crate::status::conditions::{self, ConditionStatus, Desired, READY, TOPOLOGY_READY};
+use crate::status::{publish, Note};
 use crate::topology::DesiredTopology;
 
 use super::{others, read_references};

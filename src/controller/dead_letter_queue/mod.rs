@@ -21,15 +21,16 @@ use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::ResourceExt;
 
 use crate::broker::ApplyReport;
-use crate::controller::conditions::{self, ConditionStatus, Desired, ALERT_RULES_READY};
 use crate::controller::context::{Context, DeadLetterQueueContext};
 use crate::controller::{alert_rules, ownership};
-use crate::controller::{publish, resolve_verdict, Error};
+use crate::controller::{resolve_verdict, Error};
 use crate::crd::{DeadLetterQueue, DeadLetterQueueStatus, RetryPolicy};
 use crate::manifest::object_key;
 use crate::object::{api_resource, status_of};
 use crate::reconcile::{self, Prepared, ReconcileError};
 use crate::resolve::{self, Resolved};
+use crate::status::conditions::{self, ConditionStatus, Desired, ALERT_RULES_READY};
+use crate::status::publish;
 
 mod cleanup;
 #[cfg(test)]

@@ -5,10 +5,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::events::EventType;
 
 use crate::broker::{ApplyReport, ObjectKind, Outcome};
-use crate::controller::conditions::{self, ALERT_RULES_READY, READY};
-use crate::controller::Note;
 use crate::crd::{DeadLetterQueueStatus, TopologyStatus};
 use crate::reconcile::{Prepared, ReconcileError};
+use crate::status::conditions::{self, ALERT_RULES_READY, READY};
+use crate::status::Note;
 
 /// The status after one reconcile, from the current one (transition times of unchanged
 /// conditions are kept). Pure. Returns the status and whether it differs from `current`
@@ -186,8 +186,8 @@ pub fn alert_rule_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::conditions::TOPOLOGY_READY;
     use crate::controller::test_support::{at, report};
+    use crate::status::conditions::TOPOLOGY_READY;
 
     #[test]
     fn first_apply_writes_status_and_records_one_event() {

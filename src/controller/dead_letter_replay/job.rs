@@ -12,14 +12,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::broker::BrokerError;
-use crate::controller::conditions::COMPLETE;
 use crate::controller::context::DeadLetterReplayContext;
-use crate::controller::{publish, Error, Note};
+use crate::controller::Error;
 use crate::crd::{DeadLetterReplay, DeadLetterReplaySpec, DeadLetterReplayStatus, ReplayPhase};
 use crate::dlq::replay::{replay_with, Observer, Outcome, ReplayOptions, ReplayReport};
 use crate::manifest::object_key;
 use crate::object::api_resource;
 use crate::reconcile::{Prepared, ReconcileError};
+use crate::status::conditions::COMPLETE;
+use crate::status::{publish, Note};
 
 use super::plan::{in_doubt_after_error, remaining_limit, Base, RunPlan, Tally};
 use super::status::{

@@ -73,14 +73,15 @@ use kube::runtime::controller::Action;
 use kube::ResourceExt;
 use tracing::{info, Instrument};
 
-use crate::controller::conditions::COMPLETE;
 use crate::controller::context::DeadLetterReplayContext;
-use crate::controller::{publish, Error, Note};
+use crate::controller::Error;
 use crate::crd::{DeadLetterReplay, DeadLetterReplaySpec, DeadLetterReplayStatus, InvalidSpec};
 use crate::dlq::replay::ReplayOptions;
 use crate::manifest::object_key;
 use crate::object::{api_resource, decode, status_of};
 use crate::reconcile::Prepared;
+use crate::status::conditions::COMPLETE;
+use crate::status::{publish, Note};
 
 use job::{complete_message, Job};
 use target::{target, Waiting};

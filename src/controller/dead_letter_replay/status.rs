@@ -9,10 +9,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::broker::BrokerError;
-use crate::controller::conditions::{self, ConditionStatus, Desired, COMPLETE};
 use crate::crd::{DeadLetterReplaySpec, DeadLetterReplayStatus, InvalidSpec, ReplayPhase};
 use crate::dlq::replay::{Outcome, ReplayReport};
 use crate::reconcile::{ReconcileError, ResourceKind};
+use crate::status::conditions::{self, ConditionStatus, Desired, COMPLETE};
 
 use super::plan::{Base, RunPlan, Tally};
 use super::RUN_ATTEMPTS;

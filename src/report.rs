@@ -12,21 +12,23 @@
 //!   --rules` prints them for Prometheus), no replay known, and one depth listing per
 //!   broker and vhost: a router consuming the inbox, a message in a retry tier.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 use serde::Serialize;
 
-use super::{evaluate, Check, Facts, Live, Policy, Weights};
 use crate::broker::BrokerFactory;
 use crate::collector::{Collector, Reading};
 use crate::crd::{
     DeadLetterQueue, DeadLetterQueueStatus, DeadLetterReplay, DepthStatus, RetryPolicy,
 };
 use crate::manifest::object_key;
-use crate::object::{api_resource, decode, status_of, string_at};
+use crate::maturity::{evaluate, Check, Facts, Live, Policy, Weights};
+use crate::object::{api_resource, decode, status_of};
 use crate::resolve::manifests::Planned;
+use crate::status::conditions::{ALERT_RULES_READY, ROUTER_READY};
+use crate::status::maturity::{condition_true, file_facts, policy_of, replayed_in};
 
 /// One DeadLetterQueue in the report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -95,41 +97,6 @@ pub fn worst_first(mut rows: Vec<Row>) -> Vec<Row> {
     rows
 }
 
-/// Whether condition `type_` of `obj`'s status is `True`.
-pub fn condition_true(obj: &DynamicObject, type_: &str) -> bool {
-    obj.data
-        .pointer("/status/conditions")
-        .and_then(serde_json::Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.get("type").and_then(serde_json::Value::as_str) == Some(type_)
-                    && c.get("status").and_then(serde_json::Value::as_str) == Some("True")
-            })
-        })
-}
-
-/// The DeadLetterQueues (`namespace/name`) of which one of `replays` (DeadLetterReplay
-/// objects) replayed at least one message: `status.replayed` > 0 and not a dry run (whose
-/// `status.replayed` counts what would have been).
-pub fn replayed_in<'a>(replays: impl IntoIterator<Item = &'a DynamicObject>) -> HashSet<String> {
-    replays
-        .into_iter()
-        .filter(|r| {
-            let dry_run = r.data.pointer("/spec/dryRun") == Some(&serde_json::Value::Bool(true));
-            let replayed = r
-                .data
-                .pointer("/status/replayed")
-                .and_then(serde_json::Value::as_u64);
-            !dry_run && replayed.is_some_and(|n| n > 0)
-        })
-        .filter_map(|r| {
-            let ns = r.metadata.namespace.as_deref()?;
-            let name = string_at(r, "/spec/deadLetterQueueRef/name")?;
-            Some(format!("{ns}/{name}"))
-        })
-        .collect()
-}
-
 /// Why the cluster could not be read for the report: which list failed, and how.
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
@@ -181,14 +148,6 @@ async fn list<K: kube::Resource<DynamicType = ()>>(
         }),
         Err(source) => Err(ListError::Other { plural, source }),
     }
-}
-
-/// A RetryPolicy object when it is valid (it decodes and resolves), with whether its
-/// `Ready` condition is `True`; `None` when it is invalid.
-pub fn policy_of(obj: &DynamicObject) -> Option<(RetryPolicy, bool)> {
-    let p = decode::<RetryPolicy>(obj).ok()?;
-    crate::backoff::ResolvedPolicy::from_spec(&p.spec).ok()?;
-    Some((p, condition_true(obj, crate::controller::conditions::READY)))
 }
 
 /// The report of the cluster's DeadLetterQueues (of `namespace`, or all), worst first
@@ -243,10 +202,10 @@ pub async fn in_cluster(
                     .is_some_and(DepthStatus::retries_waiting);
             let live = Live {
                 from_files: false,
-                router_consuming: condition_true(obj, crate::controller::conditions::ROUTER_READY),
+                router_consuming: condition_true(obj, ROUTER_READY),
                 retries_seen,
                 replayed: replayed.contains(&key),
-                alert_rules: condition_true(obj, crate::controller::conditions::ALERT_RULES_READY),
+                alert_rules: condition_true(obj, ALERT_RULES_READY),
             };
             let operators = status
                 .maturity
@@ -265,32 +224,6 @@ pub async fn in_cluster(
     Ok(worst_first(rows))
 }
 
-/// The facts of a DeadLetterQueue read from files (module doc), with what the broker
-/// showed of it (`None`: its broker could not be read).
-pub fn file_facts<'a>(
-    planned: &'a Planned,
-    observed: Option<&crate::collector::Observed>,
-) -> Facts<'a> {
-    let spec = &planned.object.spec;
-    Facts {
-        spec,
-        policy: Policy::Found {
-            spec: &planned.retry_policy.spec,
-            ready: true,
-        },
-        live: Live {
-            from_files: true,
-            router_consuming: observed
-                .and_then(|o| o.inbox.as_ref())
-                .and_then(|i| i.consumers)
-                .is_some_and(|c| c > 0),
-            retries_seen: observed.is_some_and(|o| o.depth.retries_waiting()),
-            replayed: false,
-            alert_rules: spec.alerting.prometheus_rule.enabled,
-        },
-    }
-}
-
 /// The report of the DeadLetterQueues `planned` from files, worst first, after one depth
 /// listing per broker and vhost (module doc: the facts); and one line per broker that
 /// could not be read (its resources are then scored without what it would have shown).
@@ -301,7 +234,7 @@ pub async fn in_files(
 ) -> (Vec<Row>, Vec<String>) {
     let mut collector = Collector::new(crate::metrics::Metrics::new());
     let (endpoints, groups): (Vec<String>, Vec<_>) =
-        crate::standalone::groups(brokers, planned.iter().map(|p| &p.prepared), 15_000)
+        crate::collector::groups(brokers, planned.iter().map(|p| &p.prepared), 15_000)
             .into_iter()
             .unzip();
     let polls = crate::collector::poll(

@@ -18,6 +18,9 @@ use crate::metrics::{Metrics, QueueSample};
 use crate::monitor::{AlertState, Evaluation, Evaluator, Params};
 use crate::topology::{DesiredTopology, QueueRole};
 
+mod groups;
+pub use groups::{groups, Endpoint};
+
 /// One planned queue's depth in a poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedQueue {

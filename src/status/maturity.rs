@@ -13,12 +13,14 @@ use kube::runtime::reflector::Store;
 
 use kube::runtime::reflector::ObjectRef;
 
-use crate::controller::conditions::ALERT_RULES_READY;
 use crate::crd::{DeadLetterQueueSpec, DepthStatus, MaturityStatus, RetryPolicy};
-use crate::maturity::{self, report, Facts, Live, Maturity, Policy, Weights};
+use crate::maturity::{self, Facts, Live, Maturity, Policy, Weights};
+use crate::object::{decode, string_at};
+use crate::resolve::manifests::Planned;
+use crate::status::conditions::{ALERT_RULES_READY, READY};
 
 /// The RetryPolicy `name` of `namespace` in `store` (the DeadLetterQueue controller's
-/// store of RetryPolicies), as [`report::policy_of`] reads it: found and valid, and whether
+/// store of RetryPolicies), as [`policy_of`] reads it: found and valid, and whether
 /// it is Ready. `None` when it is missing, invalid, or the store is not set yet.
 pub fn policy_in(
     store: Option<&Store<DynamicObject>>,
@@ -28,7 +30,7 @@ pub fn policy_in(
     let obj = store?.get(
         &ObjectRef::new_with(name, crate::object::api_resource::<RetryPolicy>()).within(namespace),
     )?;
-    report::policy_of(&obj)
+    policy_of(&obj)
 }
 
 /// `policy` (from [`policy_in`]) as [`maturity::Policy`].
@@ -54,10 +56,10 @@ pub fn synced(store: Option<&Store<DynamicObject>>) -> bool {
 }
 
 /// The DeadLetterQueues (`namespace/name`) of which a DeadLetterReplay in `store`
-/// replayed at least one message ([`report::replayed_in`]).
+/// replayed at least one message ([`replayed_in`]).
 pub fn replayed(store: Option<&Store<DynamicObject>>) -> HashSet<String> {
     match store {
-        Some(store) => report::replayed_in(store.state().iter().map(|r| r.as_ref())),
+        Some(store) => replayed_in(store.state().iter().map(|r| r.as_ref())),
         None => HashSet::new(),
     }
 }
@@ -65,7 +67,7 @@ pub fn replayed(store: Option<&Store<DynamicObject>>) -> HashSet<String> {
 /// Whether the `AlertRulesReady` condition of `obj`'s status is `True` (the reconcile
 /// applied its PrometheusRule).
 pub fn alert_rules_applied(obj: &DynamicObject) -> bool {
-    report::condition_true(obj, ALERT_RULES_READY)
+    condition_true(obj, ALERT_RULES_READY)
 }
 
 /// What a poll saw of one DeadLetterQueue, beside its spec and RetryPolicy.
@@ -114,6 +116,75 @@ pub fn maturity_status(
     let next = m.status(w, retries_seen_time);
     let write = (current != Some(&next)).then_some(next);
     (m, write)
+}
+
+/// Whether condition `type_` of `obj`'s status is `True`.
+pub fn condition_true(obj: &DynamicObject, type_: &str) -> bool {
+    obj.data
+        .pointer("/status/conditions")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(serde_json::Value::as_str) == Some(type_)
+                    && c.get("status").and_then(serde_json::Value::as_str) == Some("True")
+            })
+        })
+}
+
+/// The DeadLetterQueues (`namespace/name`) of which one of `replays` (DeadLetterReplay
+/// objects) replayed at least one message: `status.replayed` > 0 and not a dry run (whose
+/// `status.replayed` counts what would have been).
+pub fn replayed_in<'a>(replays: impl IntoIterator<Item = &'a DynamicObject>) -> HashSet<String> {
+    replays
+        .into_iter()
+        .filter(|r| {
+            let dry_run = r.data.pointer("/spec/dryRun") == Some(&serde_json::Value::Bool(true));
+            let replayed = r
+                .data
+                .pointer("/status/replayed")
+                .and_then(serde_json::Value::as_u64);
+            !dry_run && replayed.is_some_and(|n| n > 0)
+        })
+        .filter_map(|r| {
+            let ns = r.metadata.namespace.as_deref()?;
+            let name = string_at(r, "/spec/deadLetterQueueRef/name")?;
+            Some(format!("{ns}/{name}"))
+        })
+        .collect()
+}
+
+/// A RetryPolicy object when it is valid (it decodes and resolves), with whether its
+/// `Ready` condition is `True`; `None` when it is invalid.
+pub fn policy_of(obj: &DynamicObject) -> Option<(RetryPolicy, bool)> {
+    let p = decode::<RetryPolicy>(obj).ok()?;
+    crate::backoff::ResolvedPolicy::from_spec(&p.spec).ok()?;
+    Some((p, condition_true(obj, READY)))
+}
+
+/// The facts of a DeadLetterQueue read from files (module doc), with what the broker
+/// showed of it (`None`: its broker could not be read).
+pub fn file_facts<'a>(
+    planned: &'a Planned,
+    observed: Option<&crate::collector::Observed>,
+) -> Facts<'a> {
+    let spec = &planned.object.spec;
+    Facts {
+        spec,
+        policy: Policy::Found {
+            spec: &planned.retry_policy.spec,
+            ready: true,
+        },
+        live: Live {
+            from_files: true,
+            router_consuming: observed
+                .and_then(|o| o.inbox.as_ref())
+                .and_then(|i| i.consumers)
+                .is_some_and(|c| c > 0),
+            retries_seen: observed.is_some_and(|o| o.depth.retries_waiting()),
+            replayed: false,
+            alert_rules: spec.alerting.prometheus_rule.enabled,
+        },
+    }
 }
 
 #[cfg(test)]

@@ -9,12 +9,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::collector::ObservedInbox;
-use crate::controller::conditions::{
-    self, ConditionStatus, Desired, BACKLOG_HIGH, BROKER_REACHABLE,
-};
-use crate::controller::Note;
 use crate::crd::{DeadLetterQueueStatus, DepthStatus};
 use crate::monitor::{AlertState, Evaluation, Params};
+use crate::status::conditions::{self, ConditionStatus, Desired, BACKLOG_HIGH, BROKER_REACHABLE};
+use crate::status::Note;
 
 /// What one poll says about one resource.
 #[derive(Debug, Clone, Copy)]
@@ -554,7 +552,7 @@ mod tests {
         let router_ready = |s: &DeadLetterQueueStatus| {
             s.conditions
                 .iter()
-                .find(|c| c.type_ == crate::controller::conditions::ROUTER_READY)
+                .find(|c| c.type_ == crate::status::conditions::ROUTER_READY)
                 .map(|c| (c.status.clone(), c.reason.clone()))
         };
         // (t in s, inbox depth, consumers, router mode)
@@ -579,7 +577,7 @@ mod tests {
                 missing: false,
                 // No consumer for the whole grace period (the grace itself: router.rs).
                 no_consumer_for_ms: (consumers == Some(0))
-                    .then_some(super::super::router::NO_CONSUMER_GRACE_MS),
+                    .then_some(crate::status::router::NO_CONSUMER_GRACE_MS),
             };
             let next = backlog_status(
                 &current,

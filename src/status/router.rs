@@ -9,10 +9,10 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::status::Reading;
+use super::backlog::Reading;
 use crate::collector::ObservedInbox;
-use crate::controller::conditions::{self, ConditionStatus, Desired, ROUTER_READY};
-use crate::controller::Note;
+use crate::status::conditions::{self, ConditionStatus, Desired, ROUTER_READY};
+use crate::status::Note;
 
 /// Reason of the Normal Event when `RouterReady` turns `True` again.
 pub const ROUTER_CONSUMING_EVENT: &str = "RouterConsuming";
