@@ -7,9 +7,9 @@ use dlq_operator::broker::BrokerError;
 use dlq_operator::controller::RunError;
 use dlq_operator::crd::InvalidSpec;
 use dlq_operator::dlq::filter::FilterError;
-use dlq_operator::dlq::target::TargetError;
 use dlq_operator::duration::DurationError;
 use dlq_operator::manifest::ManifestError;
+use dlq_operator::resolve::target::TargetError;
 
 /// The error of a `dlq` command stopped by a signal before it read a message: an empty
 /// report would read as an empty dead-letter queue.
@@ -55,7 +55,7 @@ pub enum CliError {
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     /// The DeadLetterQueue a `dlq` command names cannot be found, read or planned
-    /// (`dlq_operator::dlq::target`).
+    /// (`dlq_operator::resolve::target`).
     #[error(transparent)]
     Target(#[from] TargetError),
     /// The blocking task reading a `dlq` command's manifests failed (it panicked).

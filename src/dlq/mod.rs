@@ -32,7 +32,6 @@ pub mod purge;
 pub mod repair;
 pub mod replay;
 pub mod route;
-pub mod target;
 
 pub use inspection::Inspection;
 pub use letter::{

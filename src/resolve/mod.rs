@@ -8,9 +8,12 @@
 //! ([`Manifests`](crate::manifest::Manifests), see [`manifests`]). Validation and planning
 //! are [`crate::reconcile::plan`], the same for every driver. Every failure is one
 //! [`ResolveError`] naming the object and the field at fault.
+//!
+//! [`target`]: the DeadLetterQueue of a `dlq` command (cluster or files), resolved here.
 
 pub mod cluster;
 pub mod manifests;
+pub mod target;
 
 use std::future::Future;
 

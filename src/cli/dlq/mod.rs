@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
 use dlq_operator::client::{Clock, SystemClock};
-use dlq_operator::dlq::target;
 use dlq_operator::reconcile::Prepared;
+use dlq_operator::resolve::target;
 
 use super::args::{DlqCommand, Which};
 use super::error::CliError;
@@ -54,7 +54,7 @@ async fn resolve(which: Which, stop: &CancellationToken) -> Result<Prepared, Cli
 }
 
 /// The DeadLetterQueue `which` names (see [`resolve`]). The one place that turns
-/// `dlq_operator::dlq::target`'s errors into [`CliError::Target`].
+/// `dlq_operator::resolve::target`'s errors into [`CliError::Target`].
 async fn find(which: Which) -> Result<Prepared, CliError> {
     let Which {
         reference,
