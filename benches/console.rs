@@ -39,11 +39,11 @@ use lapin::options::QueuePurgeOptions;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
-use dlq_operator::broker::rabbitmq::RabbitMq;
 use dlq_operator::client::headers::{
     ERROR_CLASS, FIRST_FAILED_AT, LAST_ERROR, LAST_FAILED_AT, ORIGINAL_EXCHANGE, ORIGINAL_QUEUE,
     ORIGINAL_ROUTING_KEY, REASON, RETRY_COUNT,
 };
+use dlq_operator::rabbitmq::RabbitMq;
 use dlq_operator::reconcile::Prepared;
 use dlq_operator::resolve::manifests::load_and_plan;
 

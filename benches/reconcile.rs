@@ -226,7 +226,7 @@ async fn standalone(n: usize, tiers: usize, shape: &Shape<'_>, beam: Option<&str
     };
     let started = ticks_now(beam);
     let summary = dlq_operator::standalone::apply_all(
-        dlq_operator::broker::default_factory().as_ref(),
+        dlq_operator::rabbitmq::factory().as_ref(),
         &planned,
         &mut std::io::sink(),
     )

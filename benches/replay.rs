@@ -44,11 +44,12 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use dlq_operator::backoff::ResolvedPolicy;
-use dlq_operator::broker::rabbitmq::RabbitMq;
 use dlq_operator::broker::BrokerConnection;
 use dlq_operator::crd::{DeadLetterQueueSpec, RetryPolicySpec};
 use dlq_operator::dlq::filter::Filter;
-use dlq_operator::dlq::replay::{replay, ReplayOptions, ReplayReport, Target};
+use dlq_operator::dlq::replay::{ReplayOptions, ReplayReport, Target};
+use dlq_operator::rabbitmq::dlq::replay;
+use dlq_operator::rabbitmq::RabbitMq;
 use dlq_operator::topology::plan;
 
 mod common;

@@ -46,8 +46,8 @@ use lapin::types::FieldTable;
 use lapin::BasicProperties;
 use tokio_util::sync::CancellationToken;
 
-use dlq_operator::broker::rabbitmq::{amqp, RabbitMq};
 use dlq_operator::client::headers::{republish_properties, Action, Stamp};
+use dlq_operator::rabbitmq::{amqp, RabbitMq};
 use dlq_operator::reconcile::Prepared;
 use dlq_operator::resolve::manifests::load_and_plan;
 use dlq_operator::router::worker::run;

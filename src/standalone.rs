@@ -134,7 +134,7 @@ pub struct RunOptions {
     pub resync: StdDuration,
     /// Where to serve `/metrics`, `/healthz` and `/readyz` (`None`: not served).
     pub metrics_addr: Option<std::net::SocketAddr>,
-    /// Makes the broker clients ([`crate::broker::default_factory`]: RabbitMQ).
+    /// Makes the broker clients ([`crate::rabbitmq::factory`]: RabbitMQ).
     pub brokers: Arc<dyn BrokerFactory>,
     /// Run the retry router of every DeadLetterQueue in router mode in this process
     /// (`false`: `dlq-operator router` runs them elsewhere).

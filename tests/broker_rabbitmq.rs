@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use dlq_operator::backoff::ResolvedPolicy;
-use dlq_operator::broker::rabbitmq::{amqp, ownership, RabbitMq};
 use dlq_operator::broker::{BrokerConnection, BrokerError, DeleteOutcome, ObjectKind, Outcome};
 use dlq_operator::crd::{DeadLetterQueueSpec, RetryPolicySpec};
+use dlq_operator::rabbitmq::{amqp, ownership, RabbitMq};
 use dlq_operator::topology::{plan, DesiredTopology};
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
@@ -41,7 +41,7 @@ fn conn() -> BrokerConnection {
 /// possible obsolete tiers), the policies, one per bound exchange/queue pair, one ownership
 /// record per planned queue and exchange, the dead-letter exchange's bindings (retired
 /// dead-letter queues). An inbox left behind by router mode costs nothing here: it is
-/// looked at only while its policy exists (src/broker/rabbitmq/retire_inbox.rs).
+/// looked at only while its policy exists (src/rabbitmq/retire_inbox.rs).
 /// Independent of how many other objects the vhost holds.
 fn reads_per_apply(t: &DesiredTopology, first: bool) -> u64 {
     let pairs = t.binding_pairs();

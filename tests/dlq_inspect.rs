@@ -15,7 +15,8 @@ use common::dlq::{
     now_ms, policy, publish, ready, ready_now, text, topology,
 };
 use common::{cleanup, MGMT};
-use dlq_operator::dlq::browse::{inspect, InspectOptions};
+use dlq_operator::dlq::browse::InspectOptions;
+use dlq_operator::rabbitmq::dlq::inspect;
 
 const OPTS: InspectOptions = InspectOptions {
     max_messages: 10_000,
@@ -745,7 +746,7 @@ async fn applied_classic(queue: &str) -> dlq_operator::topology::DesiredTopology
     let rp = serde_json::from_value(json!({"maxRetries": 1, "tiers": ["1s"]})).expect("rp");
     let policy = dlq_operator::backoff::ResolvedPolicy::from_spec(&rp).expect("policy");
     let t = dlq_operator::topology::plan("test/inspect", &spec, &policy);
-    dlq_operator::broker::rabbitmq::RabbitMq::new(&connection())
+    dlq_operator::rabbitmq::RabbitMq::new(&connection())
         .expect("client")
         .apply(&t)
         .await

@@ -21,8 +21,9 @@ use common::dlq::{
 use tokio_util::sync::CancellationToken;
 
 use dlq_operator::dlq::filter::Filter;
-use dlq_operator::dlq::replay::{replay, Outcome, ReplayOptions, ReplayReport, Target};
+use dlq_operator::dlq::replay::{Outcome, ReplayOptions, ReplayReport, Target};
 use dlq_operator::dlq::DeadLetter;
+use dlq_operator::rabbitmq::dlq::replay;
 
 /// Starts `dlq replay --standalone -f PATH --name d EXTRA…` (`RUST_LOG=warn`), its
 /// output captured (`piped`) or dropped.

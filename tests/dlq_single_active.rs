@@ -14,9 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use common::cleanup;
 use common::dlq::{confirm_channel, connection, header, now_ms, publish, ready, text, topology};
-use dlq_operator::dlq::browse::{inspect, InspectOptions};
+use dlq_operator::dlq::browse::InspectOptions;
 use dlq_operator::dlq::filter::Filter;
-use dlq_operator::dlq::replay::{replay, ReplayOptions, ReplayReport, Target};
+use dlq_operator::dlq::replay::{ReplayOptions, ReplayReport, Target};
+use dlq_operator::rabbitmq::dlq::inspect;
+use dlq_operator::rabbitmq::dlq::replay;
 
 /// Declares `queue` (classic, durable) with a single active consumer, puts `n` dead
 /// letters of class `Timeout` in it, and starts a consumer that holds the queue (it takes

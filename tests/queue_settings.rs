@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::{cleanup, mgmt_get, passive_ready_count, publish_persistent, unique, AMQP};
 use dlq_operator::backoff::ResolvedPolicy;
-use dlq_operator::broker::rabbitmq::RabbitMq;
 use dlq_operator::broker::{ApplyReport, BrokerConnection, ObjectKind, Outcome};
 use dlq_operator::crd::{DeadLetterQueueSpec, RetryPolicySpec};
+use dlq_operator::rabbitmq::RabbitMq;
 use dlq_operator::topology::{plan, DesiredTopology};
 use serde_json::{json, Value};
 

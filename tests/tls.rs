@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dlq_operator::broker::rabbitmq::{amqp, RabbitMq};
 use dlq_operator::broker::{BrokerConnection, BrokerError};
+use dlq_operator::rabbitmq::{amqp, RabbitMq};
 use dlq_operator::standalone::load_and_plan;
 
 use common::*;

@@ -26,11 +26,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use dlq_operator::broker::rabbitmq::amqp;
 use dlq_operator::client::headers::FailureState;
 use dlq_operator::client::{Outcome, RetryHandler};
 use dlq_operator::crd::ErrorClass;
 use dlq_operator::manifest::{load_paths, namespace_of};
+use dlq_operator::rabbitmq::amqp;
 use dlq_operator::reconcile::{prepare, Prepared};
 use dlq_operator::topology::DesiredTopology;
 use futures::StreamExt;

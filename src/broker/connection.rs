@@ -3,10 +3,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use percent_encoding::percent_decode_str;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use url::Url;
 
-use super::{rabbitmq, BrokerError};
+use super::BrokerError;
 
 /// Connection settings for one broker, read from a Kubernetes Secret
 /// ([`BrokerConnection::from_secret_data`]).
@@ -368,7 +368,7 @@ impl BrokerConnection {
     pub(crate) fn amqp_uri_with_credentials_at(&self, index: usize, vhost: Option<&str>) -> String {
         let mut u = self.amqp.all()[index.min(self.amqp.all().len() - 1)].clone();
         if let Some(vhost) = vhost {
-            u.set_path(&format!("/{}", rabbitmq::management::encode_segment(vhost)));
+            u.set_path(&format!("/{}", encode_segment(vhost)));
         }
         with_userinfo(&u, &self.username, &self.password)
     }
@@ -677,6 +677,17 @@ impl fmt::Debug for BrokerConnection {
             .field("client_cert", &self.client_cert_pem.is_some())
             .finish()
     }
+}
+
+/// Characters percent-encoded in a path segment: everything but RFC 3986 unreserved
+/// characters, so `/` in a vhost becomes `%2F` as the management API requires.
+/// `.` stays encoded: a vhost named `.` or `..` would otherwise be read as a relative
+/// path segment and normalised away by the HTTP client.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'~');
+
+/// Percent-encodes one path segment (vhost, queue, exchange or policy name).
+pub fn encode_segment(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 #[cfg(test)]

@@ -202,3 +202,12 @@ impl RemovalReport {
         self.blocked.is_empty()
     }
 }
+
+/// Requests made by one client since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    /// GET requests.
+    pub reads: u64,
+    /// PUT, POST and DELETE requests.
+    pub writes: u64,
+}

@@ -17,7 +17,7 @@ use super::output::Stdout;
 pub async fn apply(files: &[PathBuf]) -> Result<ExitCode, CliError> {
     let (_, planned) = standalone::load_and_plan(files)?;
     let summary = standalone::apply_all(
-        dlq_operator::broker::default_factory().as_ref(),
+        dlq_operator::rabbitmq::factory().as_ref(),
         &planned,
         &mut Stdout,
     )

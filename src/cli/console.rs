@@ -58,7 +58,7 @@ pub async fn console(args: ConsoleArgs) -> Result<ExitCode, CliError> {
             interval,
             scan_max_messages: args.scan_max_messages,
             scan_ttl,
-            brokers: dlq_operator::broker::default_factory(),
+            brokers: dlq_operator::rabbitmq::factory(),
             events: mode.events,
         },
         mode.auth,

@@ -45,7 +45,7 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode, CliError> {
             tokio::task::spawn_blocking(move || dlq_operator::standalone::load_and_plan(&files))
                 .await
                 .map_err(CliError::ManifestTask)??;
-        let brokers = dlq_operator::broker::default_factory();
+        let brokers = dlq_operator::rabbitmq::factory();
         let weights = args.maturity_weights.unwrap_or_default();
         report::in_files(&planned, brokers.as_ref(), &weights).await
     } else {

@@ -77,7 +77,7 @@ async fn run_standalone(args: RunArgs) -> Result<ExitCode, CliError> {
             interval,
             resync,
             metrics_addr: Some(metrics_bind_address),
-            brokers: dlq_operator::broker::default_factory(),
+            brokers: dlq_operator::rabbitmq::factory(),
             routers: embedded_router,
             maturity_weights,
         },

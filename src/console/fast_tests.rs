@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::broker::fake::FakeBroker;
 use crate::broker::message::{HeaderValue, Headers, Message};
 use crate::client::headers::{ERROR_CLASS, LAST_FAILED_AT, ORIGINAL_QUEUE};
+use crate::fake::FakeBroker;
 
 const SOURCE: &str = "order-events";
 

@@ -57,7 +57,7 @@ pub struct Options {
     pub scan_max_messages: u64,
     /// How long a scan is shown before a page view starts a new one.
     pub scan_ttl: Duration,
-    /// The brokers ([`crate::broker::default_factory`], or a fake in tests).
+    /// The brokers ([`crate::rabbitmq::factory`], or a fake in tests).
     pub brokers: Arc<dyn BrokerFactory>,
     /// In a cluster: the recorder of the audit's Events on the DeadLetterQueues.
     pub events: Option<kube::runtime::events::Recorder>,

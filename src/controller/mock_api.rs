@@ -1,6 +1,6 @@
 //! The mock Kubernetes API of the controllers' fast tests: kube's `tower-test` mock
 //! service, answered from a few fixed objects, every call recorded. With the in-memory
-//! broker ([`crate::broker::fake::FakeBroker`]) the reconciles run with no API server and
+//! broker ([`crate::fake::FakeBroker`]) the reconciles run with no API server and
 //! no RabbitMQ.
 
 use std::collections::BTreeMap;
@@ -11,8 +11,8 @@ use kube::client::Body;
 use kube::Client;
 use serde_json::{json, Value};
 
-use crate::broker::fake::FakeBroker;
 use crate::controller::context::{BrokerClients, Context};
+use crate::fake::FakeBroker;
 use crate::metrics::Metrics;
 
 /// The namespace of every fixture.

@@ -34,9 +34,9 @@ pub struct BrokerClients {
 }
 
 impl Default for BrokerClients {
-    /// Clients of RabbitMQ ([`crate::broker::default_factory`]).
+    /// Clients of RabbitMQ ([`crate::rabbitmq::factory`]).
     fn default() -> Self {
-        BrokerClients::new(crate::broker::default_factory())
+        BrokerClients::new(crate::rabbitmq::factory())
     }
 }
 
@@ -50,7 +50,7 @@ impl std::fmt::Debug for BrokerClients {
 
 impl BrokerClients {
     /// No client yet; clients will be made by `factory` (RabbitMQ, or the in-memory
-    /// [`crate::broker::fake`] in tests).
+    /// [`crate::fake`] in tests).
     pub fn new(factory: Arc<dyn BrokerFactory>) -> Self {
         BrokerClients {
             factory,

@@ -8,14 +8,15 @@
 //! `x-delivery-count` left out) published to the same queue with a publisher confirm, and
 //! only then the original acknowledged. A crash before the ack leaves the original and the
 //! copy: a duplicate, never a loss. The RabbitMQ engine is
-//! `broker::rabbitmq::dead_letters::browse`; this module holds the request type, the
+//! `rabbitmq::dead_letters::browse`; this module holds the request type, the
 //! checks every engine makes before reading, and the entry points.
 
 use tokio_util::sync::CancellationToken;
 
+use super::DeadLetterOps;
 use super::Inspection;
-use crate::broker::{BrokerConnection, BrokerError, DeadLetterOps, QueueLimits};
 use crate::topology::DesiredTopology;
+use crate::wire::{BrokerError, QueueLimits};
 
 /// How much an inspection reads and shows.
 #[derive(Debug, Clone, Copy)]
@@ -28,33 +29,8 @@ pub struct InspectOptions {
     pub preview_bytes: usize,
 }
 
-/// Summarises the dead-letter queues of `topology` on the broker of `conn` (RabbitMQ,
-/// [`crate::broker::default_factory`]; module doc: how no message is lost). `now_ms` (ms
-/// since epoch) dates the ages.
-///
-/// # Errors
-/// [`BrokerError::NotFound`] naming a dead-letter queue that does not exist; connection,
-/// authentication and AMQP errors (every held message then returns to its queue when the
-/// channel closes, within the spare return [`release_for`](super::release_for) keeps for
-/// that).
-pub async fn inspect(
-    conn: &BrokerConnection,
-    topology: &DesiredTopology,
-    opts: InspectOptions,
-    now_ms: u64,
-) -> Result<Inspection, BrokerError> {
-    let client = crate::broker::default_factory().client(conn)?;
-    inspect_with(
-        client.as_ref(),
-        topology,
-        opts,
-        now_ms,
-        &CancellationToken::new(),
-    )
-    .await
-}
-
-/// [`inspect`] on any broker client, stopped by `cancel` (the `dlq inspect` command
+/// Summarises the dead-letter queues of `topology` on any broker client (module doc: how
+/// no message is lost; `now_ms`, ms since epoch, dates the ages), stopped by `cancel` (the `dlq inspect` command
 /// cancels it on Ctrl-C, SIGTERM or SIGHUP): the message in hand is settled first (a
 /// message near its delivery limit is rotated with a publisher confirm, not left to a
 /// crash), every held message is given back, and the summary covers what was read, with

@@ -305,8 +305,8 @@ fn header_shown(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::message::{HeaderValue, Message};
     use crate::client::headers::{ERROR_CLASS, LAST_FAILED_AT};
+    use crate::wire::message::{HeaderValue, Message};
 
     #[test]
     fn inspection_counts_ages_and_samples() {
@@ -341,7 +341,7 @@ mod tests {
     /// A dead letter with these fields (`at`: dead-lettering time, ms; `None`: unknown).
     fn letter(class: &str, reason: &str, queue: &str, at: Option<u64>) -> DeadLetter {
         use crate::client::headers::{ORIGINAL_QUEUE, REASON};
-        let mut headers: crate::broker::message::Headers = [
+        let mut headers: crate::wire::message::Headers = [
             (ERROR_CLASS.to_string(), HeaderValue::text(class)),
             (REASON.to_string(), HeaderValue::text(reason)),
             (ORIGINAL_QUEUE.to_string(), HeaderValue::text(queue)),

@@ -1,6 +1,6 @@
 //! What a dead-lettered message says about its failure ([`DeadLetter`]), and the
 //! properties of its replayed copy ([`replay_properties`]). Pure, over the broker-neutral
-//! message types of [`crate::broker::message`].
+//! message types of [`crate::wire::message`].
 
 use std::collections::BTreeMap;
 
@@ -8,11 +8,11 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::{REPLAYED_AT, REPLAY_COUNT, REPLAY_ID, RESET_ON_REPLAY};
-use crate::broker::message::{HeaderValue, Headers, Properties};
 use crate::client::headers::{
     ERROR_CLASS, LAST_ERROR, LAST_FAILED_AT, ORIGINAL_EXCHANGE, ORIGINAL_QUEUE,
     ORIGINAL_ROUTING_KEY, REASON, RETRY_COUNT,
 };
+use crate::wire::message::{HeaderValue, Headers, Properties};
 
 /// The headers of the replayed copy of a message with headers `original`: the retry
 /// state reset ([`RESET_ON_REPLAY`]), [`REPLAYED_AT`] = `now_ms`, [`REPLAY_ID`] =

@@ -9,11 +9,11 @@
 //! ([`filter`]) and where a replayed copy would go, resolved over neutral binding data
 //! ([`route`]). The operations themselves run behind
 //! [`DeadLetterOps`](crate::broker::DeadLetterOps): the RabbitMQ engines (AMQP 0-9-1,
-//! publisher confirms, consumers) are `broker::rabbitmq::dead_letters`, the in-memory one
-//! is [`crate::broker::fake`]. The entry points that take a
+//! publisher confirms, consumers) are `rabbitmq::dead_letters`, the in-memory one
+//! is [`crate::fake`]. The entry points that take a
 //! [`BrokerConnection`](crate::broker::BrokerConnection) (`browse::inspect`,
 //! `replay::replay`, `purge::purge`) build the RabbitMQ client
-//! ([`crate::broker::default_factory`]) and run the operation on it; the `*_with` forms
+//! ([`crate::rabbitmq::factory`]) and run the operation on it; the `*_with` forms
 //! take any [`DeadLetterOps`](crate::broker::DeadLetterOps) and a
 //! [`CancellationToken`](tokio_util::sync::CancellationToken).
 //!
@@ -28,6 +28,7 @@ pub mod browse;
 pub mod filter;
 pub mod inspection;
 pub mod letter;
+pub mod ops;
 pub mod purge;
 pub mod repair;
 pub mod replay;
@@ -37,6 +38,7 @@ pub use inspection::Inspection;
 pub use letter::{
     canonical_class, dead_lettered_at, replay_headers, replay_properties, DeadLetter,
 };
+pub use ops::DeadLetterOps;
 
 use crate::client::headers::{FIRST_FAILED_AT, LAST_DELAY_MS, LAST_FAILED_AT, REASON, RETRY_COUNT};
 

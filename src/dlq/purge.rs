@@ -1,7 +1,7 @@
 //! `dlq purge`: removes only the dead-lettered messages a filter takes (the CLI requires
 //! `--older-than`), read like inspection reads (held until the end); every other message
 //! goes back by the inspection rule ([`super::release_for`]). The RabbitMQ engine is
-//! `broker::rabbitmq::dead_letters::purge`; the per-message decision is
+//! `rabbitmq::dead_letters::purge`; the per-message decision is
 //! [`PurgeReport::take`].
 
 use serde::Serialize;
@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::filter::Filter;
 use super::DeadLetter;
-use crate::broker::{BrokerConnection, BrokerError, DeadLetterOps};
+use super::DeadLetterOps;
 use crate::topology::DesiredTopology;
+use crate::wire::BrokerError;
 
 /// The purge report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -67,54 +68,9 @@ impl PurgeReport {
 }
 
 /// Removes the messages of `topology`'s dead-letter queues that `filter` takes (none with
-/// `dry_run`) on the broker of `conn` (RabbitMQ, [`crate::broker::default_factory`]).
-/// `cancel` is checked before each message.
-///
-/// # Errors
-/// [`BrokerError::NotFound`] for a missing dead-letter queue (every one is looked up
-/// before anything is read, so nothing is removed then); connection and AMQP errors
-/// (held messages return to their queue; those already removed stay removed).
-pub async fn purge(
-    conn: &BrokerConnection,
-    topology: &DesiredTopology,
-    filter: &Filter,
-    dry_run: bool,
-    now_ms: u64,
-    cancel: &CancellationToken,
-) -> Result<PurgeReport, BrokerError> {
-    let mut report = PurgeReport::default();
-    purge_into(conn, topology, filter, dry_run, now_ms, cancel, &mut report).await?;
-    Ok(report)
-}
-
-/// [`purge`] counting into `report` as it goes, so that after an error the caller still
-/// knows what was removed before it (removed messages stay removed).
-///
-/// # Errors
-/// As [`purge`].
-pub async fn purge_into(
-    conn: &BrokerConnection,
-    topology: &DesiredTopology,
-    filter: &Filter,
-    dry_run: bool,
-    now_ms: u64,
-    cancel: &CancellationToken,
-    report: &mut PurgeReport,
-) -> Result<(), BrokerError> {
-    let client = crate::broker::default_factory().client(conn)?;
-    purge_with(
-        client.as_ref(),
-        topology,
-        filter,
-        dry_run,
-        now_ms,
-        cancel,
-        report,
-    )
-    .await
-}
-
-/// [`purge_into`] on any broker client, stopped by `cancel`.
+/// `dry_run`) on any broker client, counting into `report` as it goes (so that after an
+/// error the caller still knows what was removed before it: removed messages stay
+/// removed), stopped by `cancel`.
 ///
 /// # Errors
 /// As [`DeadLetterOps::purge`].

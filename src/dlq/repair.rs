@@ -39,11 +39,12 @@ use super::filter::{Filter, Term};
 use super::replay::{
     new_replay_id, replay_with, Observer, Outcome, ReplayOptions, ReplayReport, Target,
 };
+use super::DeadLetterOps;
 use super::{replay_headers, REPAIRED_AT};
-use crate::broker::message::{HeaderValue, Headers};
-use crate::broker::{BrokerError, DeadLetterOps};
 use crate::printable::{shown, PREVIEW_BYTES};
 use crate::topology::DesiredTopology;
+use crate::wire::message::{HeaderValue, Headers};
+use crate::wire::BrokerError;
 
 /// What a repair that stopped on a broker error may have left, for the user (the CLI's
 /// error, the console's page): its one copy may have been confirmed while the original's

@@ -19,7 +19,7 @@
 //! or a resumed replay reads it) is skipped.
 //!
 //! The engine that does this on RabbitMQ (consumers, pipelined publisher confirms,
-//! deferred `multiple` acks) is `broker::rabbitmq::dead_letters::replay`; this module
+//! deferred `multiple` acks) is `rabbitmq::dead_letters::replay`; this module
 //! holds what every engine shares: the options and report, the per-message decision
 //! ([`decide`]), the pacing ([`pause_for`], [`checkpoint_batch`]) and the crash bound.
 //!
@@ -33,16 +33,18 @@
 //! certain.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::filter::Filter;
+use super::DeadLetterOps;
 use super::{DeadLetter, REPLAY_ID};
-use crate::broker::{BrokerConnection, BrokerError, DeadLetterOps};
 use crate::printable::{shown, PREVIEW_BYTES};
 use crate::topology::DesiredTopology;
+use crate::wire::BrokerError;
 
 /// The longest pause between two copies that `--rate` can ask for (a day).
 pub const MAX_PAUSE: Duration = Duration::from_secs(86_400);
@@ -306,7 +308,8 @@ pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String
 }
 
 /// Replays the matching messages of the dead-letter queues of `topology` (module doc) on
-/// the broker of `conn` (RabbitMQ, [`crate::broker::default_factory`]). `cancel` is checked
+/// the broker that `connect` reaches (one new client per pass: the RabbitMQ adapter's
+/// `rabbitmq::dlq::replay` connects to a Secret's addresses). `cancel` is checked
 /// before each message: once cancelled, the copies in flight are
 /// settled, the rest given back, and the report says [`Outcome::Partial`] (so it does
 /// when a checkpoint of `observer` fails). `observer` sees the progress after each
@@ -325,8 +328,8 @@ pub fn route_for(m: &DeadLetter, target: Target, source: &str) -> Result<(String
 /// before anything is read, so nothing is replayed then); connection and AMQP errors
 /// after the last pass (held messages return to their queue; copies already confirmed are
 /// replayed; at most [`crash_bound`] copies are duplicated per lost pass).
-pub async fn replay(
-    conn: &BrokerConnection,
+pub async fn replay_resuming(
+    connect: &(dyn Fn() -> Result<Arc<dyn DeadLetterOps>, BrokerError> + Send + Sync),
     topology: &DesiredTopology,
     opts: &ReplayOptions,
     now_ms: u64,
@@ -344,7 +347,7 @@ pub async fn replay(
             earlier: earlier.as_ref(),
             last: None,
         };
-        let pass = match crate::broker::default_factory().client(conn) {
+        let pass = match connect() {
             Ok(client) if pass_opts.limit != Some(0) => {
                 replay_with(
                     client.as_ref(),

@@ -29,9 +29,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 
-use crate::broker::message::{HeaderValue, Headers};
-use crate::broker::{BrokerError, DeadLetterOps};
+use super::DeadLetterOps;
 use crate::printable::{shown, PREVIEW_BYTES};
+use crate::wire::message::{HeaderValue, Headers};
+use crate::wire::BrokerError;
 
 /// A binding of an exchange as a source (on RabbitMQ, as
 /// `GET /api/exchanges/{vhost}/{name}/bindings/source` lists it).

@@ -20,11 +20,11 @@ use tokio_util::sync::CancellationToken;
 use super::incoming::{self, Delivered};
 use super::metrics::RouterMetrics;
 use crate::backoff::ResolvedPolicy;
-use crate::broker::rabbitmq::{amqp, ownership, RabbitMq};
 use crate::broker::{BrokerConnection, BrokerError};
 use crate::client::republish::check_frame;
 use crate::client::{publish_confirmed, settle, ClientError, Republisher};
 use crate::crd::RouterSpec;
+use crate::rabbitmq::{amqp, ownership, RabbitMq};
 use crate::reconcile::Prepared;
 use crate::topology::Routes;
 

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::broker::fake::{FakeBroker, Fault};
 use crate::broker::BrokerTopology;
+use crate::fake::{FakeBroker, Fault};
 
 /// The example's RetryPolicy, DeadLetterQueue `order-events` and Secret, and its source
 /// queue.

@@ -174,7 +174,7 @@ pub fn applied_manifests_with(queue: &str, extra: &str) -> (tempfile::TempDir, S
 /// [`topology`] of `queue` (with `limit`), applied to the local broker.
 pub async fn applied(queue: &str, limit: Option<u64>) -> DesiredTopology {
     let t = topology(queue, limit);
-    dlq_operator::broker::rabbitmq::RabbitMq::new(&connection())
+    dlq_operator::rabbitmq::RabbitMq::new(&connection())
         .expect("client")
         .apply(&t)
         .await

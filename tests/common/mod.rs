@@ -183,7 +183,7 @@ pub async fn delete_owner_records_at(base: &str, prefix: &str) {
     for p in params.as_array().into_iter().flatten() {
         let name = p["name"].as_str().unwrap_or_default();
         let object = p["value"]["name"].as_str().unwrap_or_default();
-        if name.starts_with(dlq_operator::broker::rabbitmq::ownership::RECORD_PREFIX)
+        if name.starts_with(dlq_operator::rabbitmq::ownership::RECORD_PREFIX)
             && p["value"]["vhost"] == "/"
             && object.starts_with(prefix)
         {

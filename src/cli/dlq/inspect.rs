@@ -2,9 +2,9 @@
 
 use std::process::ExitCode;
 
-use dlq_operator::broker::default_factory;
 use dlq_operator::dlq::browse;
 use dlq_operator::printable::PREVIEW_BYTES;
+use dlq_operator::rabbitmq;
 
 use super::{now_ms, resolve};
 use crate::cli::args::InspectArgs;
@@ -39,7 +39,7 @@ pub async fn inspect(args: InspectArgs) -> Result<ExitCode, CliError> {
         source: Box::new(source),
         progress: Progress::Nothing,
     };
-    let broker = default_factory()
+    let broker = rabbitmq::factory()
         .client(&prepared.connection)
         .map_err(failed)?;
     let report = browse::inspect_with(broker.as_ref(), &prepared.topology, opts, now_ms(), &stop)

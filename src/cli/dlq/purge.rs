@@ -4,7 +4,8 @@
 use std::process::ExitCode;
 
 use dlq_operator::dlq::filter::Filter;
-use dlq_operator::dlq::purge::{purge_into, PurgeReport};
+use dlq_operator::dlq::purge::PurgeReport;
+use dlq_operator::rabbitmq::dlq::purge_into;
 
 use super::{now_ms, resolve};
 use crate::cli::args::{age, PurgeArgs};

@@ -30,7 +30,7 @@ pub async fn repair(args: RepairArgs) -> Result<ExitCode, CliError> {
         Notice::Stderr("interrupted: settling the copy in flight, then stopping"),
     );
     let prepared = resolve(args.which, &stop).await?;
-    let client = dlq_operator::broker::default_factory()
+    let client = dlq_operator::rabbitmq::factory()
         .client(&prepared.connection)
         .map_err(|source| dlq_error(&prepared.key, source, false))?;
     let report = repair_with(

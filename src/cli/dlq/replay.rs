@@ -12,7 +12,7 @@ use crate::cli::error::{CliError, Progress};
 use crate::cli::output::{format_report, out, replay_table};
 use crate::cli::signals::{self, Notice, Signals};
 
-/// Checks the flags, then replays the matching messages ([`engine::replay`]) and prints
+/// Checks the flags, then replays the matching messages ([`dlq_operator::rabbitmq::dlq::replay`]) and prints
 /// the report. Exit 1 unless the replay [`engine::Outcome::Succeeded`] (a copy failed, or
 /// a signal cut it short).
 ///
@@ -48,7 +48,7 @@ pub async fn replay(args: ReplayArgs) -> Result<ExitCode, CliError> {
     };
     let window = engine::crash_bound(opts.max_in_flight, opts.rate, opts.limit);
     let mut shown = Shown::new()?;
-    let report = engine::replay(
+    let report = dlq_operator::rabbitmq::dlq::replay(
         &prepared.connection,
         &prepared.topology,
         &opts,

@@ -12,12 +12,12 @@ use kube::runtime::watcher;
 use serde_json::{json, Value};
 
 use super::{Monitor, MonitorContext, Targets};
-use crate::broker::fake::FakeBroker;
 use crate::broker::message::{Headers, Message};
 use crate::broker::BrokerTopology;
 use crate::collector::Collector;
 use crate::controller::mock_api::{Call, MockApi, API, NS};
 use crate::crd::DeadLetterQueue;
+use crate::fake::FakeBroker;
 use crate::monitor::Params;
 use crate::object::api_resource;
 use crate::topology::DesiredTopology;

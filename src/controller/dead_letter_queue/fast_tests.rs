@@ -9,10 +9,10 @@ use kube::runtime::controller::Action;
 use serde_json::{json, Value};
 
 use super::{reconcile, FINALIZER};
-use crate::broker::fake::{FakeBroker, Fault};
 use crate::broker::BrokerTopology;
 use crate::controller::context::DeadLetterQueueContext;
 use crate::controller::mock_api::{Call, MockApi, NS, SECRET_PATH};
+use crate::fake::{FakeBroker, Fault};
 
 const DLQ_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/deadletterqueues";
 const RP_PATH: &str = "/apis/dlqoperator.io/v1alpha1/namespaces/team-a/retrypolicies";

@@ -11,13 +11,13 @@ use kube::runtime::controller::Action;
 use serde_json::{json, Value};
 
 use super::{reconcile, PENDING_RECHECK};
-use crate::broker::fake::FakeBroker;
 use crate::broker::message::{HeaderValue, Headers, Message};
 use crate::broker::BrokerTopology;
 use crate::client::headers::{ERROR_CLASS, LAST_FAILED_AT, ORIGINAL_QUEUE, RETRY_COUNT};
 use crate::controller::context::DeadLetterReplayContext;
 use crate::controller::mock_api::{MockApi, API, NS};
 use crate::dlq::replay::NACKED;
+use crate::fake::FakeBroker;
 
 const UID: &str = "uid-replay";
 const REPLAY_STATUS: &str =

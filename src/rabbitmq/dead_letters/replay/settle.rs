@@ -7,9 +7,9 @@ use lapin::{BasicProperties, Confirmation};
 
 use super::super::{keep, Held};
 use super::{copy_failure, InFlight, Pending, Run, Scan, ACK_EVERY};
-use crate::broker::rabbitmq::amqp::map_error;
 use crate::broker::BrokerError;
 use crate::dlq::replay::{refused, ReplayReport};
+use crate::rabbitmq::amqp::map_error;
 
 impl Run<'_> {
     /// Waits for the oldest copy's confirm: acked, the original is acked (replayed);

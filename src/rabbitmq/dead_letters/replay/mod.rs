@@ -28,8 +28,7 @@ use lapin::{BasicProperties, Channel, Confirmation};
 use tokio_util::sync::CancellationToken;
 
 use super::{open_for_reading, prepare_channel, requeue_all};
-use crate::broker::rabbitmq::amqp::map_error;
-use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
+use crate::broker::QueueLimits;
 use crate::broker::{BrokerConnection, BrokerError};
 use crate::dlq::browse::{guard, Access};
 use crate::dlq::replay::{
@@ -38,6 +37,8 @@ use crate::dlq::replay::{
 };
 use crate::dlq::route::Routes;
 use crate::dlq::DeadLetter;
+use crate::rabbitmq::amqp::map_error;
+use crate::rabbitmq::RabbitMq;
 use crate::topology::DesiredTopology;
 
 /// Replayed originals acknowledged at once by one `basic.ack` with `multiple`, where no

@@ -14,8 +14,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{FakeBroker, Published, State};
 use crate::broker::message::{HeaderValue, Message, Properties};
-use crate::broker::rabbitmq::dead_letters::written_by_commands;
-use crate::broker::rabbitmq::ownership::{claims, conflict_message, record_name};
 use crate::broker::{BrokerError, DeadLetterOps, QueueCounts, QueueLimits};
 use crate::dlq::browse::{budget, guard, Access, InspectOptions};
 use crate::dlq::filter::Filter;
@@ -27,6 +25,8 @@ use crate::dlq::replay::{
 };
 use crate::dlq::route::{ExchangeRoute, Routes};
 use crate::dlq::{release_for, DeadLetter, Inspection, Release};
+use crate::rabbitmq::dead_letters::written_by_commands;
+use crate::rabbitmq::ownership::{claims, conflict_message, record_name};
 use crate::topology::DesiredTopology;
 
 /// The messages of one dead-letter queue while an operation holds them.

@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::{queue_conflicts, queue_type_of, recorded};
-use crate::broker::rabbitmq::declared::{self, Combine};
-use crate::broker::rabbitmq::limits::no_default_delivery_limit;
-use crate::broker::rabbitmq::management::QueueInfo;
-use crate::broker::rabbitmq::ownership::Found;
-use crate::broker::rabbitmq::snapshot::Snapshot;
 use crate::crd::QueueSettings;
 use crate::duration::format_ms;
+use crate::rabbitmq::declared::{self, Combine};
+use crate::rabbitmq::limits::no_default_delivery_limit;
+use crate::rabbitmq::management::QueueInfo;
+use crate::rabbitmq::ownership::Found;
+use crate::rabbitmq::snapshot::Snapshot;
 use crate::topology::{DesiredTopology, PolicyPlan, QueuePlan, QueueRole};
 
 /// Whether the existing `queue` of `p` follows the argument rules: the plan's layout is

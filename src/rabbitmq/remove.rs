@@ -315,8 +315,8 @@ impl RabbitMq {
 mod tests {
     use super::*;
     use crate::backoff::ResolvedPolicy;
-    use crate::broker::rabbitmq::ownership::{claims, OwnerRecord};
     use crate::crd::{DeadLetterQueueSpec, RetryPolicySpec};
+    use crate::rabbitmq::ownership::{claims, OwnerRecord};
     use serde_json::{json, Value};
 
     fn plan() -> DesiredTopology {

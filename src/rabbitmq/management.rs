@@ -9,38 +9,19 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::broker::{BrokerConnection, BrokerError};
+use crate::broker::{BrokerConnection, BrokerError, RequestCounts};
 
 /// Timeout of one whole HTTP request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout of establishing a TCP (and TLS) connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Characters percent-encoded in a path segment: everything but RFC 3986 unreserved
-/// characters, so `/` in a vhost becomes `%2F` as the management API requires.
-/// `.` stays encoded: a vhost named `.` or `..` would otherwise be read as a relative
-/// path segment and normalised away by the HTTP client.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'~');
-
-/// Percent-encodes one path segment (vhost, queue, exchange or policy name).
-pub fn encode_segment(s: &str) -> String {
-    utf8_percent_encode(s, SEGMENT).to_string()
-}
-
-/// Requests made by one client since it was built.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RequestCounts {
-    /// GET requests.
-    pub reads: u64,
-    /// PUT, POST and DELETE requests.
-    pub writes: u64,
-}
+pub use crate::broker::connection::encode_segment;
 
 /// An exchange as listed by `GET /api/exchanges/{vhost}`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -364,7 +345,7 @@ impl ManagementClient {
         let url = format!(
             "{}/metrics/detailed?vhost={}&family=queue_coarse_metrics&family=queue_consumer_count",
             base.as_str().trim_end_matches('/'),
-            utf8_percent_encode(vhost, SEGMENT)
+            encode_segment(vhost)
         );
         let api_error = |status: u16, reason: String| BrokerError::Api {
             method: "GET".into(),

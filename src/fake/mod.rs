@@ -51,10 +51,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use super::message::Message;
 use super::rabbitmq::ownership::{record_name, OwnerRecord};
 use super::rabbitmq::{effective_delivery_limit, pattern_matches};
-use super::{BrokerClient, BrokerConnection, BrokerError, BrokerFactory, QueueLimits};
+use crate::broker::message::Message;
+use crate::broker::{BrokerClient, BrokerConnection, BrokerError, BrokerFactory, QueueLimits};
 use crate::dlq::route::{destinations, routing_keys, Binding, ExchangeRoute};
 
 /// The endpoint named in the fake's errors.
@@ -187,7 +187,7 @@ impl FakeBroker {
         self.lock().fault = fault;
     }
 
-    /// Sets the cluster name ([`BrokerTopology::cluster_name`](super::BrokerTopology::cluster_name)).
+    /// Sets the cluster name ([`BrokerTopology::cluster_name`](crate::broker::BrokerTopology::cluster_name)).
     pub fn set_cluster_name(&self, name: &str) {
         self.lock().cluster_name = name.to_string();
     }

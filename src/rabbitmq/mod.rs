@@ -39,11 +39,13 @@
 //!   their executor;
 //! - [`ownership`]: the ownership records; [`management`]: the HTTP client; [`amqp`]:
 //!   AMQP 0-9-1 connections; module `patterns`: policy matching and JSON comparison;
-//!   module `limits`: [`QueueLimits`] and the delivery-limit rules of each version.
+//!   module `limits`: reading a queue's [`QueueLimits`](crate::broker::QueueLimits) and the
+//!   delivery-limit rules of each version.
 
 pub mod amqp;
 pub mod dead_letters;
 mod declared;
+pub mod dlq;
 pub use declared::NEVER_MERGED;
 mod diff;
 mod execute;
@@ -61,11 +63,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use reqwest::{Method, StatusCode};
 
-pub use limits::{effective_delivery_limit, QueueLimits};
-pub use management::RequestCounts;
+use crate::broker::RequestCounts;
+
+pub use limits::effective_delivery_limit;
 use management::{encode_segment as enc, ManagementClient, QueueInfo};
 pub use patterns::{json_equal, pattern_matches};
 pub use seam::RabbitMqFactory;
+
+/// The factory of the production broker, RabbitMQ ([`RabbitMqFactory`]), as the drivers hold
+/// it (`Arc<dyn BrokerFactory>`).
+pub fn factory() -> std::sync::Arc<dyn crate::broker::BrokerFactory> {
+    std::sync::Arc::new(RabbitMqFactory)
+}
 pub use snapshot::Snapshot;
 
 use crate::broker::{

@@ -5,9 +5,9 @@ use serde_json::json;
 
 use super::*;
 use crate::backoff::ResolvedPolicy;
-use crate::broker::rabbitmq::management::{BindingInfo, ExchangeInfo};
-use crate::broker::rabbitmq::ownership::{claims, record_actions, RETIRED_ROLE};
 use crate::crd::{DeadLetterQueueSpec, QueueType, RetryPolicySpec};
+use crate::rabbitmq::management::{BindingInfo, ExchangeInfo};
+use crate::rabbitmq::ownership::{claims, record_actions, RETIRED_ROLE};
 use crate::topology::policy_name;
 
 /// The plan of source queue `orders` with two retry tiers (5 s, 30 s); `extra` is merged

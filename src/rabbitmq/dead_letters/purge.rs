@@ -8,13 +8,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::{keep, open_for_reading, prepare_channel, requeue_all, Held};
 use crate::broker::message::Properties;
-use crate::broker::rabbitmq::amqp::map_error;
-use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
 use crate::broker::BrokerError;
+use crate::broker::QueueLimits;
 use crate::dlq::browse::{guard, Access};
 use crate::dlq::filter::Filter;
 use crate::dlq::purge::PurgeReport;
 use crate::dlq::DeadLetter;
+use crate::rabbitmq::amqp::map_error;
+use crate::rabbitmq::RabbitMq;
 use crate::topology::DesiredTopology;
 
 /// What a purge takes: the filter, the time it reads at (`now_ms`, ms since epoch) and

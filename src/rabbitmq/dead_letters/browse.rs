@@ -49,11 +49,12 @@ use super::{
     consume_held, keep, open_for_reading, prepare_channel, ready_count, requeue_all, Held,
 };
 use crate::broker::message::Properties;
-use crate::broker::rabbitmq::amqp::map_error;
-use crate::broker::rabbitmq::{QueueLimits, RabbitMq};
+use crate::broker::QueueLimits;
 use crate::broker::{BrokerConnection, BrokerError};
 use crate::dlq::browse::{budget, guard, Access, InspectOptions};
 use crate::dlq::{release_for, DeadLetter, Inspection, Release};
+use crate::rabbitmq::amqp::map_error;
+use crate::rabbitmq::RabbitMq;
 use crate::topology::DesiredTopology;
 
 /// Summarises the dead-letter queues of `topology` on `broker`, stopping once `cancel`

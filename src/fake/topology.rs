@@ -4,14 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{FakeBinding, FakeBroker, FakePolicy, FakeQueue, State};
-use crate::broker::rabbitmq::ownership::{
-    claims, conflict_message, record_actions, record_name, Claim, EXCHANGE, QUEUE,
-};
-use crate::broker::rabbitmq::{json_equal, pattern_matches};
 use crate::broker::{
     Action, ApplyReport, BrokerError, BrokerTopology, DeleteOutcome, ObjectKind, Outcome,
     QueueDepth, QueueLimits, RemovalReport, RequestCounts,
 };
+use crate::rabbitmq::ownership::{
+    claims, conflict_message, record_actions, record_name, Claim, EXCHANGE, QUEUE,
+};
+use crate::rabbitmq::{json_equal, pattern_matches};
 use crate::topology::{BindingPlan, DesiredTopology, PolicyPlan, QueuePlan, QueueRole, Step};
 
 /// What an apply learned so far: objects the plan's bindings must skip.
@@ -292,7 +292,7 @@ fn apply_policy(
     let mut definition = p.definition.clone();
     for (_, o) in others.iter().filter(|(_, o)| o.priority < ours) {
         for (k, val) in &o.definition {
-            if !crate::broker::rabbitmq::NEVER_MERGED.contains(&k.as_str()) {
+            if !crate::rabbitmq::NEVER_MERGED.contains(&k.as_str()) {
                 definition.entry(k.clone()).or_insert_with(|| val.clone());
             }
         }
@@ -464,7 +464,7 @@ impl State {
     /// `targets` of `plan`, then its ownership records; the report lines.
     fn remove_objects(&mut self, plan: &DesiredTopology, targets: &[String]) -> Vec<Action> {
         let owned_by_other =
-            |records: &BTreeMap<String, crate::broker::rabbitmq::ownership::OwnerRecord>,
+            |records: &BTreeMap<String, crate::rabbitmq::ownership::OwnerRecord>,
              kind: &str,
              name: &str| {
                 records

@@ -11,9 +11,9 @@ use lapin::{BasicProperties, Channel, Confirmation};
 
 use super::super::convert::{headers_of, to_field_table};
 use super::{Next, Pending, Run, Scan, Sent, IDLE};
-use crate::broker::rabbitmq::amqp::{connect_vhost, map_error};
 use crate::broker::BrokerError;
 use crate::dlq::repair::copy_content;
+use crate::rabbitmq::amqp::{connect_vhost, map_error};
 
 impl Run<'_> {
     /// Publishes the copy of a message (`properties`, `body`) along `route` on the

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::dead_letters::{browse, purge, replay};
-use super::{amqp, RabbitMq, RequestCounts};
+use super::{amqp, RabbitMq};
+use crate::broker::RequestCounts;
 use crate::broker::{
     ApplyReport, BrokerClient, BrokerConnection, BrokerError, BrokerFactory, BrokerTopology,
     DeadLetterOps, DeleteOutcome, QueueCounts, QueueDepth, QueueLimits, RemovalReport,

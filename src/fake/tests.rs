@@ -9,7 +9,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::broker::message::{HeaderValue, Headers};
-use crate::broker::rabbitmq::ownership::{OwnerRecord, QUEUE};
 use crate::broker::{BrokerTopology, DeadLetterOps, DeleteOutcome, ObjectKind, Outcome};
 use crate::client::headers::{ERROR_CLASS, LAST_FAILED_AT, ORIGINAL_QUEUE, RETRY_COUNT};
 use crate::dlq::browse::{inspect_with, InspectOptions};
@@ -19,6 +18,7 @@ use crate::dlq::replay::{
     replay_with, Outcome as ReplayOutcome, ReplayOptions, ReplayReport, Target,
 };
 use crate::dlq::{DeadLetter, REPLAY_COUNT, REPLAY_ID};
+use crate::rabbitmq::ownership::{OwnerRecord, QUEUE};
 use crate::topology::DesiredTopology;
 
 const NOW: u64 = 1_700_000_000_000;
