@@ -25,7 +25,7 @@ use kube::{Api, Client};
 use moka::sync::Cache;
 use sha2::{Digest, Sha256};
 
-use crate::controller::rbac::Rule;
+use crate::rbac::Rule;
 
 /// How long an answer of the API server is reused (s): a revoked token or a removed
 /// RoleBinding takes effect within this time.

@@ -33,6 +33,7 @@ pub mod object;
 pub mod ownership;
 pub mod printable;
 pub mod rabbitmq;
+pub mod rbac;
 pub mod reconcile;
 pub mod report;
 pub mod resolve;

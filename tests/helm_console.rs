@@ -15,7 +15,7 @@ use common::helm::{
     render, scenarios, selects, Helm, CONSOLE, FULLNAME, NS, RELEASE, ROUTER,
 };
 use dlq_operator::access::REVIEW_RULES;
-use dlq_operator::controller::rbac::RULES;
+use dlq_operator::rbac::RULES;
 
 /// Whether `o` is one of the console's objects (by name or by its Pods' name label).
 fn is_console(o: &Value) -> bool {

@@ -1,7 +1,7 @@
 //! docs/RBAC.md is generated from the operator's own list of API calls
 //! (`src/controller/rbac.rs`), and every call the controller makes is in that list.
 
-use dlq_operator::controller::rbac::{allows, markdown, RULES};
+use dlq_operator::rbac::{allows, markdown, RULES};
 
 #[test]
 fn rbac_doc_matches_the_code() {

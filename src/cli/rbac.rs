@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use dlq_operator::controller::rbac;
+use dlq_operator::rbac;
 
 use super::args::RbacFormat;
 use super::error::CliError;

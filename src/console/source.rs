@@ -78,10 +78,11 @@ impl Source {
         let mut targets = match self {
             Source::Files(paths) => {
                 let paths = paths.clone();
-                let read =
-                    tokio::task::spawn_blocking(move || crate::standalone::load_and_plan(&paths))
-                        .await
-                        .map_err(|e| format!("reading the manifests failed: {e}"))?;
+                let read = tokio::task::spawn_blocking(move || {
+                    crate::resolve::manifests::load_and_plan(&paths)
+                })
+                .await
+                .map_err(|e| format!("reading the manifests failed: {e}"))?;
                 read.map_err(|e| e.to_string())?
                     .1
                     .into_iter()

@@ -12,7 +12,6 @@
 //! - [`backlog`]: the backlog monitor beside the controllers (depths, `BacklogHigh`).
 //! - [`alert_rules`]: the PrometheusRule of a DeadLetterQueue.
 //! - [`ownership`]: one owner per broker name.
-//! - [`rbac`]: every API call the operator makes, as RBAC rules.
 //! - [`controllers`](mod@controllers): the three controllers and the backlog monitor, run
 //!   together until a stop token is cancelled.
 //! - [`operator`]: `dlq-operator run` ([`run`]): waits for the CRDs, takes the leader
@@ -29,7 +28,6 @@ pub mod dead_letter_replay;
 pub(crate) mod mock_api;
 pub mod operator;
 pub mod ownership;
-pub mod rbac;
 pub mod retry_policy;
 pub mod shared;
 

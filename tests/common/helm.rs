@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
-use dlq_operator::controller::rbac::{Rule, RULES};
+use dlq_operator::rbac::{Rule, RULES};
 use serde_json::{json, Value};
 
 use super::root;
