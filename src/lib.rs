@@ -1,9 +1,17 @@
 //! dlq-operator: retry and dead-letter policies for RabbitMQ queues as Kubernetes custom
-//! resources. docs/ARCHITECTURE.md is the design the code follows.
+//! resources. docs/ARCHITECTURE.md is the design the code follows; its "Modules" section
+//! draws these layers, each importing only from itself and the layers below
+//! (`tests/layers.rs` checks it):
 //!
-//! Pure cores: [`duration`], [`backoff`], [`topology`], [`monitor`], [`alerts`]. Drivers:
-//! [`standalone`] and the Kubernetes [`controller`], thin over the shared [`reconcile`] and
-//! [`collector`] cores; [`metrics`] serves both.
+//! - Domain, pure: [`crd`], [`duration`], [`backoff`], [`topology`], [`monitor`],
+//!   [`alerts`], [`maturity`], [`manifest`], [`ownership`], [`rbac`] and the small leaves.
+//! - The broker seam: [`wire`] (the values that cross it), [`dlq`] (the dead-letter trait
+//!   and the neutral dead-letter logic), [`broker`] (the whole client and its factory).
+//! - Adapters: [`rabbitmq`] (and the unit tests' in-memory fake).
+//! - Shared engines: [`resolve`], [`reconcile`], [`collector`], [`status`], [`metrics`],
+//!   [`serve`], [`router`], [`client`], [`access`].
+//! - Drivers: the Kubernetes [`controller`], [`standalone`], [`console`], [`report`] and
+//!   the CLI (the binary); no driver imports another.
 
 #![warn(missing_docs)]
 

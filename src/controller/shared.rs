@@ -50,7 +50,7 @@ impl std::fmt::Debug for BrokerClients {
 
 impl BrokerClients {
     /// No client yet; clients will be made by `factory` (RabbitMQ, or the in-memory
-    /// [`crate::fake`] in tests).
+    /// `crate::fake` in tests).
     pub fn new(factory: Arc<dyn BrokerFactory>) -> Self {
         BrokerClients {
             factory,

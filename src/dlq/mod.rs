@@ -7,15 +7,14 @@
 //! ([`release_for`]), the request and report types of each operation and their
 //! per-message decisions ([`browse`], [`replay`], [`purge`]), the `--filter` language
 //! ([`filter`]) and where a replayed copy would go, resolved over neutral binding data
-//! ([`route`]). The operations themselves run behind
-//! [`DeadLetterOps`](crate::broker::DeadLetterOps): the RabbitMQ engines (AMQP 0-9-1,
-//! publisher confirms, consumers) are `rabbitmq::dead_letters`, the in-memory one
-//! is [`crate::fake`]. The entry points that take a
-//! [`BrokerConnection`](crate::broker::BrokerConnection) (`browse::inspect`,
-//! `replay::replay`, `purge::purge`) build the RabbitMQ client
-//! ([`crate::rabbitmq::factory`]) and run the operation on it; the `*_with` forms
-//! take any [`DeadLetterOps`](crate::broker::DeadLetterOps) and a
-//! [`CancellationToken`](tokio_util::sync::CancellationToken).
+//! ([`route`]). The operations themselves run behind [`DeadLetterOps`] ([`ops`], named in
+//! this module's types, so that every adapter uses this logic without a circle): the
+//! RabbitMQ engines (AMQP 0-9-1, publisher confirms, consumers) are
+//! `rabbitmq::dead_letters`, the in-memory one the unit tests' `crate::fake`. The `*_with`
+//! forms take any [`DeadLetterOps`] and a
+//! [`CancellationToken`](tokio_util::sync::CancellationToken); nothing here builds a
+//! client: the drivers choose the broker (`rabbitmq::dlq` runs these on the RabbitMQ
+//! broker of a Secret's connection settings).
 //!
 //! A message dead-lettered through the consumer helper carries the contract's `dlq-`
 //! headers (docs/ARCHITECTURE.md, "Broker topology"); one the broker dead-lettered itself

@@ -9,7 +9,7 @@
 //! `dlq-replay-id`). Up to [`CONFIRM_WINDOW`] copies are in flight at once, in batches of
 //! [`CHECKPOINT_BATCH`] with an [`Observer::checkpoint`] before each; a crash duplicates
 //! at most [`crash_bound`] copies (`max_in_flight`, 1,000 by default). Every other message
-//! is held unacknowledged like [`super::browse::inspect`] holds it, and given back at the
+//! is held unacknowledged like [`super::browse::inspect_with`] holds it, and given back at the
 //! end by the inspection rule ([`release_for`](super::release_for)): skipped and failed ones stay in the
 //! dead-letter queue. Held messages fill the prefetch window; when they fill half of it,
 //! the consumer is cancelled and a new one started — RabbitMQ keeps a cancelled
@@ -98,7 +98,7 @@ pub trait Observer: Send {
         Box::pin(async { Ok(()) })
     }
 
-    /// Called when [`replay`] lost the broker (`error`) and resumes after `delay` with
+    /// Called when [`replay_resuming`] lost the broker (`error`) and resumes after `delay` with
     /// attempt `attempt` (2 for the first resumption) of [`RESUME_ATTEMPTS`]. Default:
     /// nothing said.
     fn resuming(&mut self, attempt: u32, error: &BrokerError, delay: Duration) {
@@ -106,7 +106,7 @@ pub trait Observer: Send {
     }
 }
 
-/// Passes a replay makes at most after broker errors ([`replay`]; the DeadLetterReplay
+/// Passes a replay makes at most after broker errors ([`replay_resuming`]; the DeadLetterReplay
 /// controller's runs too): the first and three resumptions.
 pub const RESUME_ATTEMPTS: u32 = 4;
 
@@ -260,7 +260,7 @@ pub struct ReplayReport {
     pub skipped: BTreeMap<String, u64>,
     /// Not replayed because publishing failed, by reason (they stay).
     pub failed: BTreeMap<String, u64>,
-    /// Passes resumed after the broker was lost ([`replay`]); 0 when none was.
+    /// Passes resumed after the broker was lost ([`replay_resuming`]); 0 when none was.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub resumed: u32,
     /// At most this many of the replayed copies are duplicates: copies in flight when a
@@ -422,7 +422,7 @@ impl Observer for Offset<'_> {
     }
 }
 
-/// [`replay`] on any broker client, stopped by `cancel`.
+/// One pass of [`replay_resuming`] on any broker client (no resumption), stopped by `cancel`.
 ///
 /// # Errors
 /// As [`DeadLetterOps::replay`].

@@ -1,7 +1,7 @@
 //! Errors of the broker adapter.
 
 /// Errors of the broker adapter. No variant ever carries a password: endpoints are
-/// redacted ([`BrokerConnection::redacted_amqp_uri`](super::BrokerConnection::redacted_amqp_uri)) and reasons are scrubbed.
+/// redacted ([`BrokerConnection::redacted_amqp_uri`](crate::broker::BrokerConnection::redacted_amqp_uri)) and reasons are scrubbed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BrokerError {
     /// The broker could not be reached (connection refused, DNS failure, timeout).
