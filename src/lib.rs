@@ -4,7 +4,7 @@
 //! (`tests/layers.rs` checks it):
 //!
 //! - Domain, pure: [`crd`], [`duration`], [`backoff`], [`topology`], [`monitor`],
-//!   [`alerts`], [`maturity`], [`manifest`], [`ownership`], [`rbac`] and the small leaves.
+//!   [`alerts`], [`maturity`], [`manifest`], [`ownership`], [`rbac`], [`clock`], [`lock`] and the small leaves.
 //! - The broker seam: [`wire`] (the values that cross it), [`dlq`] (the dead-letter trait
 //!   and the neutral dead-letter logic), [`broker`] (the whole client and its factory).
 //! - Adapters: [`rabbitmq`] (and the unit tests' in-memory fake).
@@ -32,6 +32,7 @@ pub mod error_class;
 #[cfg(test)]
 pub mod fake;
 pub mod filter;
+pub mod lock;
 pub mod manifest;
 pub mod maturity;
 pub mod metrics;

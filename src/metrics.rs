@@ -44,6 +44,7 @@ use prometheus::{
 };
 
 use crate::compensation::Window;
+use crate::lock::Locked;
 
 /// Buckets of `dlq_operator_reconcile_duration_seconds`, in seconds: a reconcile makes a few
 /// API server and management-API calls (milliseconds) and can wait on a broker timeout
@@ -296,7 +297,7 @@ impl Metrics {
         eval: &crate::monitor::Evaluation,
     ) {
         let b = &self.backlog;
-        let mut written = b.written.lock().unwrap_or_else(|p| p.into_inner());
+        let mut written = b.written.locked();
         let sets = written
             .entry((namespace.to_string(), name.to_string()))
             .or_default();
@@ -382,7 +383,7 @@ impl Metrics {
     /// next sample brings the ratio back.
     pub fn forget_backlog(&self, namespace: &str, name: &str) {
         let b = &self.backlog;
-        let mut written = b.written.lock().unwrap_or_else(|p| p.into_inner());
+        let mut written = b.written.locked();
         if let Some(sets) = written.remove(&(namespace.to_string(), name.to_string())) {
             for [queue, role, tier] in sets {
                 let _ = b
@@ -419,7 +420,7 @@ impl Metrics {
                 .with_label_values(&[namespace, name, outcome])
                 .inc_by(n);
         }
-        let mut windows = r.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let mut windows = r.windows.locked();
         windows
             .entry((namespace.to_string(), name.to_string()))
             .or_default()
@@ -442,7 +443,7 @@ impl Metrics {
     pub fn record_dead_letter_depth(&self, namespace: &str, name: &str, now_ms: u64, depth: u64) {
         let r = &self.replays;
         let key = (namespace.to_string(), name.to_string());
-        let mut windows = r.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let mut windows = r.windows.locked();
         let window = windows.entry(key.clone()).or_default();
         window.depth(now_ms, depth);
         r.publish_ratio(&key, Some(window));
@@ -452,7 +453,7 @@ impl Metrics {
     /// (given `namespace/name`) is false (no longer watched).
     pub fn retain_compensation(&self, keep: impl Fn(&str) -> bool) {
         let r = &self.replays;
-        let mut windows = r.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let mut windows = r.windows.locked();
         let gone: Vec<(String, String)> = windows
             .keys()
             .filter(|(ns, name)| !keep(&format!("{ns}/{name}")))
@@ -476,8 +477,7 @@ impl Metrics {
         self.maturity.forget(namespace, name);
         let r = &self.replays;
         r.windows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .remove(&(namespace.to_string(), name.to_string()));
         for outcome in ["replayed", "skipped", "failed"] {
             let _ = r.total.remove_label_values(&[namespace, name, outcome]);
@@ -486,13 +486,7 @@ impl Metrics {
 
     /// Resources with backlog series, as `(namespace, name)`.
     pub fn backlog_resources(&self) -> Vec<(String, String)> {
-        self.backlog
-            .written
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect()
+        self.backlog.written.locked().keys().cloned().collect()
     }
 
     /// Records one reconcile of a resource of `kind` with `result` (`success` or an error's

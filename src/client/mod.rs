@@ -37,8 +37,6 @@ mod classify;
 pub mod headers;
 pub mod republish;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use lapin::options::ConfirmSelectOptions;
 use lapin::Channel;
 use rand::rngs::StdRng;
@@ -57,16 +55,13 @@ pub trait Clock: Send + Sync {
     fn now_ms(&self) -> u64;
 }
 
-/// The system wall clock.
+/// The system wall clock ([`crate::clock::now_ms`], the crate's one clock).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
+        crate::clock::now_ms()
     }
 }
 

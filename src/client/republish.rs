@@ -27,6 +27,7 @@ use super::headers::{self, Action, FailureState, Stamp};
 use super::{ClientError, Clock, NotConfirmed, Outcome, SystemClock};
 use crate::backoff::{DeadLetterReason, Decision, ResolvedPolicy};
 use crate::crd::ErrorClass;
+use crate::lock::Locked;
 use crate::topology::Routes;
 
 /// What happened to a message: the input of the retry decision.
@@ -218,7 +219,7 @@ impl Republisher {
     /// What the policy decides for a failure of `class` in `state` at `now_ms`.
     fn decide(&self, class: Option<ErrorClass>, state: &FailureState, now_ms: u64) -> Decision {
         let elapsed_ms = now_ms.saturating_sub(state.first_failed_at_ms.unwrap_or(now_ms));
-        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rng = self.rng.locked();
         self.policy.decide(
             class,
             state.retry_count,

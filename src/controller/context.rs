@@ -23,9 +23,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::backlog::{self, Targets};
+use crate::lock::Locked;
 
 pub use crate::controller::shared::{
-    system_clock, BrokerClients, Clock, Context, ErrorBackoff, FIELD_MANAGER, REPORTING_CONTROLLER,
+    BrokerClients, Context, ErrorBackoff, FIELD_MANAGER, REPORTING_CONTROLLER,
 };
 
 /// What the controllers' error policy ([`crate::controller::error_policy`]) needs of a
@@ -203,13 +204,13 @@ struct ReplaysInner {
 impl Replays {
     /// `true` while the replay `uid` has a task in this process that has not ended.
     pub fn is_running(&self, uid: &str) -> bool {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = self.inner.locked();
         inner.running.get(uid).is_some_and(|h| !h.is_finished())
     }
 
     /// `true` when a task of this process ended the replay `uid` for good.
     pub fn is_over(&self, uid: &str) -> bool {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = self.inner.locked();
         inner.over.contains(uid)
     }
 
@@ -223,7 +224,7 @@ impl Replays {
         T: FnOnce(CancellationToken) -> F,
         F: Future<Output = bool> + Send + 'static,
     {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.inner.locked();
         if inner.closed
             || inner.over.contains(uid)
             || inner.running.get(uid).is_some_and(|h| !h.is_finished())
@@ -237,7 +238,7 @@ impl Replays {
         // happens under the same lock.
         let handle = tokio::spawn(async move {
             let over = task.await;
-            let mut inner = registry.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut inner = registry.inner.locked();
             inner.running.remove(&key);
             if over {
                 inner.over.insert(key);
@@ -249,7 +250,7 @@ impl Replays {
 
     /// Replays running now.
     pub fn len(&self) -> usize {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = self.inner.locked();
         inner.running.values().filter(|h| !h.is_finished()).count()
     }
 
@@ -265,7 +266,7 @@ impl Replays {
     /// ([`SHUTDOWN_GRACE`](crate::controller::SHUTDOWN_GRACE)).
     pub async fn shutdown(&self) {
         let handles: Vec<JoinHandle<()>> = {
-            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut inner = self.inner.locked();
             inner.closed = true;
             self.stop.cancel();
             inner.running.drain().map(|(_, h)| h).collect()

@@ -16,7 +16,9 @@ use kube::Client;
 use crate::backoff::Backoff;
 use crate::broker::{BrokerClient, BrokerFactory, RequestCounts};
 use crate::broker::{BrokerConnection, BrokerError};
+use crate::clock::{self, Clock};
 use crate::crd::BackoffStrategy;
+use crate::lock::Locked;
 use crate::metrics::Metrics;
 
 /// Field manager of every server-side apply and patch of the operator.
@@ -89,7 +91,7 @@ impl BrokerClients {
                 .as_deref()
                 .unwrap_or_default()
         );
-        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        let mut clients = self.clients.locked();
         if let Some(c) = clients.get(&key) {
             return Ok(c.clone());
         }
@@ -102,7 +104,7 @@ impl BrokerClients {
         for k in stale {
             if let Some(old) = clients.remove(&k) {
                 let counts = old.request_counts();
-                let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+                let mut retired = self.retired.locked();
                 retired.reads += counts.reads;
                 retired.writes += counts.writes;
             }
@@ -114,8 +116,8 @@ impl BrokerClients {
 
     /// Management-API requests made by every client so far (reads and writes).
     pub fn request_counts(&self) -> RequestCounts {
-        let clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        let retired = *self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        let clients = self.clients.locked();
+        let retired = *self.retired.locked();
         clients.values().fold(retired, |mut acc, c| {
             let n = c.request_counts();
             acc.reads += n.reads;
@@ -126,21 +128,13 @@ impl BrokerClients {
 
     /// Number of clients held.
     pub fn len(&self) -> usize {
-        self.clients.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.clients.locked().len()
     }
 
     /// `true` when no client was built yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-/// A clock returning the current time (injected so tests are deterministic).
-pub type Clock = Arc<dyn Fn() -> Time + Send + Sync>;
-
-/// The system clock.
-pub fn system_clock() -> Clock {
-    Arc::new(|| Time(k8s_openapi::jiff::Timestamp::now()))
 }
 
 /// Per-object exponential backoff after failed reconciles: 5 s, 10 s, 20 s … capped at
@@ -182,7 +176,7 @@ impl ErrorBackoff {
     /// Records one more failure of `key` and returns how long to wait before the next
     /// attempt, with the failure count (1 for the first).
     pub fn next_delay(&self, key: &str) -> (Duration, u32) {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut failures = self.failures.locked();
         let n = failures.entry(key.to_string()).or_insert(0);
         *n = n.saturating_add(1);
         let ms = self.backoff.delay_ms(*n, None, &mut rand::rng());
@@ -196,20 +190,12 @@ impl ErrorBackoff {
 
     /// Forgets the failures of `key` (after a success).
     pub fn reset(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+        self.failures.locked().remove(key);
     }
 
     /// Failures of `key` so far.
     pub fn failures(&self, key: &str) -> u32 {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .copied()
-            .unwrap_or(0)
+        self.failures.locked().get(key).copied().unwrap_or(0)
     }
 }
 
@@ -253,7 +239,7 @@ impl Context {
             client,
             metrics,
             brokers,
-            clock: system_clock(),
+            clock: clock::system(),
             reporter: Reporter {
                 controller: REPORTING_CONTROLLER.into(),
                 instance: Some(instance.to_string()),

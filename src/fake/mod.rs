@@ -56,6 +56,7 @@ use super::rabbitmq::{effective_delivery_limit, pattern_matches};
 use crate::broker::message::Message;
 use crate::broker::{BrokerClient, BrokerConnection, BrokerError, BrokerFactory, QueueLimits};
 use crate::dlq::route::{destinations, routing_keys, Binding, ExchangeRoute};
+use crate::lock::Locked;
 
 /// The endpoint named in the fake's errors.
 pub const ENDPOINT: &str = "fake://broker";
@@ -179,7 +180,7 @@ impl FakeBroker {
 
     /// The state, locked (a panic of another holder does not poison it for tests).
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Sets the failure every call of the seam meets (`None`: none).

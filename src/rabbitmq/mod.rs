@@ -80,6 +80,7 @@ pub use snapshot::Snapshot;
 use crate::broker::{
     ApplyReport, BrokerConnection, BrokerError, DeleteOutcome, QueueDepth, RemovalReport,
 };
+use crate::lock::Locked;
 use crate::topology::DesiredTopology;
 
 /// A RabbitMQ broker reached through its management HTTP API.
@@ -240,10 +241,7 @@ impl RabbitMq {
     /// Logs why the `prometheusUri` answer was not used: a warning at most every
     /// `PROMETHEUS_WARNING_INTERVAL` per client, the repeats at debug level.
     fn warn_prometheus(&self, vhost: &str, why: &str) {
-        let mut warned = self
-            .prometheus_warned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut warned = self.prometheus_warned.locked();
         if warned.is_none_or(|t| t.elapsed() >= PROMETHEUS_WARNING_INTERVAL) {
             *warned = Some(std::time::Instant::now());
             tracing::warn!(

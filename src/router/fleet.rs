@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use super::metrics::RouterMetrics;
 use super::worker::{self, Target};
+use crate::lock::Locked;
 
 /// A running router: what it was started with, and how to stop it.
 struct Running {
@@ -43,7 +44,7 @@ impl Fleet {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Running>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+        self.running.locked()
     }
 
     /// Makes sure a router runs for `target`: starts one, or restarts it when the target

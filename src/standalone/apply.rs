@@ -12,6 +12,7 @@ use super::{Planned, Summary};
 use crate::broker::{
     ApplyReport, BrokerClient, BrokerConnection, BrokerError, BrokerFactory, Outcome,
 };
+use crate::lock::Locked;
 use crate::reconcile;
 use crate::status::conditions;
 
@@ -87,7 +88,7 @@ impl Clients {
         brokers: &dyn BrokerFactory,
         conn: &BrokerConnection,
     ) -> Result<Arc<dyn BrokerClient>, BrokerError> {
-        let mut clients = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut clients = self.0.locked();
         if let Some((_, c)) = clients.iter().find(|(k, _)| k == conn) {
             return Ok(c.clone());
         }

@@ -44,6 +44,7 @@ use crate::topology::DesiredTopology;
 
 #[cfg(test)]
 mod fast_tests;
+use crate::lock::Locked;
 use crate::status::maturity;
 pub use crate::status::{
     backlog_condition, backlog_events, backlog_status, reachable_condition, reachable_events,
@@ -98,10 +99,7 @@ pub struct Targets {
 impl Targets {
     /// Watches `key` as `target` (replacing what was there) and wakes the monitor.
     pub fn set(&self, key: &str, target: Target) {
-        self.targets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), target);
+        self.targets.locked().insert(key.to_string(), target);
         self.changed.notify_one();
     }
 
@@ -132,11 +130,7 @@ impl Targets {
 
     /// Stops watching `key`.
     pub fn remove(&self, key: &str) {
-        let removed = self
-            .targets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+        let removed = self.targets.locked().remove(key);
         if removed.is_some() {
             self.changed.notify_one();
         }
@@ -144,19 +138,11 @@ impl Targets {
 
     /// The keys watched.
     pub fn keys(&self) -> Vec<String> {
-        self.targets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect()
+        self.targets.locked().keys().cloned().collect()
     }
 
     fn snapshot(&self) -> BTreeMap<String, Target> {
-        self.targets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.targets.locked().clone()
     }
 }
 

@@ -28,6 +28,7 @@ use super::status::{
     set_counts,
 };
 use super::{retry_delay, RUN_ATTEMPTS};
+use crate::lock::Locked;
 
 /// Status writes tried per checkpoint before the run is stopped (after an error: 400 ms,
 /// then 800 ms apart; a conflict is read again at once).
@@ -87,20 +88,13 @@ impl Job {
             if attempt > 0 && !last.is_empty() {
                 tokio::time::sleep(Duration::from_millis(200 << attempt.min(8))).await;
             }
-            let rv = self
-                .resource_version
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
+            let rv = self.resource_version.locked().clone();
             let written =
                 crate::controller::apply_status_at(&self.ctx.shared, &ar, &self.obj, status, &rv)
                     .await;
             match written {
                 Ok(rv) => {
-                    *self
-                        .resource_version
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner()) = rv;
+                    *self.resource_version.locked() = rv;
                     return Ok(());
                 }
                 Err(Error::Kube(kube::Error::Api(s))) if s.code == 404 => {
@@ -115,10 +109,7 @@ impl Job {
                     );
                     match api.get_opt(&self.obj.name_any()).await {
                         Ok(Some(o)) if o.metadata.uid == self.obj.metadata.uid => {
-                            *self
-                                .resource_version
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner()) =
+                            *self.resource_version.locked() =
                                 o.metadata.resource_version.unwrap_or_default();
                         }
                         Ok(_) => return Err(WriteError::Gone),

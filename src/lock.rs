@@ -1,0 +1,39 @@
+//! The one way this crate takes a lock: [`Locked::locked`]. A `Mutex` is poisoned when a
+//! thread panicked while holding it; every value guarded in this crate is left consistent
+//! between two statements (a counter, a map entry replaced whole), so the lock is taken
+//! over instead of panicking in turn (`std::sync::PoisonError::into_inner`).
+
+use std::sync::{Mutex, MutexGuard};
+
+/// A mutex whose poisoning is recovered from (module doc: why that is safe here).
+pub trait Locked<T> {
+    /// Locks, blocking the thread until the lock is free; a poisoned lock is taken over.
+    fn locked(&self) -> MutexGuard<'_, T>;
+}
+
+impl<T> Locked<T> for Mutex<T> {
+    fn locked(&self) -> MutexGuard<'_, T> {
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poisoned_lock_is_taken_over_with_its_value() {
+        let m = std::sync::Arc::new(Mutex::new(1));
+        let held = m.clone();
+        let panicked = std::thread::spawn(move || {
+            let mut g = held.lock().expect("first lock");
+            *g = 2;
+            panic!("poison it");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(m.is_poisoned());
+        assert_eq!(*m.locked(), 2);
+    }
+}
