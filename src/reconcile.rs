@@ -17,22 +17,10 @@ use crate::topology::{self, DesiredTopology};
 /// label ([`ReconcileError::metric_label`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    /// The DeadLetterQueue or its RetryPolicy fails validation.
-    #[error("{kind} {name}: invalid spec: {source}")]
-    InvalidSpec {
-        /// Kind of the invalid resource (the DeadLetterQueue or its RetryPolicy).
-        kind: ResourceKind,
-        /// `namespace/name`.
-        name: String,
-        /// The invalid fields.
-        source: InvalidSpec,
-    },
-    /// `spec.retryPolicyRef` names a RetryPolicy that does not exist.
-    #[error("spec.retryPolicyRef.name: RetryPolicy {0} not found")]
-    RetryPolicyNotFound(String),
-    /// `spec.broker.secretRef` names a Secret that does not exist.
-    #[error("spec.broker.secretRef.name: Secret {0} not found")]
-    SecretNotFound(String),
+    /// Validating or planning failed ([`plan`]): an invalid spec, a missing reference or
+    /// an unusable Secret.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     /// Another DeadLetterQueue already manages a queue or exchange this one plans (on the
     /// same broker Secret and vhost): applying both would make them overwrite each other's
     /// policies.
@@ -52,32 +40,38 @@ impl ReconcileError {
     /// Condition reason for this error (e.g. `InvalidSpec`, `BrokerUnreachable`).
     pub fn reason(&self) -> &'static str {
         match self {
-            ReconcileError::InvalidSpec { .. } => "InvalidSpec",
-            ReconcileError::RetryPolicyNotFound(_) => "RetryPolicyNotFound",
-            ReconcileError::SecretNotFound(_) => "SecretNotFound",
+            ReconcileError::Plan(e) => e.reason(),
             ReconcileError::NameConflict { .. } => "NameConflict",
-            ReconcileError::Broker(e) => match e {
-                BrokerError::Unreachable { .. } => "BrokerUnreachable",
-                BrokerError::AuthFailed { .. } => "BrokerAuthFailed",
-                BrokerError::ArgumentConflict { .. } => "ArgumentConflict",
-                BrokerError::InvalidSecret { .. } => "InvalidSecret",
-                BrokerError::Tls { .. } => "BrokerTlsError",
-                BrokerError::NotFound { .. } => "BrokerNotFound",
-                BrokerError::NameOwned { .. } => "NameConflict",
-                BrokerError::Api { .. } | BrokerError::Amqp { .. } => "BrokerError",
-            },
+            ReconcileError::Broker(e) => broker_reason(e),
         }
     }
 
     /// Metric label (`result` of `dlq_operator_reconcile_total`).
     pub fn metric_label(&self) -> &'static str {
         match self {
-            ReconcileError::InvalidSpec { .. } => "invalid_spec",
-            ReconcileError::RetryPolicyNotFound(_) => "retry_policy_not_found",
-            ReconcileError::SecretNotFound(_) => "secret_not_found",
+            ReconcileError::Plan(e) => e.metric_label(),
             ReconcileError::NameConflict { .. } => "name_conflict",
             ReconcileError::Broker(e) => e.metric_label(),
         }
+    }
+
+    /// `true` for an error a retry cannot fix: an invalid spec waits for a change.
+    pub fn is_invalid_spec(&self) -> bool {
+        matches!(self, ReconcileError::Plan(PlanError::InvalidSpec { .. }))
+    }
+}
+
+/// The condition reason of a broker error (e.g. `BrokerUnreachable`, `InvalidSecret`).
+pub fn broker_reason(e: &BrokerError) -> &'static str {
+    match e {
+        BrokerError::Unreachable { .. } => "BrokerUnreachable",
+        BrokerError::AuthFailed { .. } => "BrokerAuthFailed",
+        BrokerError::ArgumentConflict { .. } => "ArgumentConflict",
+        BrokerError::InvalidSecret { .. } => "InvalidSecret",
+        BrokerError::Tls { .. } => "BrokerTlsError",
+        BrokerError::NotFound { .. } => "BrokerNotFound",
+        BrokerError::NameOwned { .. } => "NameConflict",
+        BrokerError::Api { .. } | BrokerError::Amqp { .. } => "BrokerError",
     }
 }
 
@@ -137,15 +131,25 @@ pub enum PlanError {
     Secret(BrokerError),
 }
 
-impl From<PlanError> for ReconcileError {
-    fn from(e: PlanError) -> Self {
-        match e {
-            PlanError::InvalidSpec { kind, name, source } => {
-                ReconcileError::InvalidSpec { kind, name, source }
-            }
-            PlanError::RetryPolicyNotFound(name) => ReconcileError::RetryPolicyNotFound(name),
-            PlanError::SecretNotFound(name) => ReconcileError::SecretNotFound(name),
-            PlanError::Secret(e) => ReconcileError::Broker(e),
+impl PlanError {
+    /// Condition reason (`InvalidSpec`, `RetryPolicyNotFound`, `SecretNotFound`, or the
+    /// Secret's broker error's: `InvalidSecret`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PlanError::InvalidSpec { .. } => "InvalidSpec",
+            PlanError::RetryPolicyNotFound(_) => "RetryPolicyNotFound",
+            PlanError::SecretNotFound(_) => "SecretNotFound",
+            PlanError::Secret(e) => broker_reason(e),
+        }
+    }
+
+    /// Metric label (`result` of `dlq_operator_reconcile_total`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            PlanError::InvalidSpec { .. } => "invalid_spec",
+            PlanError::RetryPolicyNotFound(_) => "retry_policy_not_found",
+            PlanError::SecretNotFound(_) => "secret_not_found",
+            PlanError::Secret(e) => e.metric_label(),
         }
     }
 }
@@ -171,8 +175,8 @@ pub struct Prepared {
 /// with its error as the [`ReconcileError`] a driver reports. Pure: no network.
 ///
 /// # Errors
-/// As [`plan`]: [`ReconcileError::InvalidSpec`] (naming the fields), `RetryPolicyNotFound`,
-/// `SecretNotFound`, or `Broker(InvalidSecret)` for an unusable Secret.
+/// [`plan`]'s [`PlanError`] as [`ReconcileError::Plan`]: `InvalidSpec` (naming the fields),
+/// `RetryPolicyNotFound`, `SecretNotFound`, or `Secret(InvalidSecret)` for an unusable Secret.
 pub fn prepare(
     dlq: &DeadLetterQueue,
     policy: Option<&RetryPolicy>,

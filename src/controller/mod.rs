@@ -87,6 +87,10 @@ pub enum Error {
     /// written to the object's status.
     #[error(transparent)]
     Reconcile(#[from] ReconcileError),
+    /// Resolving a DeadLetterQueue gave no verdict on it: a read of it or of what it
+    /// references failed (the Kubernetes API error, nested), or it is not there.
+    #[error(transparent)]
+    Resolve(NoVerdict),
     /// `deletionPolicy: Delete` cannot proceed: a queue still holds messages or has
     /// consumers. The finalizer is kept.
     #[error("deletion blocked: {0}")]
@@ -120,7 +124,8 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         use kube::runtime::finalizer::Error as F;
         match self.root() {
-            Error::Kube(_) => "kube_api",
+            // A DeadLetterQueue not there is the API server's 404 for it.
+            Error::Kube(_) | Error::Resolve(_) => "kube_api",
             Error::Reconcile(e) => e.metric_label(),
             Error::DeletionBlocked(_) => "deletion_blocked",
             Error::NoNamespace => "no_namespace",
@@ -166,31 +171,19 @@ impl Error {
     /// `true` for errors a retry cannot fix (an invalid spec): the object waits for a
     /// change instead of being retried.
     pub fn is_permanent(&self) -> bool {
-        matches!(
-            self.root(),
-            Error::Reconcile(ReconcileError::InvalidSpec { .. })
-        )
+        matches!(self.root(), Error::Reconcile(e) if e.is_invalid_spec())
     }
 }
 
 /// A failed resolve of a DeadLetterQueue ([`crate::resolve::object_in_cluster`]) as the
 /// controllers report it: `Ok` the verdict on the resource (its conditions' reason and
-/// message), `Err` the error to retry with backoff: a failed read's Kubernetes API error
-/// ([`Error::Kube`]); a DeadLetterQueue not found (which only a read by name says) as the
-/// API server's own 404 for it.
+/// message), `Err` the error to retry with backoff ([`Error::Resolve`]: a failed read, or a
+/// DeadLetterQueue that is not there).
 ///
 /// # Errors
-/// [`Error::Kube`], for those two.
+/// [`Error::Resolve`], for those two.
 pub(crate) fn resolve_verdict(e: ResolveError) -> Result<ReconcileError, Error> {
-    match e.into_reconcile() {
-        Ok(verdict) => Ok(verdict),
-        Err(NoVerdict::Api { source, .. }) => Err(Error::Kube(source)),
-        Err(NoVerdict::DeadLetterQueueNotFound { name }) => {
-            let message = format!("DeadLetterQueue {name} not found");
-            let status = kube::core::Status::failure(&message, "NotFound").with_code(404);
-            Err(Error::Kube(kube::Error::Api(status.boxed())))
-        }
-    }
+    e.into_reconcile().map_err(Error::Resolve)
 }
 
 /// Writes `status` of `obj` (a resource of `resource`) with `shared`'s client by

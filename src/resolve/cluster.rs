@@ -12,7 +12,7 @@ use super::{Found, References, ResolveError, Resolved};
 use crate::crd::{DeadLetterQueue, RetryPolicy};
 use crate::manifest::object_key;
 use crate::object::{api_resource, decode};
-use crate::reconcile::ResourceKind;
+use crate::reconcile::{PlanError, ResourceKind};
 
 /// The cluster behind `client`, read with the client's credentials.
 #[derive(Clone)]
@@ -41,11 +41,7 @@ impl Cluster {
         let found = api
             .get_opt(name)
             .await
-            .map_err(|source| ResolveError::Api {
-                kind,
-                name: format!("{namespace}/{name}"),
-                source,
-            })?;
+            .map_err(|source| ResolveError::api(kind, format!("{namespace}/{name}"), source))?;
         Ok(found.map(|o| decode::<K>(&o)))
     }
 }
@@ -77,10 +73,8 @@ impl References for Cluster {
         Api::<Secret>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
             .await
-            .map_err(|source| ResolveError::Api {
-                kind: ResourceKind::Secret,
-                name: format!("{namespace}/{name}"),
-                source,
+            .map_err(|source| {
+                ResolveError::api(ResourceKind::Secret, format!("{namespace}/{name}"), source)
             })
     }
 }
@@ -118,12 +112,14 @@ pub async fn object_in_cluster(
 ) -> Result<Resolved, ResolveError> {
     let dlq = decode::<DeadLetterQueue>(obj).map_err(|source| {
         let key = object_key(&obj.metadata);
-        ResolveError::Invalid {
-            dead_letter_queue: key.clone(),
-            kind: ResourceKind::DeadLetterQueue,
-            name: key,
-            source,
-        }
+        ResolveError::from_plan(
+            &key,
+            PlanError::InvalidSpec {
+                kind: ResourceKind::DeadLetterQueue,
+                name: key.clone(),
+                source,
+            },
+        )
     })?;
     in_cluster(client, namespace, dlq).await
 }

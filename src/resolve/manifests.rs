@@ -15,7 +15,7 @@ use crate::manifest::{
     self, namespace_of, object_key, Loaded, ManifestError, Manifests, SourceRef,
 };
 use crate::ownership::Claim;
-use crate::reconcile::{Prepared, ResourceKind};
+use crate::reconcile::{PlanError, Prepared, ResourceKind};
 
 /// The manifests answer every lookup at once (the futures are ready).
 impl References for Manifests {
@@ -157,10 +157,13 @@ pub fn manifest_error(
         m.secret(ns, &dlq.spec.broker.secret_ref.name)
             .map(|s| s.source.clone())
     };
-    match e {
-        ResolveError::Invalid {
-            kind, name, source, ..
-        } => {
+    let source = match e {
+        ResolveError::Plan { source, .. } => source,
+        // Not from the manifests' lookups: they neither fail nor look a DeadLetterQueue up.
+        e @ ResolveError::NoVerdict(_) => return field("spec", e.to_string()),
+    };
+    match source {
+        PlanError::InvalidSpec { kind, name, source } => {
             let origin = match kind {
                 ResourceKind::RetryPolicy => policy_source(),
                 ResourceKind::Secret => secret_source(),
@@ -173,23 +176,19 @@ pub fn manifest_error(
                 &source,
             )
         }
-        ResolveError::RetryPolicyNotFound { name, .. } => field(
+        PlanError::RetryPolicyNotFound(name) => field(
             "spec.retryPolicyRef.name",
             format!("RetryPolicy {name} not found in the manifests"),
         ),
-        ResolveError::SecretNotFound { name, .. } => field(
+        PlanError::SecretNotFound(name) => field(
             "spec.broker.secretRef.name",
             format!("Secret {name} not found in the manifests"),
         ),
-        ResolveError::InvalidSecret {
-            source:
-                BrokerError::InvalidSecret {
-                    key: data_key,
-                    reason,
-                    ..
-                },
+        PlanError::Secret(BrokerError::InvalidSecret {
+            key: data_key,
+            reason,
             ..
-        } => ManifestError::from_invalid(
+        }) => ManifestError::from_invalid(
             secret_source().as_ref().unwrap_or(&d.source),
             ResourceKind::Secret.as_str(),
             &format!("{ns}/{}", dlq.spec.broker.secret_ref.name),
@@ -199,11 +198,7 @@ pub fn manifest_error(
             }]),
         ),
         // Not from a Secret's reading today: said on the resource as it is.
-        ResolveError::InvalidSecret { source, .. } => field("spec", source.to_string()),
-        // Not from the manifests' lookups: they neither fail nor look a DeadLetterQueue up.
-        e @ (ResolveError::DeadLetterQueueNotFound { .. } | ResolveError::Api { .. }) => {
-            field("spec", e.to_string())
-        }
+        PlanError::Secret(source) => field("spec", source.to_string()),
     }
 }
 

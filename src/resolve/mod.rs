@@ -19,7 +19,6 @@ use std::future::Future;
 
 use k8s_openapi::api::core::v1::Secret;
 
-use crate::broker::BrokerError;
 use crate::crd::{DeadLetterQueue, InvalidSpec, RetryPolicy};
 use crate::manifest::object_key;
 use crate::reconcile::{self, PlanError, Prepared, ReconcileError, ResourceKind};
@@ -36,7 +35,7 @@ pub trait References {
     /// The DeadLetterQueue `name` of `namespace`.
     ///
     /// # Errors
-    /// [`ResolveError::Api`] when it cannot be read.
+    /// [`NoVerdict::Api`] when it cannot be read.
     fn read_dead_letter_queue(
         &self,
         namespace: &str,
@@ -46,7 +45,7 @@ pub trait References {
     /// The RetryPolicy `name` of `namespace`.
     ///
     /// # Errors
-    /// [`ResolveError::Api`] when it cannot be read.
+    /// [`NoVerdict::Api`] when it cannot be read.
     fn read_retry_policy(
         &self,
         namespace: &str,
@@ -56,7 +55,7 @@ pub trait References {
     /// The Secret `name` of `namespace` (`None` when it does not exist).
     ///
     /// # Errors
-    /// [`ResolveError::Api`] when it cannot be read.
+    /// [`NoVerdict::Api`] when it cannot be read.
     fn read_secret(
         &self,
         namespace: &str,
@@ -79,125 +78,58 @@ pub struct Resolved {
     pub prepared: Prepared,
 }
 
-/// Why a DeadLetterQueue cannot be resolved: which object is at fault (the resource, its
-/// RetryPolicy or its Secret) and how (missing, invalid with the field errors, an unusable
-/// broker Secret, or the read failed). The messages are the `dlq` commands' (`cannot read
-/// …`, `DeadLetterQueue ns/name: …`).
+/// Why a DeadLetterQueue cannot be resolved: a verdict on the resource ([`PlanError`]:
+/// which object is at fault — the resource, its RetryPolicy or its Secret — and how), or no
+/// verdict ([`NoVerdict`]: the resource is not there, or a read failed). The messages are
+/// the `dlq` commands' (`cannot read …`, `DeadLetterQueue ns/name: …`).
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    /// The DeadLetterQueue asked for by name does not exist.
-    #[error("DeadLetterQueue {name} not found")]
-    DeadLetterQueueNotFound {
-        /// `namespace/name`.
-        name: String,
-    },
-    /// `spec.retryPolicyRef` names a RetryPolicy that does not exist.
-    #[error("DeadLetterQueue {dead_letter_queue}: spec.retryPolicyRef.name: RetryPolicy {name} not found")]
-    RetryPolicyNotFound {
-        /// The DeadLetterQueue's `namespace/name`.
-        dead_letter_queue: String,
-        /// The RetryPolicy's `namespace/name`.
-        name: String,
-    },
-    /// `spec.broker.secretRef` names a Secret that does not exist.
-    #[error(
-        "DeadLetterQueue {dead_letter_queue}: spec.broker.secretRef.name: Secret {name} not found"
-    )]
-    SecretNotFound {
-        /// The DeadLetterQueue's `namespace/name`.
-        dead_letter_queue: String,
-        /// The Secret's `namespace/name`.
-        name: String,
-    },
-    /// The DeadLetterQueue or its RetryPolicy fails validation, or does not decode.
-    #[error("DeadLetterQueue {dead_letter_queue}: {kind} {name}: invalid spec: {source}")]
-    Invalid {
-        /// The DeadLetterQueue's `namespace/name`.
-        dead_letter_queue: String,
-        /// Which object is invalid.
-        kind: ResourceKind,
-        /// Its `namespace/name`.
-        name: String,
-        /// The invalid fields.
-        source: InvalidSpec,
-    },
-    /// The Secret does not make a broker connection
-    /// ([`BrokerError::InvalidSecret`] naming the key and what is wrong).
+    /// Validating or planning the DeadLetterQueue failed ([`reconcile::plan`]).
     #[error("DeadLetterQueue {dead_letter_queue}: {source}")]
-    InvalidSecret {
+    Plan {
         /// The DeadLetterQueue's `namespace/name`.
         dead_letter_queue: String,
-        /// Why.
-        source: BrokerError,
+        /// Which object is at fault, and how.
+        source: PlanError,
     },
-    /// An object could not be read (the Kubernetes API server's error).
-    #[error("cannot read {kind} {name}: {source}")]
-    Api {
-        /// What was read.
-        kind: ResourceKind,
-        /// Its `namespace/name`.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
+    /// Nothing to say about the resource: it is missing, or an object could not be read.
+    #[error(transparent)]
+    NoVerdict(#[from] NoVerdict),
 }
 
 impl ResolveError {
     /// The error of [`reconcile::plan`] for the DeadLetterQueue `dead_letter_queue`
     /// (`namespace/name`).
-    pub fn from_plan(dead_letter_queue: &str, e: PlanError) -> Self {
-        let dead_letter_queue = dead_letter_queue.to_string();
-        match e {
-            PlanError::InvalidSpec { kind, name, source } => ResolveError::Invalid {
-                dead_letter_queue,
-                kind,
-                name,
-                source,
-            },
-            PlanError::RetryPolicyNotFound(name) => ResolveError::RetryPolicyNotFound {
-                dead_letter_queue,
-                name,
-            },
-            PlanError::SecretNotFound(name) => ResolveError::SecretNotFound {
-                dead_letter_queue,
-                name,
-            },
-            PlanError::Secret(source) => ResolveError::InvalidSecret {
-                dead_letter_queue,
-                source,
-            },
+    pub fn from_plan(dead_letter_queue: &str, source: PlanError) -> Self {
+        ResolveError::Plan {
+            dead_letter_queue: dead_letter_queue.to_string(),
+            source,
         }
     }
 
-    /// The resource's reconcile error (its conditions' reason and message, as the
-    /// controller writes them) when the failure is the DeadLetterQueue's or what it
-    /// references; [`NoVerdict`] when it is not a verdict on the resource: it does not exist
-    /// ([`ResolveError::DeadLetterQueueNotFound`]) or could not be read
-    /// ([`ResolveError::Api`], to retry).
+    /// An object that could not be read (the API server's `source` error).
+    pub fn api(kind: ResourceKind, name: String, source: kube::Error) -> Self {
+        NoVerdict::Api { kind, name, source }.into()
+    }
+
+    /// What the controllers write to the DeadLetterQueue's conditions: `Ok` the verdict
+    /// ([`ReconcileError::Plan`], the same reason and message as the reconcile core's), or
+    /// `Err` when there is none: the DeadLetterQueue is not there
+    /// ([`NoVerdict::DeadLetterQueueNotFound`]) or could not be read ([`NoVerdict::Api`],
+    /// to retry).
     ///
     /// # Errors
     /// [`NoVerdict`], for those two.
     pub fn into_reconcile(self) -> Result<ReconcileError, NoVerdict> {
         match self {
-            ResolveError::RetryPolicyNotFound { name, .. } => {
-                Ok(ReconcileError::RetryPolicyNotFound(name))
-            }
-            ResolveError::SecretNotFound { name, .. } => Ok(ReconcileError::SecretNotFound(name)),
-            ResolveError::Invalid {
-                kind, name, source, ..
-            } => Ok(ReconcileError::InvalidSpec { kind, name, source }),
-            ResolveError::InvalidSecret { source, .. } => Ok(ReconcileError::Broker(source)),
-            ResolveError::DeadLetterQueueNotFound { name } => {
-                Err(NoVerdict::DeadLetterQueueNotFound { name })
-            }
-            ResolveError::Api { kind, name, source } => Err(NoVerdict::Api { kind, name, source }),
+            ResolveError::Plan { source, .. } => Ok(ReconcileError::Plan(source)),
+            ResolveError::NoVerdict(e) => Err(e),
         }
     }
 }
 
 /// A [`ResolveError`] that is no verdict on the DeadLetterQueue
-/// ([`ResolveError::into_reconcile`]): nothing to write to its conditions. The variants and
-/// messages are [`ResolveError`]'s of the same name.
+/// ([`ResolveError::into_reconcile`]): nothing to write to its conditions.
 #[derive(Debug, thiserror::Error)]
 pub enum NoVerdict {
     /// The DeadLetterQueue asked for by name does not exist.
@@ -225,20 +157,17 @@ pub enum NoVerdict {
 /// ([`reconcile::plan`]).
 ///
 /// # Errors
-/// [`ResolveError::Invalid`] (the DeadLetterQueue or its RetryPolicy, naming the fields),
-/// [`ResolveError::RetryPolicyNotFound`], [`ResolveError::SecretNotFound`],
-/// [`ResolveError::InvalidSecret`], or [`ResolveError::Api`] from a read.
+/// [`ResolveError::Plan`]: [`PlanError::InvalidSpec`] (the DeadLetterQueue or its
+/// RetryPolicy, naming the fields), [`PlanError::RetryPolicyNotFound`],
+/// [`PlanError::SecretNotFound`], [`PlanError::Secret`]; or [`NoVerdict::Api`] from a read.
 pub async fn resolve<R: References + ?Sized>(
     refs: &R,
     namespace: &str,
     dlq: DeadLetterQueue,
 ) -> Result<Resolved, ResolveError> {
     let key = object_key(&dlq.metadata);
-    let invalid = |kind, name: String, source| ResolveError::Invalid {
-        dead_letter_queue: key.clone(),
-        kind,
-        name,
-        source,
+    let invalid = |kind, name: String, source| {
+        ResolveError::from_plan(&key, PlanError::InvalidSpec { kind, name, source })
     };
     dlq.spec
         .validate()
@@ -266,22 +195,22 @@ pub async fn resolve<R: References + ?Sized>(
             secret,
             prepared,
         }),
-        (None, _) => Err(ResolveError::RetryPolicyNotFound {
-            dead_letter_queue: key,
-            name: format!("{namespace}/{policy_name}"),
-        }),
-        (Some(_), None) => Err(ResolveError::SecretNotFound {
-            name: format!("{namespace}/{}", dlq.spec.broker.secret_ref.name),
-            dead_letter_queue: key,
-        }),
+        (None, _) => Err(ResolveError::from_plan(
+            &key,
+            PlanError::RetryPolicyNotFound(format!("{namespace}/{policy_name}")),
+        )),
+        (Some(_), None) => Err(ResolveError::from_plan(
+            &key,
+            PlanError::SecretNotFound(format!("{namespace}/{}", dlq.spec.broker.secret_ref.name)),
+        )),
     }
 }
 
 /// Reads the DeadLetterQueue `namespace/name` from `refs` and [`resolve`]s it.
 ///
 /// # Errors
-/// [`ResolveError::DeadLetterQueueNotFound`], [`ResolveError::Invalid`] for one that does
-/// not decode, [`ResolveError::Api`] when it cannot be read, then as [`resolve`].
+/// [`NoVerdict::DeadLetterQueueNotFound`], [`PlanError::InvalidSpec`] for one that does
+/// not decode, [`NoVerdict::Api`] when it cannot be read, then as [`resolve`].
 pub async fn by_name<R: References + ?Sized>(
     refs: &R,
     namespace: &str,
@@ -289,13 +218,15 @@ pub async fn by_name<R: References + ?Sized>(
 ) -> Result<Resolved, ResolveError> {
     let key = format!("{namespace}/{name}");
     match refs.read_dead_letter_queue(namespace, name).await? {
-        None => Err(ResolveError::DeadLetterQueueNotFound { name: key }),
-        Some(Err(source)) => Err(ResolveError::Invalid {
-            dead_letter_queue: key.clone(),
-            kind: ResourceKind::DeadLetterQueue,
-            name: key,
-            source,
-        }),
+        None => Err(NoVerdict::DeadLetterQueueNotFound { name: key }.into()),
+        Some(Err(source)) => Err(ResolveError::from_plan(
+            &key,
+            PlanError::InvalidSpec {
+                kind: ResourceKind::DeadLetterQueue,
+                name: key.clone(),
+                source,
+            },
+        )),
         Some(Ok(dlq)) => resolve(refs, namespace, dlq).await,
     }
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
+use crate::broker::BrokerError;
 use crate::crd::FieldError;
 use crate::manifest::{load_str, Manifests};
 
@@ -77,11 +78,11 @@ impl References for Fake {
     ) -> Result<Option<Secret>, ResolveError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         if self.fail_secret {
-            return Err(ResolveError::Api {
-                kind: ResourceKind::Secret,
-                name: format!("{namespace}/{name}"),
-                source: kube::Error::LinesCodecMaxLineLengthExceeded,
-            });
+            return Err(ResolveError::api(
+                ResourceKind::Secret,
+                format!("{namespace}/{name}"),
+                kube::Error::LinesCodecMaxLineLengthExceeded,
+            ));
         }
         Ok(self.secret.clone())
     }
@@ -149,8 +150,11 @@ fn an_invalid_resource_is_refused_before_anything_is_read() {
         futures::executor::block_on(resolve(&fake, "shop", first_dlq(&m))).expect_err("invalid");
     assert!(matches!(
         e,
-        ResolveError::Invalid {
-            kind: ResourceKind::DeadLetterQueue,
+        ResolveError::Plan {
+            source: PlanError::InvalidSpec {
+                kind: ResourceKind::DeadLetterQueue,
+                ..
+            },
             ..
         }
     ));
@@ -180,10 +184,10 @@ fn an_undecodable_retry_policy_is_invalid_and_a_failed_read_is_an_api_error() {
     let e = futures::executor::block_on(resolve(&failing, "shop", first_dlq(&m))).expect_err("");
     assert!(matches!(
         e,
-        ResolveError::Api {
+        ResolveError::NoVerdict(NoVerdict::Api {
             kind: ResourceKind::Secret,
             ..
-        }
+        })
     ));
     assert_eq!(
         e.to_string(),
@@ -219,55 +223,51 @@ fn every_error() -> Vec<(ResolveError, Option<(&'static str, String)>)> {
         reason: "missing (required)".into(),
     };
     vec![
-        (ResolveError::DeadLetterQueueNotFound { name: dlq() }, None),
         (
-            ResolveError::RetryPolicyNotFound {
-                dead_letter_queue: dlq(),
-                name: "shop/p".into(),
-            },
+            NoVerdict::DeadLetterQueueNotFound { name: dlq() }.into(),
+            None,
+        ),
+        (
+            ResolveError::from_plan(&dlq(), PlanError::RetryPolicyNotFound("shop/p".into())),
             Some((
                 "RetryPolicyNotFound",
                 "spec.retryPolicyRef.name: RetryPolicy shop/p not found".into(),
             )),
         ),
         (
-            ResolveError::SecretNotFound {
-                dead_letter_queue: dlq(),
-                name: "shop/s".into(),
-            },
+            ResolveError::from_plan(&dlq(), PlanError::SecretNotFound("shop/s".into())),
             Some((
                 "SecretNotFound",
                 "spec.broker.secretRef.name: Secret shop/s not found".into(),
             )),
         ),
         (
-            ResolveError::Invalid {
-                dead_letter_queue: dlq(),
-                kind: ResourceKind::RetryPolicy,
-                name: "shop/p".into(),
-                source: invalid("spec.tiers"),
-            },
+            ResolveError::from_plan(
+                &dlq(),
+                PlanError::InvalidSpec {
+                    kind: ResourceKind::RetryPolicy,
+                    name: "shop/p".into(),
+                    source: invalid("spec.tiers"),
+                },
+            ),
             Some((
                 "InvalidSpec",
                 "RetryPolicy shop/p: invalid spec: spec.tiers: bad".into(),
             )),
         ),
         (
-            ResolveError::InvalidSecret {
-                dead_letter_queue: dlq(),
-                source: broker,
-            },
+            ResolveError::from_plan(&dlq(), PlanError::Secret(broker)),
             Some((
                 "InvalidSecret",
                 "secret \"s\": key \"uri\": missing (required)".into(),
             )),
         ),
         (
-            ResolveError::Api {
-                kind: ResourceKind::RetryPolicy,
-                name: "shop/p".into(),
-                source: kube::Error::LinesCodecMaxLineLengthExceeded,
-            },
+            ResolveError::api(
+                ResourceKind::RetryPolicy,
+                "shop/p".into(),
+                kube::Error::LinesCodecMaxLineLengthExceeded,
+            ),
             None,
         ),
     ]
@@ -349,13 +349,13 @@ fn manifest_errors_point_at_the_document_at_fault() {
             "2.yaml (document 1): DeadLetterQueue shop/d: spec: cannot read RetryPolicy shop/p: Error finding newline character",
         ]
     );
-    let other = ResolveError::InvalidSecret {
-        dead_letter_queue: "shop/d".into(),
-        source: BrokerError::Unreachable {
+    let other = ResolveError::from_plan(
+        "shop/d",
+        PlanError::Secret(BrokerError::Unreachable {
             endpoint: "http://rabbit:15672/".into(),
             reason: "refused".into(),
-        },
-    };
+        }),
+    );
     let e = manifests::manifest_error(&m, d, other).to_string();
     assert!(
         e.starts_with("2.yaml (document 1): DeadLetterQueue shop/d: spec: "),

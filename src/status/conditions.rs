@@ -288,8 +288,9 @@ mod tests {
 
     #[test]
     fn errors_carry_their_reason() {
-        let err: Result<ApplyReport, ReconcileError> =
-            Err(ReconcileError::RetryPolicyNotFound("default/p".into()));
+        let err: Result<ApplyReport, ReconcileError> = Err(ReconcileError::Plan(
+            crate::reconcile::PlanError::RetryPolicyNotFound("default/p".into()),
+        ));
         let [topology, ready] = for_reconcile(&err);
         assert_eq!(topology.type_, TOPOLOGY_READY);
         assert_eq!(ready.type_, READY);

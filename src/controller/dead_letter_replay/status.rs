@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::broker::BrokerError;
 use crate::crd::{DeadLetterReplaySpec, DeadLetterReplayStatus, InvalidSpec, ReplayPhase};
 use crate::dlq::replay::{Outcome, ReplayReport};
-use crate::reconcile::{ReconcileError, ResourceKind};
+use crate::reconcile::{PlanError, ReconcileError, ResourceKind};
 use crate::status::conditions::{self, ConditionStatus, Desired, COMPLETE};
 
 use super::plan::{Base, RunPlan, Tally};
@@ -374,11 +374,11 @@ pub fn broker_error_status(
 /// this replay's own spec is fine).
 pub fn pending_reason(e: &ReconcileError) -> &'static str {
     match e {
-        ReconcileError::InvalidSpec {
+        ReconcileError::Plan(PlanError::InvalidSpec {
             kind: ResourceKind::RetryPolicy,
             ..
-        } => "RetryPolicyInvalid",
-        ReconcileError::InvalidSpec { .. } => "DeadLetterQueueInvalid",
+        }) => "RetryPolicyInvalid",
+        ReconcileError::Plan(PlanError::InvalidSpec { .. }) => "DeadLetterQueueInvalid",
         other => other.reason(),
     }
 }
@@ -767,20 +767,22 @@ mod tests {
         assert_eq!((st.as_str(), reason.as_str()), ("True", "InvalidSpec"));
         assert_eq!(message, "spec.filter[0]: unknown key");
 
-        let e = ReconcileError::InvalidSpec {
+        let e = ReconcileError::Plan(PlanError::InvalidSpec {
             kind: ResourceKind::RetryPolicy,
             name: "shop/p".into(),
             source: invalid.clone(),
-        };
+        });
         assert_eq!(pending_reason(&e), "RetryPolicyInvalid");
-        let e = ReconcileError::InvalidSpec {
+        let e = ReconcileError::Plan(PlanError::InvalidSpec {
             kind: ResourceKind::DeadLetterQueue,
             name: "shop/x".into(),
             source: invalid,
-        };
+        });
         assert_eq!(pending_reason(&e), "DeadLetterQueueInvalid");
         assert_eq!(
-            pending_reason(&ReconcileError::SecretNotFound("shop/s".into())),
+            pending_reason(&ReconcileError::Plan(PlanError::SecretNotFound(
+                "shop/s".into()
+            ))),
             "SecretNotFound"
         );
     }

@@ -8,7 +8,7 @@ use crate::controller::context::Context;
 use crate::controller::{resolve_verdict, Error};
 use crate::crd::{DeadLetterQueue, DeadLetterReplaySpec, ReplayTarget};
 use crate::object::api_resource;
-use crate::reconcile::{Prepared, ReconcileError};
+use crate::reconcile::{PlanError, Prepared, ReconcileError};
 use crate::resolve;
 
 use super::status::pending_reason;
@@ -59,7 +59,12 @@ pub(super) async fn target(
     let waiting = |e: ReconcileError| Waiting {
         reason: pending_reason(&e),
         message: format!("DeadLetterQueue {dlq_key}: {e}"),
-        error: matches!(e, ReconcileError::Broker(_)).then_some(e),
+        // A broker error, the Secret's included (as before the errors were nested).
+        error: matches!(
+            e,
+            ReconcileError::Broker(_) | ReconcileError::Plan(PlanError::Secret(_))
+        )
+        .then_some(e),
     };
     let prepared = match resolve::object_in_cluster(ctx.client.clone(), ns, &obj).await {
         Ok(resolved) => resolved.prepared,
