@@ -1,6 +1,6 @@
 //! Replay throughput against the broker's own way of moving messages (issue: "at least as
 //! fast as the shovel"): N messages of 1 KiB in a DeadLetterQueue's dead-letter queue are
-//! moved to its source queue (a) by `dlq::replay::replay` (publisher confirms, ack after
+//! moved to its source queue (a) by `rabbitmq::dlq::replay` (publisher confirms, ack after
 //! confirm, headers rewritten) and (b) by a dynamic shovel (`rabbitmq_shovel`, started
 //! through the management API: `PUT /api/parameters/shovel/%2F/NAME`, `ack-mode:
 //! on-confirm`, `src-delete-after: queue-length`, local `amqp://` URIs) on the same broker

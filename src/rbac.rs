@@ -95,7 +95,7 @@ pub fn allows(api_group: &str, resource: &str, verb: &str) -> bool {
 pub fn markdown() -> String {
     let mut out = String::from(
         "# RBAC: what the operator calls\n\n\
-         Generated from `src/controller/rbac.rs` by `dlq-operator rbac --format markdown`;\n\
+         Generated from `src/rbac.rs` by `dlq-operator rbac --format markdown`;\n\
          a test fails when this file differs. `dlq-operator rbac --format yaml` prints them\n\
          as a ClusterRole to bind to the operator's user or ServiceAccount; a Role with the\n\
          same rules is enough when the operator watches one namespace (`--namespace`).\n\n\

@@ -1,6 +1,7 @@
 //! `dlq-operator report`: the maturity of every DeadLetterQueue, worst first, from the
 //! cluster ([`in_cluster`]) or from manifest files and their brokers ([`in_files`]). The
-//! facts each driver knows ([`crate::maturity::Facts`]) are gathered here; the items and
+//! facts ([`crate::maturity::Facts`]) are read through the helpers of
+//! [`crate::status::maturity`]; the items and
 //! the score are the same as in `status.maturity`.
 //!
 //! - **Cluster**: the spec, the RetryPolicy (found, valid, `Ready`), the status the

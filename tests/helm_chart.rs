@@ -2,7 +2,7 @@
 //! PyPI `helm-python-sdk`) and `kubernetes-validate`, for the default values and the
 //! documented variants: `helm lint --strict` is clean; every rendered object is valid for a
 //! current Kubernetes (strict: an unknown field fails); the RBAC grants exactly the API
-//! calls of `src/controller/rbac.rs`; the operator's Deployment is hardened, probed and
+//! calls of `src/rbac.rs`; the operator's Deployment is hardened, probed and
 //! configured from values, and every Deployment (operator, router, console) passes
 //! arguments the binary accepts; the values schema refuses wrong values with a clear
 //! message; the CRDs are the repository's; NOTES.txt and names follow the values.
@@ -195,7 +195,7 @@ fn rbac_grants_exactly_the_operators_api_calls() {
         assert_eq!(
             flat,
             expected,
-            "{name}: chart grants (left) differ from src/controller/rbac.rs (right)\nmissing: {:?}\nextra: {:?}",
+            "{name}: chart grants (left) differ from src/rbac.rs (right)\nmissing: {:?}\nextra: {:?}",
             expected.difference(&flat).collect::<Vec<_>>(),
             flat.difference(&expected).collect::<Vec<_>>()
         );

@@ -1,16 +1,19 @@
 //! The house in layers (docs/ARCHITECTURE.md, "Modules"): reads the library's own source
 //! and fails when its top-level modules import each other the wrong way.
 //!
+//! - Every top-level module has a layer ([`LAYERS`]: domain, seam, adapters, shared
+//!   engines, drivers) and imports only from its own layer and the layers below.
 //! - A driver (`console`, `controller`, `standalone`, `report`; the CLI is the binary, which
 //!   the library never names) imports no other driver.
-//! - No other module imports a driver.
 //! - No circle among the top-level modules of `src/`.
 //!
-//! An import is a `crate::NAME` path in code (a `use` or a path in an expression), or a
-//! top-level name of a `use crate::{…}` group. Comments and test-only code (a `mod`
-//! declared under `#[cfg(test)]`, and `#[cfg(test)]` items inside a file) are not read:
-//! tests may build fixtures from any layer. Modules are found from `src/lib.rs` by their
-//! `mod` declarations, as the compiler finds them.
+//! An import is a `crate::NAME` path in code (a `use` or a path in an expression), a
+//! top-level name of a `use crate::{…}` group, or a `super::` path that climbs to the crate
+//! root. Comments, string and character literals, and test-only code (a `mod` declared
+//! under `#[cfg(test)]`, and `#[cfg(test)]` items inside a file) are not read: tests may
+//! build fixtures from any layer. Modules are found from `src/lib.rs` by their `mod NAME;`
+//! declarations (the crate has no `#[path]` module); `src/lib.rs` itself must hold nothing
+//! but those, so that no re-export at the root can hide an import.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -18,18 +21,161 @@ use std::path::{Path, PathBuf};
 /// The modules that drive the core: each is a way to run the product.
 const DRIVERS: [&str; 4] = ["console", "controller", "standalone", "report"];
 
-/// The source of `path`, with comments and `#[cfg(test)]` items blanked out.
+/// Every top-level module by layer, lowest first. A module imports from its own layer and
+/// the layers below only; within a layer, the circle check keeps the order.
+const LAYERS: [(&str, &[&str]); 5] = [
+    (
+        "domain",
+        &[
+            "alerts",
+            "backoff",
+            "clock",
+            "compensation",
+            "crd",
+            "duration",
+            "error_class",
+            "filter",
+            "lock",
+            "manifest",
+            "maturity",
+            "monitor",
+            "nesting",
+            "object",
+            "ownership",
+            "printable",
+            "rbac",
+            "topology",
+        ],
+    ),
+    ("seam", &["wire", "dlq", "broker"]),
+    ("adapters", &["rabbitmq"]),
+    (
+        "shared engines",
+        &[
+            "access",
+            "client",
+            "collector",
+            "metrics",
+            "reconcile",
+            "resolve",
+            "router",
+            "serve",
+            "status",
+        ],
+    ),
+    ("drivers", &DRIVERS),
+];
+
+/// The layer index of `module`, if it has one.
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, ms)| ms.contains(&module))
+}
+
+/// The source of `path`, with comments, literals and `#[cfg(test)]` items blanked out.
 fn code_of(path: &Path) -> String {
     let text = std::fs::read_to_string(path).expect("a source file of src/ is readable");
-    let without_comments: String = text
-        .lines()
-        .map(|l| match l.find("//") {
-            Some(i) => &l[..i],
-            None => l,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    strip_test_items(&without_comments)
+    strip_test_items(&blank_comments_and_literals(&text))
+}
+
+/// `text` with every comment and the inside of every string and character literal
+/// replaced by spaces (line breaks kept), so that no brace, `//` or `crate::` in them is
+/// read as code.
+fn blank_comments_and_literals(text: &str) -> String {
+    let c: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |ch: char| if ch == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < c.len() {
+        let next = c.get(i + 1).copied();
+        if c[i] == '/' && next == Some('/') {
+            while i < c.len() && c[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c[i] == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(c[i]));
+                    i += 1;
+                }
+            }
+        } else if c[i] == 'r' && (next == Some('"') || next == Some('#')) && !ident_before(&c, i) {
+            // A raw string: r"…", r#"…"#, …
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while c.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if c.get(j) != Some(&'"') {
+                out.push(c[i]);
+                i += 1;
+                continue;
+            }
+            out.push_str(&" ".repeat(j + 1 - i));
+            i = j + 1;
+            while i < c.len() {
+                if c[i] == '"' && (0..hashes).all(|h| c.get(i + 1 + h) == Some(&'#')) {
+                    out.push_str(&" ".repeat(1 + hashes));
+                    i += 1 + hashes;
+                    break;
+                }
+                out.push(blank(c[i]));
+                i += 1;
+            }
+        } else if c[i] == '"' {
+            out.push(' ');
+            i += 1;
+            while i < c.len() && c[i] != '"' {
+                if c[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                if i < c.len() {
+                    out.push(blank(c[i]));
+                    i += 1;
+                }
+            }
+            out.push(' ');
+            i += 1;
+        } else if c[i] == '\'' && (next == Some('\\') || c.get(i + 2) == Some(&'\'')) {
+            // A character literal ('x', '\n', '\u{7b}'); a lifetime has no closing quote.
+            out.push(' ');
+            i += 1;
+            while i < c.len() && c[i] != '\'' {
+                if c[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                out.push(' ');
+                i += 1;
+            }
+            out.push(' ');
+            i += 1;
+        } else {
+            out.push(c[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Whether the character before `i` continues an identifier (`for` in `for"` is not a
+/// raw string's `r`).
+fn ident_before(c: &[char], i: usize) -> bool {
+    i > 0 && (c[i - 1].is_alphanumeric() || c[i - 1] == '_')
 }
 
 /// `code` without each item that follows `#[cfg(test)]` (up to its `;` or the brace that
@@ -122,37 +268,63 @@ fn library_files(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
     by_module
 }
 
-/// The top-level modules that `code` names through `crate::`.
-fn imports(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+/// The top-level modules that `code` (of a file `depth` modules below the crate root:
+/// `src/a.rs` and `src/a/mod.rs` 1, `src/a/b.rs` 2) names through `crate::`, or through a
+/// `super::` chain that climbs to the crate root.
+fn imports(code: &str, depth: usize, modules: &BTreeSet<String>) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    let mut note = |name: &str| {
-        if modules.contains(name) {
-            found.insert(name.to_string());
+    let mut note = |names: Vec<&str>| {
+        for name in names {
+            if modules.contains(name) {
+                found.insert(name.to_string());
+            }
         }
     };
     for (at, _) in code.match_indices("crate::") {
-        let after = &code[at + "crate::".len()..];
-        if let Some(group) = after.strip_prefix('{') {
-            let body = &group[..closing_brace(after, 0).saturating_sub(1).min(group.len())];
-            let mut depth = 0;
-            let mut start = 0;
-            for (i, c) in body.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => {
-                        note(first_word(&body[start..i]));
-                        start = i + 1;
-                    }
-                    _ => {}
-                }
-            }
-            note(first_word(&body[start..]));
-        } else {
-            note(first_word(after));
+        if !code[..at].ends_with("::") && !code[..at].ends_with('$') {
+            note(names_after(&code[at + "crate::".len()..]));
+        }
+    }
+    for (at, _) in code.match_indices("super::") {
+        if code[..at].ends_with("::") {
+            continue; // inside a chain already counted
+        }
+        let mut rest = &code[at..];
+        let mut climbs = 0;
+        while let Some(r) = rest.strip_prefix("super::") {
+            climbs += 1;
+            rest = r;
+        }
+        if climbs >= depth {
+            note(names_after(rest));
         }
     }
     found
+}
+
+/// The first name of the path `after` (`a::…`), or each top-level name of a group
+/// (`{a::x, b, c::{…}}`).
+fn names_after(after: &str) -> Vec<&str> {
+    let Some(group) = after.strip_prefix('{') else {
+        return vec![first_word(after)];
+    };
+    let body = &group[..closing_brace(after, 0).saturating_sub(1).min(group.len())];
+    let mut names = Vec::new();
+    let mut depth = 0;
+    let mut start = 0;
+    for (i, c) in body.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                names.push(first_word(&body[start..i]));
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    names.push(first_word(&body[start..]));
+    names
 }
 
 /// The identifier at the start of `s` (after spaces).
@@ -175,13 +347,16 @@ fn graph() -> Graph {
     for (module, paths) in &files {
         let edges = g.entry(module.clone()).or_default();
         for path in paths {
-            for to in imports(&code_of(path), &modules) {
+            let rel = path.strip_prefix(&src).unwrap_or(path);
+            let parts = rel.components().count();
+            let depth = if rel.ends_with("mod.rs") {
+                parts - 1
+            } else {
+                parts
+            };
+            for to in imports(&code_of(path), depth, &modules) {
                 if &to != module {
-                    let shown = path
-                        .strip_prefix(&src)
-                        .unwrap_or(path)
-                        .display()
-                        .to_string();
+                    let shown = rel.display().to_string();
                     edges.entry(to).or_default().insert(shown);
                 }
             }
@@ -192,6 +367,18 @@ fn graph() -> Graph {
 
 #[test]
 fn the_library_is_read_whole() {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");
+    let code = code_of(&lib);
+    let not_a_module: Vec<&str> = code
+        .lines()
+        .map(str::trim)
+        .filter(|l| !(l.is_empty() || l.starts_with('#') || l.starts_with("pub mod ")))
+        .collect();
+    assert!(
+        not_a_module.is_empty(),
+        "src/lib.rs holds more than module declarations (a re-export there would hide an \
+         import): {not_a_module:?}"
+    );
     let g = graph();
     // A reader that found nothing would pass every other test.
     for expected in DRIVERS
@@ -278,4 +465,30 @@ fn no_circle_among_top_level_modules() {
             panic!("a circle among top-level modules:\n{}", ties.join("\n"));
         }
     }
+}
+
+#[test]
+fn every_import_runs_down_the_layers_or_stays_in_its_own() {
+    let mut wrong = Vec::new();
+    for (from, edges) in graph() {
+        let Some(own) = layer_of(&from) else {
+            wrong.push(format!("{from} has no layer: add it to LAYERS"));
+            continue;
+        };
+        for (to, files) in edges {
+            match layer_of(&to) {
+                Some(l) if l <= own => {}
+                Some(l) => wrong.push(format!(
+                    "{from} ({}) -> {to} ({}) runs up (in {files:?})",
+                    LAYERS[own].0, LAYERS[l].0
+                )),
+                None => wrong.push(format!("{to} has no layer: add it to LAYERS")),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports against the layers:\n{}",
+        wrong.join("\n")
+    );
 }

@@ -1,5 +1,5 @@
 //! docs/RBAC.md is generated from the operator's own list of API calls
-//! (`src/controller/rbac.rs`), and every call the controller makes is in that list.
+//! (`src/rbac.rs`), and every call the controller makes is in that list.
 
 use dlq_operator::rbac::{allows, markdown, RULES};
 

@@ -680,7 +680,8 @@ impl fmt::Debug for BrokerConnection {
 }
 
 /// Characters percent-encoded in a path segment: everything but RFC 3986 unreserved
-/// characters, so `/` in a vhost becomes `%2F` as the management API requires.
+/// characters, so `/` in a vhost becomes `%2F` (as a URI's vhost path and RabbitMQ's
+/// management API require).
 /// `.` stays encoded: a vhost named `.` or `..` would otherwise be read as a relative
 /// path segment and normalised away by the HTTP client.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'~');

@@ -1,4 +1,5 @@
-//! The depth collector shared by the controller and `run --standalone` (docs/ARCHITECTURE.md, "Monitoring and alerting"):
+//! The depth collector shared by the drivers — the controller, `run --standalone`, the
+//! console and `report` on files (docs/ARCHITECTURE.md, "Monitoring and alerting"):
 //! one management-API listing per broker and vhost per interval
 //! ([`BrokerTopology::queue_depths`](crate::broker::BrokerTopology::queue_depths)), shared by every
 //! DeadLetterQueue on that vhost; from it, each resource's queue depths ([`observe`],

@@ -305,7 +305,7 @@ fn header_shown(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::headers::{ERROR_CLASS, LAST_FAILED_AT};
+    use crate::wire::headers::{ERROR_CLASS, LAST_FAILED_AT};
     use crate::wire::message::{HeaderValue, Message};
 
     #[test]
@@ -340,7 +340,7 @@ mod tests {
 
     /// A dead letter with these fields (`at`: dead-lettering time, ms; `None`: unknown).
     fn letter(class: &str, reason: &str, queue: &str, at: Option<u64>) -> DeadLetter {
-        use crate::client::headers::{ORIGINAL_QUEUE, REASON};
+        use crate::wire::headers::{ORIGINAL_QUEUE, REASON};
         let mut headers: crate::wire::message::Headers = [
             (ERROR_CLASS.to_string(), HeaderValue::text(class)),
             (REASON.to_string(), HeaderValue::text(reason)),

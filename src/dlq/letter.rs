@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::{REPLAYED_AT, REPLAY_COUNT, REPLAY_ID, RESET_ON_REPLAY};
-use crate::client::headers::{
+use crate::wire::headers::{
     ERROR_CLASS, LAST_ERROR, LAST_FAILED_AT, ORIGINAL_EXCHANGE, ORIGINAL_QUEUE,
     ORIGINAL_ROUTING_KEY, REASON, RETRY_COUNT,
 };
@@ -238,7 +238,7 @@ fn preview(body: &[u8], max: usize) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::headers::FIRST_FAILED_AT;
+    use crate::wire::headers::FIRST_FAILED_AT;
 
     fn table(pairs: &[(&str, HeaderValue)]) -> Headers {
         pairs

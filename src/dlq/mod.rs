@@ -39,7 +39,7 @@ pub use letter::{
 };
 pub use ops::DeadLetterOps;
 
-use crate::client::headers::{FIRST_FAILED_AT, LAST_DELAY_MS, LAST_FAILED_AT, REASON, RETRY_COUNT};
+use crate::wire::headers::{FIRST_FAILED_AT, LAST_DELAY_MS, LAST_FAILED_AT, REASON, RETRY_COUNT};
 
 /// `dlq-replayed-at` (long, ms since epoch): when the message was last replayed.
 pub const REPLAYED_AT: &str = "dlq-replayed-at";

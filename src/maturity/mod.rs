@@ -1,6 +1,7 @@
 //! How far a DeadLetterQueue has come in adopting retries and dead-lettering: its
 //! maturity score (docs/ARCHITECTURE.md, "Maturity"). Pure: the drivers gather the
-//! [`Facts`] (the controller's backlog monitor, `dlq-operator report`), this module
+//! [`Facts`] (through [`crate::status::maturity`]: the controller's backlog monitor,
+//! `run --standalone`, `dlq-operator report`), this module
 //! checks them and scores.
 //!
 //! The score is the capability maturity score

@@ -1,6 +1,8 @@
-//! RabbitMQ implementation of the broker seam ([`BrokerTopology`](crate::broker::BrokerTopology),
+//! The RabbitMQ adapter of the broker seam ([`BrokerTopology`](crate::broker::BrokerTopology),
 //! [`DeadLetterOps`](crate::broker::DeadLetterOps): `seam.rs`) over the management HTTP API (RabbitMQ docs,
-//! "Management HTTP API"), with AMQP 0-9-1 helpers in [`amqp`].
+//! "Management HTTP API"), with AMQP 0-9-1 helpers in [`amqp`]. The drivers hold it as
+//! [`factory()`]; [`dlq`] runs the dead-letter operations on the broker of a
+//! [`BrokerConnection`](crate::broker::BrokerConnection).
 //!
 //! Rules applied here, with their source:
 //! - Queue arguments are immutable: re-declaring with others fails with 406

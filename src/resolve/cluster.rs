@@ -84,11 +84,11 @@ impl References for Cluster {
 /// RetryPolicy and its Secret in `namespace`, and plans it ([`super::resolve`]).
 ///
 /// # Errors
-/// [`ResolveError::Invalid`] (the DeadLetterQueue or its RetryPolicy, naming the fields;
-/// a RetryPolicy that does not decode included), [`ResolveError::RetryPolicyNotFound`],
-/// [`ResolveError::SecretNotFound`], [`ResolveError::InvalidSecret`], or
-/// [`ResolveError::Api`] when a GET fails. [`ResolveError::into_reconcile`] gives the
-/// resource's reconcile error for all but the last.
+/// [`ResolveError::Plan`]: [`PlanError::InvalidSpec`] (the DeadLetterQueue or its
+/// RetryPolicy, naming the fields; a RetryPolicy that does not decode included),
+/// `RetryPolicyNotFound`, `SecretNotFound`, `Secret`; or [`NoVerdict::Api`](super::NoVerdict::Api)
+/// when a GET fails. [`ResolveError::into_reconcile`] gives the resource's reconcile error
+/// for all but the last.
 pub async fn in_cluster(
     client: Client,
     namespace: &str,
@@ -102,9 +102,9 @@ pub async fn in_cluster(
 /// ([`crate::object::decode`]), then as [`in_cluster`].
 ///
 /// # Errors
-/// [`ResolveError::Invalid`] for the DeadLetterQueue (named by `obj`'s `namespace/name`)
+/// [`PlanError::InvalidSpec`] for the DeadLetterQueue (named by `obj`'s `namespace/name`)
 /// when it does not decode, then as [`in_cluster`]; never
-/// [`ResolveError::DeadLetterQueueNotFound`].
+/// [`NoVerdict::DeadLetterQueueNotFound`](super::NoVerdict::DeadLetterQueueNotFound).
 pub async fn object_in_cluster(
     client: Client,
     namespace: &str,

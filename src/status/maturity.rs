@@ -1,5 +1,8 @@
-//! The monitor's part of the maturity score (docs/ARCHITECTURE.md, "Maturity"): the
-//! [`Facts`] of one DeadLetterQueue at a poll — its spec as the reconcile planned it, its
+//! The facts of the maturity score as each driver reads them (docs/ARCHITECTURE.md,
+//! "Maturity"): from a status and the cluster's objects ([`condition_true`],
+//! [`policy_of`], [`replayed_in`]: `dlq-operator report`), from manifest files and a
+//! depth reading ([`file_facts`]: `report` and `run --standalone`), and the controller
+//! monitor's: the [`Facts`] of one DeadLetterQueue at a poll — its spec as the reconcile planned it, its
 //! RetryPolicy as the controller's store has it now ([`policy_in`]), what the poll read,
 //! its `AlertRulesReady` condition, its DeadLetterReplays — and `status.maturity`,
 //! written only when it changed ([`maturity_status`]). The items and the score are

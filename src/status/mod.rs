@@ -1,4 +1,5 @@
-//! What a resource's status says, decided without I/O and shared by every driver (the
+//! What a resource's status says, decided without I/O (but for [`events::publish`], which
+//! records an Event) and shared by every driver (the
 //! Kubernetes controller writes it, `run --standalone` logs it, `dlq-operator report`
 //! scores it): status conditions ([`conditions`], Kubernetes API conventions), the backlog
 //! part of a DeadLetterQueue's status after a reading ([`backlog`]), the `RouterReady`

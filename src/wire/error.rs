@@ -1,6 +1,6 @@
-//! Errors of the broker adapter.
+//! The one error of every broker operation, whichever adapter runs it.
 
-/// Errors of the broker adapter. No variant ever carries a password: endpoints are
+/// Errors of a broker operation (from any adapter). No variant ever carries a password: endpoints are
 /// redacted ([`BrokerConnection::redacted_amqp_uri`](crate::broker::BrokerConnection::redacted_amqp_uri)) and reasons are scrubbed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BrokerError {

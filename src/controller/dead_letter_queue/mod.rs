@@ -111,7 +111,7 @@ async fn read_references(
 ) -> Result<(resolve::Found<RetryPolicy>, Option<Secret>), Error> {
     use resolve::References;
     let cluster = resolve::Cluster::new(ctx.client.clone());
-    // A lookup fails only when the API server cannot be read (ResolveError::Api);
+    // A lookup fails only when the API server cannot be read (NoVerdict::Api);
     // resolve_verdict maps that, and any other answer, as the apply does.
     let api = |e| resolve_verdict(e).map_or_else(|e| e, Error::from);
     let policy = cluster

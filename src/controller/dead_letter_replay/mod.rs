@@ -1,5 +1,5 @@
 //! The DeadLetterReplay controller: runs each replay once, in a background task, with the
-//! replay engine of `dlq replay` ([`crate::dlq::replay::replay_resuming`]).
+//! replay engine of `dlq replay` ([`crate::dlq::replay::replay_with`], run by [`job`]).
 //!
 //! The reconcile is short: it reads the replay and its DeadLetterQueue (resolved as the
 //! DeadLetterQueue controller resolves it: [`crate::resolve::object_in_cluster`]), checks that the broker answers and

@@ -1,6 +1,6 @@
 use super::*;
-use crate::client::headers::{ERROR_CLASS, RETRY_COUNT};
 use crate::dlq::{REPLAYED_AT, REPLAY_COUNT, REPLAY_ID};
+use crate::wire::headers::{ERROR_CLASS, RETRY_COUNT};
 use serde_json::json;
 
 fn opts(rewrite: Option<Rewrite>) -> ReplayOptions {
