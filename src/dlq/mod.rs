@@ -31,6 +31,7 @@ pub mod ops;
 pub mod purge;
 pub mod repair;
 pub mod replay;
+pub mod rewrite;
 pub mod route;
 
 pub use inspection::Inspection;

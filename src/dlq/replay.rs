@@ -171,8 +171,8 @@ pub struct ReplayOptions {
     /// original's removal is confirmed by a round trip before the next copy goes out.
     pub max_in_flight: usize,
     /// A repair's edits of the copy (new body, headers set or removed; `None`: an exact
-    /// replay). Applied by every engine through [`super::repair::copy_content`].
-    pub rewrite: Option<super::repair::Rewrite>,
+    /// replay). Applied by every engine through `repair::copy_content`.
+    pub rewrite: Option<super::rewrite::Rewrite>,
 }
 
 /// A fresh replay id for a replay started at `now_ms` (ms since epoch):

@@ -42,7 +42,7 @@ pub async fn connect_vhost(
 /// [`TIMEOUT`], and keeps the first that connects as the one in use (a warning names the
 /// address left and the one taken). A refused login stops at once: every node of a
 /// cluster has the same users. When every address fails, one error names them all
-/// ([`all_failed`]).
+/// ([`all_failed`](super::failures::all_failed)).
 async fn connect_to(
     conn: &BrokerConnection,
     vhost: Option<&str>,
@@ -68,58 +68,11 @@ async fn connect_to(
             Err(e) => failures.push((index, e)),
         }
     }
-    Err(all_failed(
+    Err(super::failures::all_failed(
         failures,
         |i| conn.redacted_amqp_uri_at(i),
         addresses.several(),
     ))
-}
-
-/// The error of a connection or request that failed at every address (`failures`, in the
-/// order tried; `name` gives an address's redacted URI): with one address, its own error;
-/// with several, the first error that is not [`BrokerError::Unreachable`] (a TLS or
-/// protocol problem says more than a refused connection), else one `Unreachable` that
-/// names every address tried and why each failed.
-pub(crate) fn all_failed(
-    failures: Vec<(usize, BrokerError)>,
-    name: impl Fn(usize) -> String,
-    several: bool,
-) -> BrokerError {
-    if !several || failures.len() <= 1 {
-        return failures
-            .into_iter()
-            .next()
-            .map(|(_, e)| e)
-            .unwrap_or_else(|| BrokerError::Unreachable {
-                endpoint: String::new(),
-                reason: "no address to try".into(),
-            });
-    }
-    if let Some(pos) = failures
-        .iter()
-        .position(|(_, e)| !matches!(e, BrokerError::Unreachable { .. }))
-    {
-        return failures
-            .into_iter()
-            .nth(pos)
-            .map(|(_, e)| e)
-            .unwrap_or_else(|| BrokerError::Unreachable {
-                endpoint: String::new(),
-                reason: "no address to try".into(),
-            });
-    }
-    let endpoints: Vec<String> = failures.iter().map(|(i, _)| name(*i)).collect();
-    let reasons: Vec<String> = failures
-        .iter()
-        .map(|(i, e)| match e {
-            BrokerError::Unreachable { reason, .. } => format!("{}: {reason}", name(*i)),
-            other => format!("{}: {other}", name(*i)),
-        })
-        .collect();
-    BrokerError::Unreachable {
-        endpoint: format!("every address ({})", endpoints.join(", ")),
-        reason: reasons.join("; "),
-    }
 }
 
 /// Opens and closes an AMQP connection to `vhost` with the settings of `conn`: proves that
@@ -288,7 +241,7 @@ pub fn map_error(conn: &BrokerConnection, e: &lapin::Error) -> BrokerError {
 
 /// Like [`map_error`] for a connection to AMQP address `index` of `conn`.
 fn map_error_at(conn: &BrokerConnection, index: usize, e: &lapin::Error) -> BrokerError {
-    let reason = conn.scrub(&super::management::error_chain(e));
+    let reason = conn.scrub(&super::failures::error_chain(e));
     let lower = reason.to_ascii_lowercase();
     let endpoint = conn.redacted_amqp_uri_at(index);
     // ACCESS_REFUSED is also the broker's answer on a channel to a publish it does not

@@ -166,7 +166,7 @@ impl ManagementClient {
                     reason: format!(
                         "secret {:?}: key \"ca.crt\": not a usable PEM certificate bundle: {}",
                         conn.secret_name(),
-                        error_chain(&e)
+                        super::failures::error_chain(&e)
                     ),
                 })?;
             if certs.is_empty() {
@@ -187,13 +187,16 @@ impl ManagementClient {
                 reason: format!(
                     "secret {:?}: keys \"tls.crt\"/\"tls.key\": not a usable client certificate and key: {}",
                     conn.secret_name(),
-                    error_chain(&e)
+                    super::failures::error_chain(&e)
                 ),
             })?;
             builder = builder.identity(identity);
         }
         let http = builder.build().map_err(|e| BrokerError::Tls {
-            reason: format!("building the HTTP client: {}", error_chain(&e)),
+            reason: format!(
+                "building the HTTP client: {}",
+                super::failures::error_chain(&e)
+            ),
         })?;
         Ok(ManagementClient {
             http,
@@ -267,7 +270,7 @@ impl ManagementClient {
                 break;
             }
         }
-        Err(super::amqp::all_failed(
+        Err(super::failures::all_failed(
             failures,
             |i| self.conn.redacted_management_uri_at(i),
             addresses.several(),
@@ -356,7 +359,7 @@ impl ManagementClient {
         // Errors name this endpoint, not the management API's.
         let unreachable = |e: reqwest::Error| BrokerError::Unreachable {
             endpoint: url.clone(),
-            reason: self.conn.scrub(&error_chain(&e)),
+            reason: self.conn.scrub(&super::failures::error_chain(&e)),
         };
         tracing::debug!(%url, "rabbitmq_prometheus request");
         let resp = self.http.get(&url).send().await.map_err(unreachable)?;
@@ -448,7 +451,7 @@ impl ManagementClient {
 
     /// The error of a request to management address `index` that got no HTTP answer.
     fn transport_error(&self, index: usize, e: &reqwest::Error) -> BrokerError {
-        let reason = self.conn.scrub(&error_chain(e));
+        let reason = self.conn.scrub(&super::failures::error_chain(e));
         let lower = reason.to_ascii_lowercase();
         let endpoint = self.conn.redacted_management_uri_at(index);
         if lower.contains("certificate")
@@ -463,20 +466,6 @@ impl ManagementClient {
             BrokerError::Unreachable { endpoint, reason }
         }
     }
-}
-
-/// The error and its sources, joined with `: ` (without URLs for reqwest errors).
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = s.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

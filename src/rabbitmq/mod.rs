@@ -51,6 +51,7 @@ pub mod dlq;
 pub use declared::NEVER_MERGED;
 mod diff;
 mod execute;
+mod failures;
 mod limits;
 pub mod management;
 pub mod ownership;

@@ -8,36 +8,11 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::collector::ObservedInbox;
-use crate::crd::{DeadLetterQueueStatus, DepthStatus};
-use crate::monitor::{AlertState, Evaluation, Params};
+pub use super::reading::Reading;
+use crate::crd::DeadLetterQueueStatus;
+use crate::monitor::{AlertState, Params};
 use crate::status::conditions::{self, ConditionStatus, Desired, BACKLOG_HIGH, BROKER_REACHABLE};
 use crate::status::Note;
-
-/// What one poll says about one resource.
-#[derive(Debug, Clone, Copy)]
-pub enum Reading<'a> {
-    /// The depths were read and evaluated.
-    Observed {
-        /// Depths.
-        depth: &'a DepthStatus,
-        /// Evaluation of the dead-letter depth.
-        eval: &'a Evaluation,
-        /// The router inbox with its consumers (router mode).
-        inbox: Option<&'a ObservedInbox>,
-        /// The broker address the depths were read through
-        /// ([`BrokerTopology::address_in_use`](crate::broker::BrokerTopology::address_in_use)).
-        via: &'a str,
-    },
-    /// The depths could not be read: the condition's reason (`BrokerUnreachable`,
-    /// `BrokerAuthFailed`, …) and the error.
-    Unknown {
-        /// CamelCase reason.
-        reason: &'static str,
-        /// The error, as text.
-        message: &'a str,
-    },
-}
 
 /// RFC 3339 time of `ms` (ms since the Unix epoch).
 fn time_of(ms: u64) -> Option<String> {
@@ -321,6 +296,7 @@ mod tests {
     use super::*;
     use crate::controller::backlog::STATUS_INTERVAL;
     use crate::controller::test_support::at;
+    use crate::crd::DepthStatus;
 
     fn params() -> Params {
         let spec: crate::crd::MonitoringSpec = serde_json::from_value(serde_json::json!({

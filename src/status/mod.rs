@@ -10,6 +10,7 @@ pub mod backlog;
 pub mod conditions;
 pub mod events;
 pub mod maturity;
+pub mod reading;
 pub mod router;
 
 pub use backlog::{

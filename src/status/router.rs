@@ -9,7 +9,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::backlog::Reading;
+use super::reading::Reading;
 use crate::collector::ObservedInbox;
 use crate::status::conditions::{self, ConditionStatus, Desired, ROUTER_READY};
 use crate::status::Note;

@@ -1,7 +1,7 @@
 use super::*;
 use crate::dlq::{REPLAYED_AT, REPLAY_COUNT, REPLAY_ID};
 use crate::wire::headers::{ERROR_CLASS, RETRY_COUNT};
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn opts(rewrite: Option<Rewrite>) -> ReplayOptions {
     let mut o = repair_options("m-1", Rewrite::new(), 5_000);
