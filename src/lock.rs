@@ -1,9 +1,10 @@
-//! The one way this crate takes a lock: [`Locked::locked`]. A `Mutex` is poisoned when a
-//! thread panicked while holding it; every value guarded in this crate is left consistent
+//! The one way this crate takes a lock: [`Locked::locked`] (a `Mutex`), and
+//! [`RwLocked::read_locked`] / [`RwLocked::write_locked`] (an `RwLock`). A lock is poisoned
+//! when a thread panicked while holding it; every value guarded in this crate is left consistent
 //! between two statements (a counter, a map entry replaced whole), so the lock is taken
 //! over instead of panicking in turn (`std::sync::PoisonError::into_inner`).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A mutex whose poisoning is recovered from (module doc: why that is safe here).
 pub trait Locked<T> {
@@ -14,6 +15,26 @@ pub trait Locked<T> {
 impl<T> Locked<T> for Mutex<T> {
     fn locked(&self) -> MutexGuard<'_, T> {
         self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A read-write lock whose poisoning is recovered from (module doc: why that is safe here).
+pub trait RwLocked<T> {
+    /// Locks for reading, blocking until no writer holds it; a poisoned lock is taken over.
+    fn read_locked(&self) -> RwLockReadGuard<'_, T>;
+    /// Locks for writing, blocking until nobody holds it; a poisoned lock is taken over.
+    fn write_locked(&self) -> RwLockWriteGuard<'_, T>;
+}
+
+impl<T> RwLocked<T> for RwLock<T> {
+    fn read_locked(&self) -> RwLockReadGuard<'_, T> {
+        self.read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write_locked(&self) -> RwLockWriteGuard<'_, T> {
+        self.write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

@@ -7,6 +7,7 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_AL
 use url::Url;
 
 use super::BrokerError;
+use crate::lock::Locked;
 
 /// Connection settings for one broker, read from a Kubernetes Secret
 /// ([`BrokerConnection::from_secret_data`]).
@@ -61,8 +62,7 @@ impl Addresses {
         let key: Vec<String> = urls.iter().map(Url::to_string).collect();
         let in_use = IN_USE
             .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .locked()
             .entry(key)
             .or_default()
             .clone();

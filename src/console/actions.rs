@@ -16,16 +16,17 @@ use serde::Deserialize;
 
 use super::audit::Entry;
 use super::auth::{self, Need, Session};
-use super::server::{broker_error, find, html, lost_broker_text, page, scan_of, Shared};
+use super::respond::{broker_error, find, html, lost_broker_text, page, scan_of, Shared};
 use super::templates::{Confirm, Done};
 use super::views::{self, Group};
-use super::{locked, Pending, State};
+use super::{Pending, State};
 use crate::broker::{BrokerClient, BrokerError};
 use crate::dlq::filter::Filter;
 use crate::dlq::purge::{purge_with, PurgeReport};
 use crate::dlq::replay::{
     crash_bound, replay_with, stopped_note, ReplayOptions, ReplayReport, Target, MAX_IN_FLIGHT,
 };
+use crate::lock::Locked;
 use crate::printable::{shown, PREVIEW_BYTES};
 use crate::reconcile::Prepared;
 
@@ -54,7 +55,7 @@ pub struct ActionForm {
 }
 
 /// The session of a POST that comes from the console's own page: same origin (403),
-/// logged in and allowed what `need` says ([`super::server::authorized`]: 401, 403, 503),
+/// logged in and allowed what `need` says ([`super::respond::authorized`]: 401, 403, 503),
 /// with the session's CSRF token (403).
 pub async fn checked_post(
     state: &State,
@@ -69,7 +70,7 @@ pub async fn checked_post(
             "Cross-origin request refused.".into(),
         ));
     }
-    let session = super::server::authorized(state, headers, need).await?;
+    let session = super::respond::authorized(state, headers, need).await?;
     if !auth::csrf_ok(&session, form.csrf.as_deref()) {
         return Err(page(
             StatusCode::FORBIDDEN,
@@ -287,7 +288,7 @@ pub(crate) fn replay_notes(r: &ReplayReport) -> String {
 /// [`super::PENDING_TTL`]): the id.
 fn remember(state: &State, pending: Pending) -> String {
     let id = auth::random_token();
-    let mut all = locked(&state.pending);
+    let mut all = state.pending.locked();
     all.retain(|_, p| p.created.elapsed() < super::PENDING_TTL);
     all.insert(id.clone(), pending);
     id
@@ -304,7 +305,7 @@ fn pending_of(
     kind: &str,
     take: bool,
 ) -> Result<Pending, Response> {
-    let mut all = locked(&state.pending);
+    let mut all = state.pending.locked();
     let id = form.action.as_deref().unwrap_or_default();
     let ok = all.get(id).is_some_and(|p| {
         p.user == user && p.key == key && p.kind == kind && p.created.elapsed() < super::PENDING_TTL
@@ -419,7 +420,7 @@ pub async fn replay(
     };
     let (id, job) = state.jobs.open(&s.user, &key, &p.what);
     let progress = Arc::clone(&job);
-    let observer = move |r: &ReplayReport| locked(&progress).report = Some(r.clone());
+    let observer = move |r: &ReplayReport| progress.locked().report = Some(r.clone());
     let task = match spawn_replay(&state, &key, p.filter, false, observer) {
         Ok(t) => t,
         Err(r) => return r,
@@ -428,7 +429,7 @@ pub async fn replay(
     state.tasks.spawn(async move {
         let result = task.await;
         shared.scans.invalidate(&key);
-        let mut j = locked(&job);
+        let mut j = job.locked();
         let (report, error) = match result {
             Ok(Ok(r)) => (Some(r), None),
             Ok(Err(e)) => {

@@ -667,13 +667,13 @@ fn a_lost_connection_is_followed_by_what_may_have_been_left_and_other_errors_are
         endpoint: "amqp://guest:***@10.0.0.1:5672/%2f".into(),
         reason: "IO error: connection aborted\u{1b}[2J".into(),
     };
-    let text = server::lost_broker_text(&lost, "NOTE");
+    let text = super::respond::lost_broker_text(&lost, "NOTE");
     assert!(text.ends_with("\nNOTE"), "{text}");
     assert!(text.contains("connection aborted"), "{text}");
     assert!(!text.contains('\u{1b}'), "escaped: {text}");
     let missing = crate::broker::BrokerError::NotFound {
         what: "queue \"q.dlq\"".into(),
     };
-    let text = server::lost_broker_text(&missing, "NOTE");
+    let text = super::respond::lost_broker_text(&missing, "NOTE");
     assert!(!text.contains("NOTE"), "nothing was moved: {text}");
 }

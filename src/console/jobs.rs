@@ -9,11 +9,12 @@ use axum::extract::{Path, State as Extract};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
+use super::auth;
 use super::auth::Need;
-use super::server::{authorized, html, page, Shared};
+use super::respond::{authorized, html, page, Shared};
 use super::templates::JobPage;
-use super::{auth, locked};
 use crate::dlq::replay::ReplayReport;
+use crate::lock::Locked;
 
 /// One replay run by the console.
 #[derive(Debug, Default)]
@@ -46,13 +47,13 @@ impl Jobs {
             what: what.into(),
             ..Job::default()
         }));
-        locked(&self.0).insert(id.clone(), Arc::clone(&job));
+        self.0.locked().insert(id.clone(), Arc::clone(&job));
         (id, job)
     }
 
     /// The job `id`, if any.
     pub fn get(&self, id: &str) -> Option<Arc<Mutex<Job>>> {
-        locked(&self.0).get(id).cloned()
+        self.0.locked().get(id).cloned()
     }
 }
 
@@ -71,7 +72,7 @@ pub async fn job_page(
         return page(StatusCode::NOT_FOUND, "No such job", String::new());
     };
     let key = {
-        let j = locked(&job);
+        let j = job.locked();
         if j.user != s.user {
             return page(StatusCode::NOT_FOUND, "No such job", String::new());
         }
@@ -82,7 +83,7 @@ pub async fn job_page(
     if let Err(r) = authorized(&state, &headers, Need::View(namespace, name)).await {
         return r;
     }
-    let j = locked(&job);
+    let j = job.locked();
     let r = j.report.as_ref();
     html(
         StatusCode::OK,

@@ -20,6 +20,7 @@ pub mod auth;
 pub mod history;
 pub mod jobs;
 pub mod repair;
+pub mod respond;
 pub mod scan;
 pub mod server;
 pub mod source;
@@ -36,6 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::broker::BrokerFactory;
 use crate::collector::{Collector, Reading};
+use crate::lock::{Locked, RwLocked};
 use source::{Source, Target};
 
 /// Body bytes kept per message by a scan (the message view's preview).
@@ -151,18 +153,10 @@ pub struct State {
     pub tasks: TaskTracker,
 }
 
-/// A mutex's guard, also after a panic elsewhere (the data is plain counts and maps).
-pub(crate) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl State {
     /// The DeadLetterQueues in force.
     pub fn targets(&self) -> Arc<Vec<Target>> {
-        self.targets
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.targets.read_locked().clone()
     }
 
     /// The poll interval: the explicit one, else the smallest
@@ -289,8 +283,7 @@ async fn poll_loop(state: Arc<State>, source: Source) {
                 Ok(targets) => {
                     *state
                         .targets
-                        .write()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(targets);
+                        .write_locked() = Arc::new(targets);
                 }
                 Err(e) => tracing::warn!(
                     "console: the DeadLetterQueues cannot be read, the last ones read stay in force: {}",
@@ -322,7 +315,7 @@ async fn poll_once(state: &State, collector: &mut Collector, interval: Duration)
     let polls =
         crate::collector::poll(collector, &groups, crate::clock::now_ms(), 1, |_, _| None).await;
     let mut polled = BTreeMap::new();
-    let mut history = locked(&state.history);
+    let mut history = state.history.locked();
     for (group, poll) in groups.iter().zip(&polls) {
         for (m, reading) in group.members.iter().zip(&poll.readings) {
             let row = match reading {
@@ -344,7 +337,7 @@ async fn poll_once(state: &State, collector: &mut Collector, interval: Duration)
         }
     }
     history.retain(|k| keys.contains(&k));
-    *locked(&state.polled) = polled;
+    *state.polled.locked() = polled;
 }
 
 #[cfg(test)]

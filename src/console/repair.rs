@@ -18,32 +18,12 @@ use serde_json::Value;
 use super::actions::{checked_post, ActionForm};
 use super::audit::Entry;
 use super::auth::Need;
-use super::server::{broker_error, broker_error_noting, html, page, scan_of, Shared};
+use super::respond::{broker_error, broker_error_noting, html, page, scan_of, Shared};
 use super::templates::{Message, RepairDone};
-use super::views;
+use super::views::{self, Editor};
 use crate::dlq::repair::{protected, repair_with, RepairOutcome, RepairReport, Rewrite};
 use crate::dlq::DeadLetter;
 use crate::printable::{escape_json, escape_lines, shown, PREVIEW_BYTES};
-
-/// The repair form of one message, as its page shows it (every text made visible or a
-/// JSON text whose unsafe characters are JSON escapes: [`escape_json`]).
-#[derive(Debug, Clone, Default)]
-pub struct Editor {
-    /// Why the message cannot be repaired here (no `message_id`), else `None`.
-    pub unavailable: Option<String>,
-    /// The body textarea's text: the body when it is shown whole ([`body_whole`]),
-    /// else `None` (no body field; the body is kept).
-    pub body: Option<String>,
-    /// Why the body cannot be edited here, when `body` is `None`.
-    pub body_note: String,
-    /// The headers textarea's text: the editable headers as a JSON object, pretty.
-    pub headers: String,
-    /// The protected headers (name shown, why protected): listed, not editable.
-    pub protected: Vec<(String, &'static str)>,
-    /// Why the last submission was refused (the user's text is kept in `body` and
-    /// `headers`).
-    pub error: Option<String>,
-}
 
 /// Whether the console read `m`'s whole body as text: not cut, valid UTF-8 (the preview
 /// is lossy UTF-8: same length and no U+FFFD).

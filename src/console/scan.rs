@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::broker::BrokerClient;
 use crate::dlq::browse::{inspect_with, InspectOptions};
 use crate::dlq::Inspection;
+use crate::lock::Locked;
 use crate::topology::DesiredTopology;
 
 /// One finished scan.
@@ -76,9 +77,7 @@ impl Scans {
     }
 
     fn lock_entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.entries.locked()
     }
 
     /// The lock of `key` shared by its scans and the console's actions on it.

@@ -4,8 +4,7 @@
 
 use askama::Template;
 
-use super::repair::Editor;
-use super::views::{GroupRow, MessageRow, MessageView};
+use super::views::{Editor, GroupRow, MessageRow, MessageView};
 
 /// The style sheet (`GET /static/console.css`; the pages load no script).
 pub const CSS: &str = include_str!("../../templates/console/console.css");

@@ -205,6 +205,26 @@ pub fn message_view(m: &DeadLetter, now_ms: u64) -> MessageView {
     }
 }
 
+/// The repair form of one message, as its page shows it (every text made visible or a
+/// JSON text whose unsafe characters are JSON escapes: `repair::escape_json`).
+#[derive(Debug, Clone, Default)]
+pub struct Editor {
+    /// Why the message cannot be repaired here (no `message_id`), else `None`.
+    pub unavailable: Option<String>,
+    /// The body textarea's text: the body when it is shown whole (`repair::body_whole`),
+    /// else `None` (no body field; the body is kept).
+    pub body: Option<String>,
+    /// Why the body cannot be edited here, when `body` is `None`.
+    pub body_note: String,
+    /// The headers textarea's text: the editable headers as a JSON object, pretty.
+    pub headers: String,
+    /// The protected headers (name shown, why protected): listed, not editable.
+    pub protected: Vec<(String, &'static str)>,
+    /// Why the last submission was refused (the user's text is kept in `body` and
+    /// `headers`).
+    pub error: Option<String>,
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::diff::{self, Diff, Entry, Write, APPLY_TO};
 use super::management::encode_segment as enc;
-use super::snapshot::Snapshot;
+use super::snapshot::{Facts, Snapshot};
 use super::RabbitMq;
 use crate::broker::{Action, ApplyReport, BrokerError, ObjectKind, Outcome};
 use crate::topology::DesiredTopology;
@@ -206,4 +206,29 @@ impl RabbitMq {
 /// The report name of a binding: `exchange -> queue [routing key]`.
 fn binding_name(b: &crate::topology::BindingPlan) -> String {
     format!("{} -> {} [{}]", b.exchange, b.queue, b.routing_key)
+}
+
+impl RabbitMq {
+    /// The [`Facts`] the diff of `plan` against `snap` needs: the broker's version when a
+    /// rule depends on it (read once per client, [`RabbitMq::broker_version`]), then the
+    /// ready count of each queue a drop-head rule must check (an AMQP passive declare
+    /// each).
+    ///
+    /// # Errors
+    /// As [`RabbitMq::broker_version`] and [`super::amqp::passive_queue_counts`].
+    async fn facts(&self, plan: &DesiredTopology, snap: &Snapshot) -> Result<Facts, BrokerError> {
+        let mut facts = Facts::default();
+        if diff::needs_broker_version(plan, snap) {
+            facts.broker_version = Some(self.broker_version().await?);
+        }
+        for queue in diff::ready_counts_needed(plan, snap, &facts) {
+            if let Some((ready, _)) =
+                super::amqp::passive_queue_counts(self.mgmt.connection(), &plan.vhost, &queue)
+                    .await?
+            {
+                facts.ready.insert(queue, u64::from(ready));
+            }
+        }
+        Ok(facts)
+    }
 }

@@ -1,13 +1,12 @@
 //! What is on the broker for one plan, read before an apply decides anything: the
 //! [`Snapshot`] of its objects ([`RabbitMq::snapshot`]) and the few [`Facts`] some rules
 //! need on top (the broker's version, queues' ready counts), read only when a rule of the
-//! diff asks for them ([`RabbitMq::facts`]).
+//! diff asks for them (read by `RabbitMq::facts` in module `execute`, which asks the diff).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::diff;
 use super::management::{encode_segment as enc, BindingInfo, ExchangeInfo, PolicyInfo, QueueInfo};
-use super::{amqp, ownership, RabbitMq};
+use super::{ownership, RabbitMq};
 use crate::broker::BrokerError;
 use crate::topology::DesiredTopology;
 
@@ -39,15 +38,15 @@ impl Snapshot {
 }
 
 /// What some apply rules need beyond the [`Snapshot`], read after it and only when a rule
-/// needs it ([`RabbitMq::facts`]).
+/// needs it (`RabbitMq::facts`, module `execute`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Facts {
     /// The broker's RabbitMQ version (e.g. `4.0.5`), read when a quorum dead-letter queue's
-    /// policy sets no delivery limit ([`diff::needs_broker_version`]); `None` otherwise.
+    /// policy sets no delivery limit (`diff::needs_broker_version`); `None` otherwise.
     pub broker_version: Option<String>,
     /// Ready messages by queue, from an AMQP passive declare (immediate, unlike the
     /// statistics), for the existing queues whose policy write would set a `max-length`
-    /// with `overflow: drop-head` ([`diff::ready_counts_needed`]). A queue that is gone by
+    /// with `overflow: drop-head` (`diff::ready_counts_needed`). A queue that is gone by
     /// then has no entry.
     pub ready: BTreeMap<String, u64>,
 }
@@ -228,31 +227,5 @@ impl RabbitMq {
             found.extend(bindings.unwrap_or_default());
         }
         Ok(found)
-    }
-
-    /// The [`Facts`] the diff of `plan` against `snap` needs: the broker's version when a
-    /// rule depends on it (read once per client, [`RabbitMq::broker_version`]), then the
-    /// ready count of each queue a drop-head rule must check (an AMQP passive declare
-    /// each).
-    ///
-    /// # Errors
-    /// As [`RabbitMq::broker_version`] and [`amqp::passive_queue_counts`].
-    pub(super) async fn facts(
-        &self,
-        plan: &DesiredTopology,
-        snap: &Snapshot,
-    ) -> Result<Facts, BrokerError> {
-        let mut facts = Facts::default();
-        if diff::needs_broker_version(plan, snap) {
-            facts.broker_version = Some(self.broker_version().await?);
-        }
-        for queue in diff::ready_counts_needed(plan, snap, &facts) {
-            if let Some((ready, _)) =
-                amqp::passive_queue_counts(self.mgmt.connection(), &plan.vhost, &queue).await?
-            {
-                facts.ready.insert(queue, u64::from(ready));
-            }
-        }
-        Ok(facts)
     }
 }
