@@ -57,4 +57,21 @@ mod tests {
         assert!(m.is_poisoned());
         assert_eq!(*m.locked(), 2);
     }
+
+    #[test]
+    fn a_poisoned_read_write_lock_is_taken_over_with_its_value() {
+        let l = std::sync::Arc::new(RwLock::new(1));
+        let held = l.clone();
+        let panicked = std::thread::spawn(move || {
+            let mut g = held.write().expect("first lock");
+            *g = 3;
+            panic!("poison it");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(l.is_poisoned());
+        assert_eq!(*l.read_locked(), 3);
+        *l.write_locked() = 4;
+        assert_eq!(*l.read_locked(), 4);
+    }
 }
