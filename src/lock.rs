@@ -1,6 +1,7 @@
 //! The one way this crate takes a lock: [`Locked::locked`] (a `Mutex`), and
 //! [`RwLocked::read_locked`] / [`RwLocked::write_locked`] (an `RwLock`). A lock is poisoned
-//! when a thread panicked while holding it; every value guarded in this crate is left consistent
+//! when a thread panicked while holding it (one lock keeps its own rule on purpose: the
+//! readiness flag of `metrics::Readiness`, whose poisoning makes `/readyz` answer 503); every value guarded in this crate is left consistent
 //! between two statements (a counter, a map entry replaced whole), so the lock is taken
 //! over instead of panicking in turn (`std::sync::PoisonError::into_inner`).
 

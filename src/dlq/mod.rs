@@ -6,8 +6,9 @@
 //! dead-letter queue ([`Inspection`]), the rule that keeps reading from losing a message
 //! ([`release_for`]), the request and report types of each operation and their
 //! per-message decisions ([`browse`], [`replay`], [`purge`]), the `--filter` language
-//! ([`filter`]) and where a replayed copy would go, resolved over neutral binding data
-//! ([`route`]). The operations themselves run behind [`DeadLetterOps`] ([`ops`], named in
+//! ([`filter`]), where a replayed copy would go, resolved over neutral binding data
+//! ([`route`]), and the repair of one message ([`repair`]) with what it rewrites
+//! ([`rewrite`]). The operations themselves run behind [`DeadLetterOps`] ([`ops`], named in
 //! this module's types, so that every adapter uses this logic without a circle): the
 //! RabbitMQ engines (AMQP 0-9-1, publisher confirms, consumers) are
 //! `rabbitmq::dead_letters`, the in-memory one the unit tests' `crate::fake`. The `*_with`

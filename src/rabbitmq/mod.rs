@@ -31,11 +31,14 @@
 //!   unbound and retained (see docs/ARCHITECTURE.md), never deleted by the operator.
 //!
 //! Where each part lives:
-//! - [`Snapshot`] (module `snapshot`): what is on the broker for a plan, and the facts some
-//!   rules need (the broker's version, queues' ready counts);
+//! - [`Snapshot`] (module `snapshot`): what is on the broker for a plan, and the type of
+//!   the facts some rules need (the broker's version, queues' ready counts);
 //! - module `diff`: the pure diff of a plan against a snapshot — the ordered writes and the
 //!   report lines that need none;
-//! - module `execute`: an apply, step by step, and the executor of a diff's writes;
+//! - module `execute`: an apply, step by step (the facts its diff asks for read first),
+//!   and the executor of a diff's writes;
+//! - module `failures`: the one wording of a failure at every address of a Secret, and an
+//!   error with its sources as one line;
 //! - module `retire`: obsolete retry tiers and dead-letter queues the plan no longer has;
 //! - module `remove`: the removal of a plan (`deletionPolicy: Delete`), pure steps and
 //!   their executor;

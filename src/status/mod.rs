@@ -3,7 +3,7 @@
 //! Kubernetes controller writes it, `run --standalone` logs it, `dlq-operator report`
 //! scores it): status conditions ([`conditions`], Kubernetes API conventions), the backlog
 //! part of a DeadLetterQueue's status after a reading ([`backlog`]), the `RouterReady`
-//! condition ([`router`]), the maturity facts and `status.maturity` ([`maturity`]), and the
+//! condition ([`router`]) from a [`reading`] of one poll, the maturity facts and `status.maturity` ([`maturity`]), and the
 //! Events of a change ([`events`]).
 
 pub mod backlog;

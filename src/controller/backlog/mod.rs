@@ -286,7 +286,7 @@ impl Monitor {
         // Samples are dated at the start of the poll, so their spacing is the polls'
         // spacing whatever each listing takes.
         let now = self.ctx.shared.now();
-        let now_ms = u64::try_from(now.0.as_millisecond()).unwrap_or(0);
+        let now_ms = crate::clock::epoch_ms(&now);
         let members: Vec<Vec<Polled<'_>>> = due
             .iter()
             .map(|d| self.members(store.as_ref(), groups.get(&d.group)))

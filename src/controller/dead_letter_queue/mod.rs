@@ -103,7 +103,7 @@ fn others(ctx: &DeadLetterQueueContext) -> Vec<Arc<DynamicObject>> {
 /// Secret, does not stop it the way it stops an apply).
 ///
 /// # Errors
-/// [`Error::Kube`] when the API server cannot be read.
+/// [`Error::Resolve`] when the API server cannot be read.
 async fn read_references(
     ctx: &Context,
     ns: &str,

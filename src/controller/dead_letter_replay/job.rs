@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject};
 use kube::ResourceExt;
 use tokio_util::sync::CancellationToken;
@@ -33,11 +32,6 @@ use crate::lock::Locked;
 /// Status writes tried per checkpoint before the run is stopped (after an error: 400 ms,
 /// then 800 ms apart; a conflict is read again at once).
 const WRITE_ATTEMPTS: u32 = 3;
-
-/// Milliseconds since the Unix epoch of `t` (0 before it).
-fn epoch_ms(t: &Time) -> u64 {
-    u64::try_from(t.0.as_millisecond()).unwrap_or(0)
-}
 
 /// Everything a run needs, moved into its task.
 pub(super) struct Job {
@@ -142,7 +136,7 @@ impl Job {
         }
         let delta = now.since(*credited);
         *credited = now;
-        let ms = epoch_ms(&self.ctx.shared.now());
+        let ms = crate::clock::epoch_ms(&self.ctx.shared.now());
         self.ctx
             .shared
             .metrics
@@ -274,7 +268,7 @@ impl Job {
             gone: false,
             write_error: None,
         };
-        let now_ms = epoch_ms(&self.ctx.shared.now());
+        let now_ms = crate::clock::epoch_ms(&self.ctx.shared.now());
         let result = if options.limit == Some(0) {
             Ok(None)
         } else {
