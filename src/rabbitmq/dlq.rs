@@ -42,31 +42,14 @@ pub async fn inspect(
 }
 
 /// Removes the messages of `topology`'s dead-letter queues that `filter` takes (none with
-/// `dry_run`) on the broker of `conn`.
-/// `cancel` is checked before each message.
+/// `dry_run`) on the broker of `conn`, counting into `report` as it goes, so that after an
+/// error the caller still knows what was removed before it (removed messages stay
+/// removed). `cancel` is checked before each message.
 ///
 /// # Errors
 /// [`BrokerError::NotFound`] for a missing dead-letter queue (every one is looked up
 /// before anything is read, so nothing is removed then); connection and AMQP errors
-/// (held messages return to their queue; those already removed stay removed).
-pub async fn purge(
-    conn: &BrokerConnection,
-    topology: &DesiredTopology,
-    filter: &Filter,
-    dry_run: bool,
-    now_ms: u64,
-    cancel: &CancellationToken,
-) -> Result<PurgeReport, BrokerError> {
-    let mut report = PurgeReport::default();
-    purge_into(conn, topology, filter, dry_run, now_ms, cancel, &mut report).await?;
-    Ok(report)
-}
-
-/// [`purge`] counting into `report` as it goes, so that after an error the caller still
-/// knows what was removed before it (removed messages stay removed).
-///
-/// # Errors
-/// As [`purge`].
+/// (held messages return to their queue).
 pub async fn purge_into(
     conn: &BrokerConnection,
     topology: &DesiredTopology,
