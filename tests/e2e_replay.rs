@@ -86,13 +86,27 @@ fn count(status: &Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("status.{field} in {status}"))
 }
 
-/// Reasons of the Events recorded about the DeadLetterReplay `name`, oldest first.
-async fn event_reasons(client: &Client, ns: &str, name: &str) -> Vec<String> {
-    events_about(client, ns, "DeadLetterReplay", name)
-        .await
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect()
+/// Reasons of the Events recorded about the DeadLetterReplay `name`, oldest first, once
+/// the last one is `last`: the operator writes a status before its Event, so a test that
+/// saw the status may list the Events before the last one is recorded. Fails after
+/// [`LONG`] with the reasons seen and `op`'s log.
+async fn event_reasons(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    op: &Operator,
+    last: &str,
+) -> Vec<String> {
+    let what = format!("a {last} Event about {name}");
+    wait_for(LONG, &what, op, || async {
+        let reasons: Vec<String> = events_about(client, ns, "DeadLetterReplay", name)
+            .await
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect();
+        (reasons.last().map(String::as_str) == Some(last)).then_some(reasons)
+    })
+    .await
 }
 
 /// The value of the sample `line_start` (metric name and labels, as rendered) on the
@@ -229,7 +243,7 @@ async fn a_filtered_replay_succeeds_with_exact_counts_events_columns_and_metrics
     );
 
     // Events: started, then finished.
-    let reasons = event_reasons(client, ns, "timeouts").await;
+    let reasons = event_reasons(client, ns, "timeouts", op, "Succeeded").await;
     assert_eq!(reasons, ["Started", "Succeeded"], "{reasons:?}");
 
     // `kubectl get dlqr`.
@@ -286,7 +300,10 @@ async fn an_invalid_filter_fails_and_a_replay_waits_for_its_dead_letter_queue() 
     let (st, reason, message) = complete(&status);
     assert_eq!((st.as_str(), reason.as_str()), ("True", "InvalidSpec"));
     assert!(message.starts_with("spec.filter[1]: "), "{message}");
-    assert_eq!(event_reasons(&client, &ns, "bad").await, ["InvalidSpec"]);
+    assert_eq!(
+        event_reasons(&client, &ns, "bad", &op, "InvalidSpec").await,
+        ["InvalidSpec"]
+    );
 
     // A replay of a DeadLetterQueue that does not exist yet waits for it.
     create_replay(
@@ -351,7 +368,7 @@ async fn an_invalid_filter_fails_and_a_replay_waits_for_its_dead_letter_queue() 
     assert_eq!(ready(&ch, &dlq).await, 0);
     // (A reconcile between the creation and the topology's apply may add a
     // DeadLetterQueueNotReady in between.)
-    let reasons = event_reasons(&client, &ns, "early").await;
+    let reasons = event_reasons(&client, &ns, "early", &op, "Succeeded").await;
     assert_eq!(
         reasons.first().map(String::as_str),
         Some("DeadLetterQueueNotFound")
@@ -530,7 +547,7 @@ async fn a_replay_stopped_by_sigterm_is_resumed_by_the_next_operator_exactly() {
     let ids: BTreeSet<String> = drain_ids(&t.ch, &t.q).await.into_iter().collect();
     assert_eq!(ids, t.ids, "each message exactly once");
     assert_eq!(
-        event_reasons(&t.client, &t.ns, "slow").await,
+        event_reasons(&t.client, &t.ns, "slow", &op, "Succeeded").await,
         ["Started", "Interrupted", "Resumed", "Succeeded"]
     );
     let _ = t.conn.close(200, "bye".into()).await;
@@ -681,7 +698,7 @@ async fn a_broker_lost_mid_run_is_retried_and_the_replay_resumes() {
     );
     let ids: BTreeSet<String> = drain_ids(&t.ch, &t.q).await.into_iter().collect();
     assert_eq!(ids, t.ids, "every message id arrived");
-    let reasons = event_reasons(&t.client, &t.ns, "slow").await;
+    let reasons = event_reasons(&t.client, &t.ns, "slow", &t.op, "Succeeded").await;
     assert_eq!(reasons.first().map(String::as_str), Some("Started"));
     assert_eq!(reasons.last().map(String::as_str), Some("Succeeded"));
     assert!(
