@@ -7,7 +7,7 @@
 //!   [`alerts`], [`maturity`], [`manifest`], [`ownership`], [`rbac`], [`clock`], [`lock`] and the small leaves.
 //! - The broker seam: [`wire`] (the values that cross it), [`dlq`] (the dead-letter trait
 //!   and the neutral dead-letter logic), [`broker`] (the whole client and its factory).
-//! - Adapters: [`rabbitmq`] (and the unit tests' in-memory fake).
+//! - Adapters: [`rabbitmq`], [`redis`] (and the unit tests' in-memory fake).
 //! - Shared engines: [`resolve`], [`reconcile`], [`collector`], [`status`], [`metrics`],
 //!   [`serve`], [`router`], [`client`], [`access`].
 //! - Drivers: the Kubernetes [`controller`], [`standalone`], [`console`], [`report`] and
@@ -44,6 +44,7 @@ pub mod printable;
 pub mod rabbitmq;
 pub mod rbac;
 pub mod reconcile;
+pub mod redis;
 pub mod report;
 pub mod resolve;
 pub mod router;

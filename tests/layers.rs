@@ -48,7 +48,7 @@ const LAYERS: [(&str, &[&str]); 5] = [
         ],
     ),
     ("seam", &["wire", "dlq", "broker"]),
-    ("adapters", &["rabbitmq"]),
+    ("adapters", &["rabbitmq", "redis"]),
     (
         "shared engines",
         &[

@@ -10,6 +10,7 @@ pub mod e2e;
 pub mod fake_api;
 pub mod helm;
 pub mod proxy;
+pub mod redis_server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,17 @@
+//! The Redis adapter (docs/REDIS.md): retries and dead letters for work kept in Redis, in
+//! the stream layout (a stream read by a consumer group) — with the same RetryPolicy and
+//! the same `dlq-*` contract as on RabbitMQ.
+//!
+//! - [`keys`]: the keys the operator derives from a source, all in its hash slot.
+//! - [`scripts`]: the Lua scripts that make each move one atomic step on the server.
+//! - [`fields`]: the `dlq-*` contract as stream fields.
+//! - [`stream`]: the stream layout's reads and moves.
+//! - [`router`]: the retry router's sweep and its loop.
+//! - [`connection`]: one connection to a standalone Redis or a Redis Cluster.
+
+pub mod connection;
+pub mod fields;
+pub mod keys;
+pub mod router;
+pub mod scripts;
+pub mod stream;

@@ -1,0 +1,132 @@
+//! The local Redis 7 (127.0.0.1:6379, or `DLQ_REDIS_URI`; started by `.ci/run`) for the
+//! Redis adapter's tests, and a consumer that knows nothing of retries.
+
+use std::time::Duration;
+
+use dlq_operator::redis::connection::Connection;
+use redis::aio::ConnectionLike;
+
+/// URI of the Redis the tests use.
+pub fn uri() -> String {
+    std::env::var("DLQ_REDIS_URI").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
+}
+
+/// A connection to the test Redis; `None` after printing that `test` is skipped when no
+/// Redis answers (a test that needs it cannot run).
+pub async fn connect(test: &str) -> Option<Connection> {
+    match tokio::time::timeout(Duration::from_secs(15), Connection::open(&[uri()])).await {
+        Ok(Ok(conn)) => Some(conn),
+        Ok(Err(e)) => {
+            eprintln!("SKIPPED {test}: no Redis at {} ({e})", uri());
+            None
+        }
+        Err(_) => {
+            eprintln!("SKIPPED {test}: Redis at {} did not answer in 15 s", uri());
+            None
+        }
+    }
+}
+
+/// One stream of an `XREADGROUP` answer: its key and its entries as `(id, [f1, v1, …])`.
+type StreamReply = (String, Vec<(String, Vec<Vec<u8>>)>);
+
+/// One delivery a consumer saw: the entry id, its `body` field and its
+/// `dlq-retry-count` field (0 when absent), and when (ms since the test's start).
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub id: String,
+    pub body: String,
+    pub retry_count: u32,
+    pub at_ms: u128,
+}
+
+/// Reads `stream` as consumer `consumer` of `group` until `stop`, never acknowledging
+/// anything (a consumer that fails every entry and knows nothing of retries), and
+/// returns what it saw. It has a connection of its own: a blocking read holds up every
+/// other command on its connection.
+pub async fn never_ack(
+    stream: String,
+    group: &'static str,
+    consumer: &'static str,
+    stop: tokio_util::sync::CancellationToken,
+) -> Vec<Seen> {
+    let mut conn = Connection::open(&[uri()])
+        .await
+        .expect("consumer connection");
+    let start = std::time::Instant::now();
+    let mut seen = Vec::new();
+    while !stop.is_cancelled() {
+        let reply: Option<Vec<StreamReply>> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(group)
+            .arg(consumer)
+            .arg("COUNT")
+            .arg(100)
+            .arg("BLOCK")
+            .arg(50)
+            .arg("STREAMS")
+            .arg(&stream)
+            .arg(">")
+            .query_async(&mut conn)
+            .await
+            .expect("XREADGROUP");
+        for (_, entries) in reply.unwrap_or_default() {
+            for (id, flat) in entries {
+                let field = |name: &str| {
+                    flat.chunks(2)
+                        .find(|p| p[0] == name.as_bytes())
+                        .map(|p| String::from_utf8_lossy(&p[1]).into_owned())
+                };
+                seen.push(Seen {
+                    id,
+                    body: field("body").unwrap_or_default(),
+                    retry_count: field("dlq-retry-count")
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0),
+                    at_ms: start.elapsed().as_millis(),
+                });
+            }
+        }
+    }
+    seen
+}
+
+/// Every entry of `stream` as `(id, fields)`, oldest first.
+pub async fn entries<C: ConnectionLike + Send>(
+    conn: &mut C,
+    stream: &str,
+) -> Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)> {
+    let rows: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg(stream)
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await
+        .expect("XRANGE");
+    rows.into_iter()
+        .map(|(id, flat)| {
+            let pairs = flat
+                .chunks(2)
+                .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or_default()))
+                .collect();
+            (id, pairs)
+        })
+        .collect()
+}
+
+/// The value of field `name` in `fields`, as text.
+pub fn field(fields: &[(Vec<u8>, Vec<u8>)], name: &str) -> Option<String> {
+    fields
+        .iter()
+        .find(|(n, _)| n.as_slice() == name.as_bytes())
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+}
+
+/// Deletes `keys`.
+pub async fn delete<C: ConnectionLike + Send>(conn: &mut C, keys: &[String]) {
+    let _: i64 = redis::cmd("DEL")
+        .arg(keys)
+        .query_async(conn)
+        .await
+        .expect("DEL");
+}
