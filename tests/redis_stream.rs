@@ -405,3 +405,60 @@ async fn routers_racing_and_cut_mid_sweep_move_each_entry_exactly_once() {
     eprintln!("RELIABILITY redis stream | 3 routers, one cut {cuts} times | {n} entries | lost 0, moved twice 0");
     delete(&mut conn, &all_keys(&r)).await;
 }
+
+#[tokio::test]
+async fn a_retried_copy_keeps_the_payload_and_drops_a_stale_reason_and_class() {
+    const TEST: &str = "a_retried_copy_keeps_the_payload_and_drops_a_stale_reason_and_class";
+    let Some(mut conn) = connect(TEST).await else {
+        return;
+    };
+    let stream = common::unique("redis-stale");
+    let r = router(&stream, 50, 3);
+    group(&mut conn, &stream).await;
+    // An entry replayed out of the dead letters still carries its old reason and class.
+    let _: String = redis::cmd("XADD")
+        .arg(&stream)
+        .arg("*")
+        .arg("body")
+        .arg("x")
+        .arg("dlq-reason")
+        .arg("MaxRetriesExceeded")
+        .arg("dlq-error-class")
+        .arg("Timeout")
+        .arg("dlq-retry-count")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .expect("XADD");
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg("c1")
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .expect("XREADGROUP");
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let mut rng = StdRng::seed_from_u64(1);
+    let s = r
+        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
+        .await
+        .expect("sweep");
+    assert_eq!(s.retried, 1, "{s:?}");
+    // Due after 400 ms (the second retry's delay): wait for it to come back.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let s = r
+        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
+        .await
+        .expect("sweep");
+    assert_eq!(s.released, 1, "{s:?}");
+    let all = entries(&mut conn, &stream).await;
+    let (_, copy) = all.last().expect("the copy");
+    assert_eq!(field(copy, "body").as_deref(), Some("x"));
+    assert_eq!(field(copy, "dlq-retry-count").as_deref(), Some("2"));
+    assert_eq!(field(copy, "dlq-reason"), None, "{copy:?}");
+    assert_eq!(field(copy, "dlq-error-class"), None, "{copy:?}");
+    delete(&mut conn, &all_keys(&r)).await;
+}

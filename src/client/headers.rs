@@ -21,6 +21,7 @@ use lapin::BasicProperties;
 use crate::backoff::DeadLetterReason;
 use crate::crd::ErrorClass;
 
+pub use crate::wire::headers::truncate_utf8;
 pub use crate::wire::headers::{
     ERROR_CLASS, FIRST_FAILED_AT, LAST_DELAY_MS, LAST_ERROR, LAST_FAILED_AT, MAX_LAST_ERROR_BYTES,
     ORIGINAL_EXCHANGE, ORIGINAL_QUEUE, ORIGINAL_ROUTING_KEY, REASON, RETRY_COUNT,
@@ -111,19 +112,6 @@ pub struct Stamp<'a> {
     pub queue: &'a str,
     /// Retry or dead-letter.
     pub action: Action,
-}
-
-/// The longest prefix of `s` that is at most `max_bytes` bytes and ends on a UTF-8
-/// character boundary.
-pub fn truncate_utf8(s: &str, max_bytes: usize) -> &str {
-    if s.len() <= max_bytes {
-        return s;
-    }
-    let mut end = max_bytes;
-    while end > 0 && !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 fn long(n: u64) -> AMQPValue {

@@ -3,8 +3,8 @@
 //! are decimal strings (numbers) or UTF-8 text. Pure.
 
 use crate::backoff::{Decision, ResolvedPolicy};
-use crate::client::headers::truncate_utf8;
 use crate::crd::ErrorClass;
+use crate::wire::headers::truncate_utf8;
 use crate::wire::headers::{
     ERROR_CLASS, FIRST_FAILED_AT, LAST_DELAY_MS, LAST_ERROR, LAST_FAILED_AT, MAX_LAST_ERROR_BYTES,
     ORIGINAL_QUEUE, REASON, RETRY_COUNT,
@@ -90,27 +90,27 @@ pub struct Failure<'a> {
     pub id: &'a str,
 }
 
-/// The `dlq-*` fields the copy of an entry in `state` gets for `decision`, as name, value
-/// pairs (they replace fields of the same name): the retry count (incremented on a
-/// retry, unchanged on a dead-letter), the error and its class (an unknown class writes
-/// an empty class), the failure times, the set-once origin fields, the delay of a retry
-/// and the reason of a dead-letter.
-pub fn stamp(
-    state: &EntryState,
-    failure: &Failure<'_>,
-    decision: &Decision,
-) -> Vec<(String, String)> {
-    let mut out = vec![
+/// The `dlq-*` fields of an entry's copy: what to write and what to remove.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stamped {
+    /// Fields to write, as name, value pairs (they replace fields of the same name).
+    pub set: Vec<(String, String)>,
+    /// Fields to remove: a stale `dlq-error-class` when this failure has no class, a
+    /// stale `dlq-reason` (of an entry replayed out of the dead letters) on a retry.
+    pub remove: Vec<String>,
+}
+
+/// The `dlq-*` fields the copy of an entry in `state` gets for `decision`, by the rules
+/// the RabbitMQ copies follow (`client::headers::republish_properties`): always the
+/// error, its class (removed when unknown) and the last failure time; once, the first
+/// failure time and the origin (source key, first entry id); a retry sets the retry count
+/// to its attempt and the delay, and removes a stale reason; a dead-letter keeps the
+/// retry count (written as 0 when absent) and sets the reason.
+pub fn stamp(state: &EntryState, failure: &Failure<'_>, decision: &Decision) -> Stamped {
+    let mut set = vec![
         (
             LAST_ERROR.to_string(),
             truncate_utf8(failure.error, MAX_LAST_ERROR_BYTES).to_string(),
-        ),
-        (
-            ERROR_CLASS.to_string(),
-            failure
-                .class
-                .map(|c| c.name().to_string())
-                .unwrap_or_default(),
         ),
         (
             FIRST_FAILED_AT.to_string(),
@@ -135,19 +135,25 @@ pub fn stamp(
                 .unwrap_or_else(|| failure.id.to_string()),
         ),
     ];
+    let mut remove = Vec::new();
+    match failure.class {
+        Some(class) => set.push((ERROR_CLASS.to_string(), class.name().to_string())),
+        None => remove.push(ERROR_CLASS.to_string()),
+    }
     match decision {
         Decision::Retry {
             attempt, delay_ms, ..
         } => {
-            out.push((RETRY_COUNT.to_string(), attempt.to_string()));
-            out.push((LAST_DELAY_MS.to_string(), delay_ms.to_string()));
+            set.push((RETRY_COUNT.to_string(), attempt.to_string()));
+            set.push((LAST_DELAY_MS.to_string(), delay_ms.to_string()));
+            remove.push(REASON.to_string());
         }
         Decision::DeadLetter(reason) => {
-            out.push((RETRY_COUNT.to_string(), state.retry_count.to_string()));
-            out.push((REASON.to_string(), reason.as_str().to_string()));
+            set.push((RETRY_COUNT.to_string(), state.retry_count.to_string()));
+            set.push((REASON.to_string(), reason.as_str().to_string()));
         }
     }
-    out
+    Stamped { set, remove }
 }
 
 #[cfg(test)]
@@ -162,8 +168,9 @@ mod tests {
             .collect()
     }
 
-    fn get<'a>(stamped: &'a [(String, String)], name: &str) -> &'a str {
+    fn get<'a>(stamped: &'a Stamped, name: &str) -> &'a str {
         stamped
+            .set
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
@@ -226,7 +233,16 @@ mod tests {
         assert_eq!(get(&dead, FIRST_FAILED_AT), "1000");
         assert_eq!(get(&dead, ORIGINAL_ID), "3-0");
         assert_eq!(get(&dead, REASON), "MaxRetriesExceeded");
-        assert!(dead.iter().all(|(n, _)| n != LAST_DELAY_MS));
+        assert!(dead.set.iter().all(|(n, _)| n != LAST_DELAY_MS));
+        assert_eq!(
+            dead.remove,
+            [ERROR_CLASS],
+            "unclassified: a stale class goes"
+        );
+        assert!(
+            first.remove.contains(&REASON.to_string()),
+            "a retry drops a stale reason"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::connection::Connection;
-use super::fields::{stamp, EntryState, Failure};
+use super::fields::{stamp, EntryState, Failure, Stamped};
 use super::stream::{Moved, Pending, StreamSource};
 use crate::backoff::{Decision, ResolvedPolicy};
 
@@ -102,7 +102,10 @@ impl StreamRouter {
     ) -> Result<Moved, RedisError> {
         let Some(fields) = fields else {
             // Trimmed: the retry script acknowledges it and reports it.
-            return self.source.retry(conn, &pending.id, 0, &[]).await;
+            return self
+                .source
+                .retry(conn, &pending.id, 0, &Stamped::default())
+                .await;
         };
         let state = EntryState::from_fields(fields);
         let error = format!(

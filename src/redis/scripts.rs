@@ -22,9 +22,11 @@ pub const NOT_PENDING: i64 = 0;
 /// looked at again.
 pub const TRIMMED: i64 = -1;
 
-/// The common head of the two stream moves: `entry` is the pending entry's fields, or
-/// the script returns before writing anything; `fields` the copy's fields (the entry's,
-/// with the `dlq-*` fields of `ARGV[5..]` replacing any of the same name, in order).
+/// The common head of the two stream moves: returns before writing anything unless the
+/// entry is pending past the visibility timeout and still in the stream; `fields` is the
+/// copy's fields: the entry's, without those named for removal (`ARGV[5]` names, count
+/// in `ARGV[5]`, names in `ARGV[6..]`) or to be set, then the fields to set (name, value
+/// pairs after the removals), in order.
 const STREAM_HEAD: &str = r#"
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], ARGV[2], ARGV[2], 1)
 if #pending == 0 then return 0 end
@@ -33,8 +35,11 @@ if #range == 0 then
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
   return -1
 end
+local removals = tonumber(ARGV[5])
+local first_set = 6 + removals
 local replaced = {}
-for i = 5, #ARGV, 2 do replaced[ARGV[i]] = true end
+for i = 6, first_set - 1 do replaced[ARGV[i]] = true end
+for i = first_set, #ARGV, 2 do replaced[ARGV[i]] = true end
 local fields = {}
 local entry = range[1][2]
 for i = 1, #entry, 2 do
@@ -43,7 +48,7 @@ for i = 1, #entry, 2 do
     fields[#fields + 1] = entry[i + 1]
   end
 end
-for i = 5, #ARGV, 2 do
+for i = first_set, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
 end
@@ -52,8 +57,8 @@ end
 /// Schedules a retry of a pending stream entry.
 ///
 /// `KEYS`: source stream, retry set, retry entries. `ARGV`: group, entry id, visibility
-/// timeout (ms: the entry must have been idle that long), delay (ms), then the `dlq-*`
-/// fields to write as name, value pairs. Acknowledges the entry in the group, keeps the
+/// timeout (ms: the entry must have been idle that long), delay (ms), the count of field
+/// names to remove, those names, then the `dlq-*` fields to write as name, value pairs. Acknowledges the entry in the group, keeps the
 /// copy's fields in the retry entries hash under the entry id and adds the id to the
 /// retry set, due at the server's now + delay. Returns [`MOVED`], [`NOT_PENDING`] or
 /// [`TRIMMED`].
@@ -74,7 +79,8 @@ return 1
 ///
 /// `KEYS`: source stream, dead-letter stream. `ARGV`: group, entry id, visibility timeout
 /// (ms), the dead-letter stream's length limit (`0`: none; otherwise `MAXLEN ~`, which
-/// drops the oldest dead letters), then the `dlq-*` fields as name, value pairs. Adds the
+/// drops the oldest dead letters), the count of field names to remove, those names, then
+/// the `dlq-*` fields as name, value pairs. Adds the
 /// copy to the dead-letter stream and acknowledges the entry. Returns [`MOVED`],
 /// [`NOT_PENDING`] or [`TRIMMED`].
 pub static DEAD_LETTER_STREAM_ENTRY: LazyLock<Script> = LazyLock::new(|| {

@@ -7,6 +7,7 @@
 use redis::aio::ConnectionLike;
 use redis::RedisError;
 
+use super::fields::Stamped;
 use super::keys::Keys;
 use super::scripts::{
     DEAD_LETTER_STREAM_ENTRY, MOVED, NOT_PENDING, RELEASE_DUE_TO_STREAM, RETRY_STREAM_ENTRY,
@@ -135,7 +136,7 @@ impl StreamSource {
         conn: &mut C,
         id: &str,
         delay_ms: u64,
-        stamp: &[(String, String)],
+        stamp: &Stamped,
     ) -> Result<Moved, RedisError> {
         let mut call = RETRY_STREAM_ENTRY.prepare_invoke();
         call.key(self.keys.source())
@@ -145,9 +146,7 @@ impl StreamSource {
             .arg(id)
             .arg(self.visibility_timeout_ms)
             .arg(delay_ms);
-        for (name, value) in stamp {
-            call.arg(name).arg(value);
-        }
+        stamp_args(&mut call, stamp);
         Moved::from_code(call.invoke_async(conn).await?)
     }
 
@@ -160,7 +159,7 @@ impl StreamSource {
         &self,
         conn: &mut C,
         id: &str,
-        stamp: &[(String, String)],
+        stamp: &Stamped,
     ) -> Result<Moved, RedisError> {
         let mut call = DEAD_LETTER_STREAM_ENTRY.prepare_invoke();
         call.key(self.keys.source())
@@ -169,9 +168,7 @@ impl StreamSource {
             .arg(id)
             .arg(self.visibility_timeout_ms)
             .arg(self.dead_letter_max_length);
-        for (name, value) in stamp {
-            call.arg(name).arg(value);
-        }
+        stamp_args(&mut call, stamp);
         Moved::from_code(call.invoke_async(conn).await?)
     }
 
@@ -192,6 +189,18 @@ impl StreamSource {
             .arg(limit)
             .invoke_async(conn)
             .await
+    }
+}
+
+/// Adds `stamp` to a move script's arguments: the count of removals, their names, then
+/// the fields to set as name, value pairs.
+fn stamp_args(call: &mut redis::ScriptInvocation<'_>, stamp: &Stamped) {
+    call.arg(stamp.remove.len());
+    for name in &stamp.remove {
+        call.arg(name);
+    }
+    for (name, value) in &stamp.set {
+        call.arg(name).arg(value);
     }
 }
 

@@ -29,3 +29,16 @@ pub const LAST_DELAY_MS: &str = "dlq-last-delay-ms";
 
 /// Maximum size in **bytes** of `dlq-last-error` (4 KiB).
 pub const MAX_LAST_ERROR_BYTES: usize = 4096;
+
+/// The longest prefix of `s` that is at most `max_bytes` bytes and ends on a UTF-8
+/// character boundary.
+pub fn truncate_utf8(s: &str, max_bytes: usize) -> &str {
+    if s.len() <= max_bytes {
+        return s;
+    }
+    let mut end = max_bytes;
+    while end > 0 && !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
