@@ -1,10 +1,11 @@
-//! dlq-operator: retry and dead-letter policies for RabbitMQ queues as Kubernetes custom
-//! resources. docs/ARCHITECTURE.md is the design the code follows; its "Modules" section
+//! dlq-operator: retry and dead-letter policies for RabbitMQ queues and Redis streams as
+//! Kubernetes custom resources. docs/ARCHITECTURE.md is the design the code follows; its "Modules" section
 //! draws these layers, each importing only from itself and the layers below
 //! (`tests/layers.rs` checks it):
 //!
-//! - Domain, pure: [`crd`], [`duration`], [`backoff`], [`topology`], [`monitor`],
-//!   [`alerts`], [`maturity`], [`manifest`], [`ownership`], [`rbac`], [`clock`], [`lock`] and the small leaves.
+//! - Domain, pure: [`crd`], [`duration`], [`backoff`], [`topology`], [`redis_keys`],
+//!   [`monitor`], [`alerts`], [`maturity`], [`manifest`], [`ownership`], [`rbac`],
+//!   [`clock`], [`lock`] and the small leaves.
 //! - The broker seam: [`wire`] (the values that cross it), [`dlq`] (the dead-letter trait
 //!   and the neutral dead-letter logic), [`broker`] (the whole client and its factory).
 //! - Adapters: [`rabbitmq`], [`redis`] (and the unit tests' in-memory fake).
@@ -45,6 +46,7 @@ pub mod rabbitmq;
 pub mod rbac;
 pub mod reconcile;
 pub mod redis;
+pub mod redis_keys;
 pub mod report;
 pub mod resolve;
 pub mod router;

@@ -7,9 +7,11 @@
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::backoff::ResolvedPolicy;
-use crate::broker::{ApplyReport, BrokerConnection, BrokerError, BrokerTopology};
-use crate::crd::{DeadLetterQueue, InvalidSpec, RetryPolicy};
+use crate::broker::{ApplyReport, BrokerConnection, BrokerError, BrokerTopology, RedisConnection};
+use crate::crd::{BrokerType, DeadLetterQueue, FieldError, InvalidSpec, RetryPolicy};
 use crate::manifest::{object_key, secret_data};
+use crate::redis::stream::StreamSource;
+use crate::redis_keys::Keys;
 use crate::topology::{self, DesiredTopology};
 
 /// Why a DeadLetterQueue could not be reconciled. Each variant has a condition reason
@@ -204,6 +206,137 @@ pub fn plan(
     policy: Option<&RetryPolicy>,
     secret: Option<&Secret>,
 ) -> Result<Prepared, PlanError> {
+    let checked = check(dlq, policy, secret)?;
+    if dlq.spec.broker.type_ == BrokerType::Redis {
+        return Err(checked.invalid(InvalidSpec(vec![FieldError {
+            field: "spec.broker.type".into(),
+            message: REDIS_ONLY_ROUTED.into(),
+        }])));
+    }
+    let connection = BrokerConnection::from_secret_data(
+        &dlq.spec.broker.secret_ref.name,
+        &secret_data(checked.secret),
+    )
+    .map_err(PlanError::Secret)?;
+    let monitoring = checked.monitoring(dlq)?;
+    let topology = topology::plan(&checked.key, &dlq.spec, &checked.policy);
+    Ok(Prepared {
+        monitoring,
+        key: checked.key,
+        policy: checked.policy,
+        topology,
+        connection,
+        monitoring_interval_ms: dlq.spec.monitoring.interval.as_ms().ok(),
+    })
+}
+
+/// Why a Redis DeadLetterQueue is refused by every driver but the retry router in this
+/// version (the `spec.broker.type` error of [`plan`]).
+pub const REDIS_ONLY_ROUTED: &str = "Redis DeadLetterQueues are run by the retry router in this version (`dlq-operator router --standalone -f FILE`, docs/REDIS.md); the controller, apply and run do not handle them yet";
+
+/// A Redis DeadLetterQueue, validated and planned: what its retry router needs
+/// ([`plan_redis`]).
+#[derive(Debug, Clone)]
+pub struct RedisPlan {
+    /// `namespace/name` of the DeadLetterQueue.
+    pub key: String,
+    /// The Redis deployment, from the Secret.
+    pub connection: RedisConnection,
+    /// The stream, its group and keys, the visibility timeout.
+    pub source: StreamSource,
+    /// The resolved RetryPolicy.
+    pub policy: ResolvedPolicy,
+}
+
+/// Default `spec.source.visibilityTimeout`, ms.
+pub const DEFAULT_VISIBILITY_TIMEOUT_MS: u64 = 30_000;
+
+/// Validates a Redis DeadLetterQueue and what it references, then plans its source
+/// (docs/REDIS.md): the checks and their order of [`plan`].
+///
+/// # Errors
+/// As [`plan`]; [`PlanError::InvalidSpec`] naming `spec.broker.type` for a RabbitMQ
+/// DeadLetterQueue; [`PlanError::Secret`] for a Secret without a Redis `uri`.
+pub fn plan_redis(
+    dlq: &DeadLetterQueue,
+    policy: Option<&RetryPolicy>,
+    secret: Option<&Secret>,
+) -> Result<RedisPlan, PlanError> {
+    let checked = check(dlq, policy, secret)?;
+    let spec = &dlq.spec;
+    let (Some(stream), Some(group), BrokerType::Redis) =
+        (&spec.source.stream, &spec.source.group, spec.broker.type_)
+    else {
+        return Err(checked.invalid(InvalidSpec(vec![FieldError {
+            field: "spec.broker.type".into(),
+            message: "not Redis: this DeadLetterQueue is planned as a RabbitMQ one".into(),
+        }])));
+    };
+    let connection = RedisConnection::from_secret_data(
+        &spec.broker.secret_ref.name,
+        &secret_data(checked.secret),
+    )
+    .map_err(PlanError::Secret)?;
+    checked.monitoring(dlq)?;
+    let keys = Keys::new(stream, spec.dead_letter.queue.as_deref(), None).map_err(|e| {
+        checked.invalid(InvalidSpec(vec![FieldError {
+            field: "spec.source.stream".into(),
+            message: e.to_string(),
+        }]))
+    })?;
+    let visibility_timeout_ms = spec
+        .source
+        .visibility_timeout
+        .as_ref()
+        .and_then(|d| d.as_ms().ok())
+        .unwrap_or(DEFAULT_VISIBILITY_TIMEOUT_MS);
+    Ok(RedisPlan {
+        source: StreamSource {
+            keys,
+            group: group.clone(),
+            visibility_timeout_ms,
+            dead_letter_max_length: spec.dead_letter.max_length,
+        },
+        key: checked.key,
+        connection,
+        policy: checked.policy,
+    })
+}
+
+/// What every plan checks first ([`check`]).
+struct Checked<'a> {
+    key: String,
+    policy: ResolvedPolicy,
+    secret: &'a Secret,
+}
+
+impl Checked<'_> {
+    /// The DeadLetterQueue's invalid spec `source`.
+    fn invalid(&self, source: InvalidSpec) -> PlanError {
+        PlanError::InvalidSpec {
+            kind: ResourceKind::DeadLetterQueue,
+            name: self.key.clone(),
+            source,
+        }
+    }
+
+    /// `spec.monitoring` of `dlq`, checked: the last check of [`plan`], after the Secret.
+    fn monitoring(&self, dlq: &DeadLetterQueue) -> Result<crate::monitor::Params, PlanError> {
+        crate::monitor::Params::from_spec(&dlq.spec.monitoring).map_err(|e| self.invalid(e))
+    }
+}
+
+/// The checks of [`plan`] common to every broker, in its order: the DeadLetterQueue's
+/// spec, the RetryPolicy (missing, then invalid), the Secret (missing); the Secret's
+/// content and `spec.monitoring` follow in each plan.
+///
+/// # Errors
+/// As [`plan`], but for the Secret's content.
+fn check<'a>(
+    dlq: &DeadLetterQueue,
+    policy: Option<&RetryPolicy>,
+    secret: Option<&'a Secret>,
+) -> Result<Checked<'a>, PlanError> {
     let key = object_key(&dlq.metadata);
     let namespace = crate::manifest::namespace_of(&dlq.metadata);
     let invalid_dlq = |source| PlanError::InvalidSpec {
@@ -224,19 +357,10 @@ pub fn plan(
     let secret = secret.ok_or_else(|| {
         PlanError::SecretNotFound(format!("{namespace}/{}", dlq.spec.broker.secret_ref.name))
     })?;
-    let connection =
-        BrokerConnection::from_secret_data(&dlq.spec.broker.secret_ref.name, &secret_data(secret))
-            .map_err(PlanError::Secret)?;
-    let monitoring =
-        crate::monitor::Params::from_spec(&dlq.spec.monitoring).map_err(invalid_dlq)?;
-    let topology = topology::plan(&key, &dlq.spec, &resolved);
-    Ok(Prepared {
-        monitoring,
+    Ok(Checked {
         key,
         policy: resolved,
-        topology,
-        connection,
-        monitoring_interval_ms: dlq.spec.monitoring.interval.as_ms().ok(),
+        secret,
     })
 }
 

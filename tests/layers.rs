@@ -44,6 +44,7 @@ const LAYERS: [(&str, &[&str]); 5] = [
             "ownership",
             "printable",
             "rbac",
+            "redis_keys",
             "topology",
         ],
     ),

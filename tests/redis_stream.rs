@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use dlq_operator::backoff::ResolvedPolicy;
 use dlq_operator::crd::RetryPolicySpec;
-use dlq_operator::redis::keys::Keys;
 use dlq_operator::redis::router::{StreamRouter, Sweep};
 use dlq_operator::redis::stream::StreamSource;
+use dlq_operator::redis_keys::Keys;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use redis::aio::ConnectionLike;

@@ -471,7 +471,7 @@ async fn dead_letter_through(ch: &lapin::Channel, queue: &str, n: usize) {
 #[tokio::test]
 async fn a_router_stopped_half_way_through_a_quorum_inbox_loses_none_and_gives_back_at_most_a_few()
 {
-    use dlq_operator::router::{sources::in_files, worker::run, RouterMetrics};
+    use dlq_operator::router::{sources::in_files, worker::run, RouterMetrics, RouterTarget};
     const N: usize = 3_000;
     let q = unique("router-drain");
     let dir = manifests(&[
@@ -487,10 +487,12 @@ async fn a_router_stopped_half_way_through_a_quorum_inbox_loses_none_and_gives_b
     ]);
     let out = cli(&["apply", "-f", &dir.path().display().to_string()]);
     assert!(out.status.success(), "{}", text(&out));
-    let target = in_files(&[dir.path().to_path_buf()])
+    let Some(RouterTarget::RabbitMq(target)) = in_files(&[dir.path().to_path_buf()])
         .expect("manifests")
         .pop()
-        .expect("a router target");
+    else {
+        panic!("a RabbitMQ router target");
+    };
     let (inbox, tier) = (format!("{q}.router"), format!("{q}.retry.5m"));
     let (_conn, ch) = dlq::confirm_channel().await;
     dead_letter_through(&ch, &q, N).await;
@@ -504,7 +506,7 @@ async fn a_router_stopped_half_way_through_a_quorum_inbox_loses_none_and_gives_b
     // Stopped with up to 1,000 messages in hand (the prefetch): they are finished, and
     // each original's ack must reach the quorum inbox before the channel closes.
     let stop = tokio_util::sync::CancellationToken::new();
-    let router = tokio::spawn(run(target, RouterMetrics::new(), stop.clone()));
+    let router = tokio::spawn(run(*target, RouterMetrics::new(), stop.clone()));
     while (dlq::ready_now(&ch, &tier).await as usize) < N / 2 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

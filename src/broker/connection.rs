@@ -572,6 +572,9 @@ fn amqp_uri(uri: &str) -> Result<(Url, Option<String>, Option<String>), String> 
         };
         format!("not a valid URI ({e}){hint}")
     })?;
+    if matches!(amqp.scheme(), "redis" | "rediss") {
+        return Err("a Redis URI on a RabbitMQ DeadLetterQueue: set spec.broker.type: Redis on the DeadLetterQueue (docs/REDIS.md), or give the RabbitMQ amqp(s):// URI".into());
+    }
     if !matches!(amqp.scheme(), "amqp" | "amqps") {
         return Err("not an amqp(s) URI".into());
     }
@@ -689,6 +692,99 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'
 /// Percent-encodes one path segment (vhost, queue, exchange or policy name).
 pub fn encode_segment(s: &str) -> String {
     utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+/// Connection settings of a Redis deployment (a standalone server or a Redis Cluster's
+/// seed nodes), read from a Secret's `uri`: `redis://` or `rediss://` (TLS) URIs with the
+/// user, password and database in them (the `redis` crate's URI format), several
+/// separated by commas or new lines. `Debug` and [`RedisConnection::redacted`] hide the
+/// password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisConnection {
+    secret_name: String,
+    uris: Vec<Url>,
+}
+
+impl fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConnection")
+            .field("secret", &self.secret_name)
+            .field("uris", &self.redacted())
+            .finish()
+    }
+}
+
+impl RedisConnection {
+    /// Reads `uri` of the Secret `secret_name`'s `data`.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidSecret`] naming the Secret and `uri`: missing, empty, not
+    /// UTF-8, more than [`MAX_ADDRESSES`] addresses, not a URI, an `amqp(s)://` URI (with
+    /// what to set instead), another scheme, no host, TLS and plain addresses mixed.
+    pub fn from_secret_data(
+        secret_name: &str,
+        data: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Self, BrokerError> {
+        let secret = SecretData {
+            name: secret_name,
+            data,
+        };
+        let value = secret.required("uri")?;
+        let pieces = listed(&secret, "uri", &value, &["redis://", "rediss://"])?;
+        let mut uris: Vec<Url> = Vec::new();
+        for (i, piece) in pieces.iter().enumerate() {
+            let url = redis_uri(piece)
+                .map_err(|reason| secret.invalid("uri", &about(i, pieces.len(), &reason)))?;
+            if let Some(reason) = uris.first().and_then(|first| other_scheme(first, &url)) {
+                return Err(secret.invalid("uri", &about(i, pieces.len(), &reason)));
+            }
+            uris.push(url);
+        }
+        Ok(RedisConnection {
+            secret_name: secret_name.to_string(),
+            uris,
+        })
+    }
+
+    /// The URIs with their credentials, for the client only: never log or show them.
+    pub fn uris_with_credentials(&self) -> Vec<String> {
+        self.uris.iter().map(Url::to_string).collect()
+    }
+
+    /// The URIs with the password replaced by `***`, comma-separated: for logs and status.
+    pub fn redacted(&self) -> String {
+        self.uris
+            .iter()
+            .map(|u| {
+                let mut u = u.clone();
+                if u.password().is_some() {
+                    // A URI with a host always takes a password.
+                    let _ = u.set_password(Some("***"));
+                }
+                u.to_string()
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The Secret's name.
+    pub fn secret_name(&self) -> &str {
+        &self.secret_name
+    }
+}
+
+/// One Redis address of a Secret's `uri`, or why it is not one.
+fn redis_uri(uri: &str) -> Result<Url, String> {
+    let url = Url::parse(uri).map_err(|e| format!("not a valid URI ({e})"))?;
+    match url.scheme() {
+        "redis" | "rediss" => {}
+        "amqp" | "amqps" => return Err("a RabbitMQ URI on a Redis DeadLetterQueue (spec.broker.type: Redis): give the redis:// or rediss:// URI, or remove spec.broker.type for RabbitMQ".into()),
+        other => return Err(format!("scheme {other}:// is not redis:// or rediss://")),
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("URI has no host".into());
+    }
+    Ok(url)
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub mod seam;
 
 pub use crate::dlq::DeadLetterOps;
 pub use crate::wire::{message, BrokerError, QueueCounts, QueueLimits};
-pub use connection::{Addresses, BrokerConnection};
+pub use connection::{Addresses, BrokerConnection, RedisConnection};
 pub use depth::{depths_from_prometheus, depths_from_rows, QueueDepth, QueueDepthRow};
 pub use report::{
     Action, ApplyReport, DeleteOutcome, ObjectKind, Outcome, RemovalReport, RequestCounts,

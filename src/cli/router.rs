@@ -3,9 +3,9 @@
 
 use std::process::ExitCode;
 
+use dlq_operator::crd;
 use dlq_operator::metrics::{Metrics, Readiness};
 use dlq_operator::router::{sources, Fleet};
-use dlq_operator::{crd, standalone};
 
 use super::args::RouterArgs;
 use super::error::CliError;
@@ -57,7 +57,7 @@ pub async fn router(args: RouterArgs) -> Result<ExitCode, CliError> {
     }
     let client = if args.standalone {
         // Fail fast on invalid manifests at start-up; later edits are re-checked.
-        standalone::load_and_plan(&args.files)?;
+        dlq_operator::resolve::manifests::load_and_plan_all(&args.files)?;
         None
     } else {
         Some(

@@ -122,7 +122,17 @@ pub struct LocalObjectRef {
 #[serde(rename_all = "camelCase")]
 #[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct BrokerSpec {
-    /// Secret with `uri` (`amqp[s]://…`), `managementUri` (`http[s]://…:15672`), optionally
+    /// The broker: `RabbitMQ` (default) or `Redis` (docs/REDIS.md: a stream read by a
+    /// consumer group, `spec.source.stream` and `spec.source.group`).
+    #[serde(
+        rename = "type",
+        default,
+        skip_serializing_if = "BrokerType::is_rabbitmq"
+    )]
+    pub type_: BrokerType,
+    /// Secret with, for Redis, `uri` (`redis[s]://[user:password@]host:port[/db]`, several
+    /// comma-separated for a cluster's seed nodes); for RabbitMQ,
+    /// `uri` (`amqp[s]://…`), `managementUri` (`http[s]://…:15672`), optionally
     /// `username`/`password`, `prometheusUri` (`http[s]://…:15692`: depths from the
     /// rabbitmq_prometheus plugin, for large vhosts), and for TLS `ca.crt`, `tls.crt`,
     /// `tls.key`.
@@ -148,6 +158,24 @@ pub struct BrokerSpec {
     /// in.
     #[serde(default, skip_serializing_if = "QueueSettings::is_policy")]
     pub queue_settings: QueueSettings,
+}
+
+/// The broker a DeadLetterQueue is on (`spec.broker.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum BrokerType {
+    /// RabbitMQ (the default): queues, exchanges and policies.
+    #[default]
+    RabbitMQ,
+    /// Redis 7 or later: a stream read by a consumer group (docs/REDIS.md).
+    Redis,
+}
+
+impl BrokerType {
+    /// Whether this is the default, [`BrokerType::RabbitMQ`] (then the field is left out
+    /// when the spec is written back).
+    pub fn is_rabbitmq(&self) -> bool {
+        *self == BrokerType::RabbitMQ
+    }
 }
 
 /// Where the settings of the queues the operator declares live (`spec.broker.queueSettings`).
@@ -200,9 +228,23 @@ impl QueueType {
 #[serde(rename_all = "camelCase")]
 #[serde(expecting = "a mapping of fields (docs/REFERENCE.md lists them)")]
 pub struct SourceSpec {
-    /// Name of the work queue.
-    #[schemars(length(min = 1, max = 200))]
+    /// Name of the work queue (RabbitMQ; required there).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 200))]
     pub queue: String,
+    /// Redis: the stream the consumers read (required for `spec.broker.type: Redis`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1000))]
+    pub stream: Option<String>,
+    /// Redis: the consumer group the consumers of `stream` read with (required with it).
+    /// The consumers create it (`XGROUP CREATE … MKSTREAM`); the router waits for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 200))]
+    pub group: Option<String>,
+    /// Redis: how long an entry may stay pending (read, not acknowledged) before it has
+    /// failed once (default `30s`; 100ms to 24h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility_timeout: Option<Duration>,
     /// Existing exchange to bind the queue to (not declared by the operator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exchange: Option<String>,

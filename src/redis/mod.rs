@@ -2,7 +2,8 @@
 //! the stream layout (a stream read by a consumer group) — with the same RetryPolicy and
 //! the same `dlq-*` contract as on RabbitMQ.
 //!
-//! - [`keys`]: the keys the operator derives from a source, all in its hash slot.
+//! - The keys it derives from a source, all in the source's hash slot, are a domain rule:
+//!   [`crate::redis_keys`].
 //! - [`scripts`]: the Lua scripts that make each move one atomic step on the server.
 //! - [`fields`]: the `dlq-*` contract as stream fields.
 //! - [`stream`]: the stream layout's reads and moves.
@@ -11,7 +12,6 @@
 
 pub mod connection;
 pub mod fields;
-pub mod keys;
 pub mod router;
 pub mod scripts;
 pub mod stream;

@@ -5,22 +5,19 @@
 //! each script checks on the server that its entry is still pending, so routers that
 //! race, or a router killed and started again, never move an entry twice or lose one.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
 
 use rand::rngs::StdRng;
-use rand::SeedableRng;
 use redis::aio::ConnectionLike;
 use redis::RedisError;
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::warn;
 
-use super::connection::Connection;
 use super::fields::{stamp, EntryState, Failure, Stamped};
 use super::stream::{Moved, Pending, StreamSource};
-use crate::backoff::{Decision, ResolvedPolicy};
+use crate::backoff::{DeadLetterReason, Decision, ResolvedPolicy};
 
 /// What a sweep did, by count of entries.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sweep {
     /// Due retries put back on the stream.
     pub released: u64,
@@ -30,6 +27,10 @@ pub struct Sweep {
     pub retried: u64,
     /// Failed entries dead-lettered.
     pub dead_lettered: u64,
+    /// The retries by the tier (ms) their delay falls in ([`ResolvedPolicy::tier_for`]).
+    pub retried_by_tier: BTreeMap<u64, u64>,
+    /// The dead letters by reason.
+    pub dead_lettered_by_reason: BTreeMap<&'static str, u64>,
     /// Entries acknowledged or moved by someone else between the read and the move.
     pub not_pending: u64,
     /// Pending entries trimmed from the stream before they could be copied.
@@ -122,74 +123,31 @@ impl StreamRouter {
         let decision = state.decide(&self.policy, None, now_ms, rng);
         let stamped = stamp(&state, &failure, &decision);
         let moved = match decision {
-            Decision::Retry { delay_ms, .. } => {
+            Decision::Retry {
+                delay_ms, tier_ms, ..
+            } => {
                 let moved = self
                     .source
                     .retry(conn, &pending.id, delay_ms, &stamped)
                     .await?;
                 if moved == Moved::Moved {
                     sweep.retried += 1;
+                    *sweep.retried_by_tier.entry(tier_ms).or_default() += 1;
                 }
                 moved
             }
-            Decision::DeadLetter(_) => {
+            Decision::DeadLetter(reason) => {
                 let moved = self.source.dead_letter(conn, &pending.id, &stamped).await?;
                 if moved == Moved::Moved {
                     sweep.dead_lettered += 1;
+                    *sweep
+                        .dead_lettered_by_reason
+                        .entry(DeadLetterReason::as_str(reason))
+                        .or_default() += 1;
                 }
                 moved
             }
         };
         Ok(moved)
-    }
-
-    /// Runs sweeps every `tick` (at once again after a sweep that filled a batch) until
-    /// `stop`, connecting to `uris` and reconnecting after an error, a pause of `tick`
-    /// or 1 s (the longer) later. Errors are logged, never fatal: the router keeps trying.
-    pub async fn run(&self, uris: &[String], tick: Duration, stop: CancellationToken) {
-        let pause = tick.max(Duration::from_secs(1));
-        let mut rng = StdRng::from_os_rng();
-        while !stop.is_cancelled() {
-            let mut conn = match Connection::open(uris).await {
-                Ok(conn) => conn,
-                Err(e) => {
-                    warn!(source = %self.source.keys.source(), error = %e, "cannot connect to Redis");
-                    sleep_or_stop(pause, &stop).await;
-                    continue;
-                }
-            };
-            info!(source = %self.source.keys.source(), group = %self.source.group, "retry router sweeping");
-            if let Err(e) = self.sweep_until(&mut conn, &mut rng, tick, &stop).await {
-                warn!(source = %self.source.keys.source(), error = %e, "retry router sweep failed");
-                sleep_or_stop(pause, &stop).await;
-            }
-        }
-    }
-
-    /// Sweeps over `conn` until `stop` or the first error.
-    async fn sweep_until(
-        &self,
-        conn: &mut Connection,
-        rng: &mut StdRng,
-        tick: Duration,
-        stop: &CancellationToken,
-    ) -> Result<(), RedisError> {
-        while !stop.is_cancelled() {
-            let sweep = self.sweep(conn, rng, crate::clock::now_ms()).await?;
-            let full = sweep.released as usize >= self.batch
-                || (sweep.retried + sweep.dead_lettered) as usize >= self.batch;
-            if !full {
-                sleep_or_stop(tick, stop).await;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Waits `d`, or less when `stop` is cancelled.
-async fn sleep_or_stop(d: Duration, stop: &CancellationToken) {
-    tokio::select! {
-        () = tokio::time::sleep(d) => {}
-        () = stop.cancelled() => {}
     }
 }

@@ -1,7 +1,7 @@
 //! The Lua scripts of the Redis retry router (docs/REDIS.md, "What is atomic"). Each move
 //! of an entry is one script: Redis runs a script as one step, so a router killed at any
 //! instant has either made the whole move or none of it. Every script touches keys of one
-//! hash slot only ([`super::keys`]), so it also runs on one master of a Redis Cluster.
+//! hash slot only ([`crate::redis_keys`]), so it also runs on one master of a Redis Cluster.
 //!
 //! Times are read from the server (`TIME`), in ms since the epoch: the due times of every
 //! router of one source come from one clock. Numbers are formatted with `%.0f` (Lua's

@@ -8,11 +8,11 @@ use redis::aio::ConnectionLike;
 use redis::RedisError;
 
 use super::fields::Stamped;
-use super::keys::Keys;
 use super::scripts::{
     DEAD_LETTER_STREAM_ENTRY, MOVED, NOT_PENDING, RELEASE_DUE_TO_STREAM, RETRY_STREAM_ENTRY,
     TRIMMED,
 };
+use crate::redis_keys::Keys;
 
 /// A stream source: its keys, its consumer group and when a pending entry has failed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,12 +10,12 @@ use k8s_openapi::api::core::v1::Secret;
 
 use super::{Found, References, ResolveError};
 use crate::broker::BrokerError;
-use crate::crd::{DeadLetterQueue, FieldError, InvalidSpec, RetryPolicy};
+use crate::crd::{BrokerType, DeadLetterQueue, FieldError, InvalidSpec, RetryPolicy};
 use crate::manifest::{
     self, namespace_of, object_key, Loaded, ManifestError, Manifests, SourceRef,
 };
 use crate::ownership::Claim;
-use crate::reconcile::{PlanError, Prepared, ResourceKind};
+use crate::reconcile::{PlanError, Prepared, RedisPlan, ResourceKind};
 
 /// The manifests answer every lookup at once (the futures are ready).
 impl References for Manifests {
@@ -76,6 +76,82 @@ pub struct Planned {
 /// an unusable Secret, a name claimed twice, or no DeadLetterQueue at all
 /// ([`ManifestError::NoDeadLetterQueue`]).
 pub fn load_and_plan(paths: &[PathBuf]) -> Result<(Manifests, Vec<Planned>), ManifestError> {
+    let m = load_checked(paths)?;
+    let planned = m
+        .dead_letter_queues
+        .iter()
+        .map(|d| plan_loaded(&m, d))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_ownership(&planned)?;
+    Ok((m, planned))
+}
+
+/// A Redis DeadLetterQueue from the files, validated and planned.
+#[derive(Debug, Clone)]
+pub struct RedisPlanned {
+    /// Where the DeadLetterQueue was read from.
+    pub source: SourceRef,
+    /// The plan.
+    pub plan: RedisPlan,
+}
+
+/// [`load_and_plan`] for files that may hold Redis DeadLetterQueues too (the retry
+/// router's): the RabbitMQ ones planned as [`load_and_plan`] does, the Redis ones by
+/// [`crate::reconcile::plan_redis`]; two Redis DeadLetterQueues on one stream of one
+/// Secret are refused.
+///
+/// # Errors
+/// As [`load_and_plan`].
+pub fn load_and_plan_all(
+    paths: &[PathBuf],
+) -> Result<(Vec<Planned>, Vec<RedisPlanned>), ManifestError> {
+    let m = load_checked(paths)?;
+    let (redis, rabbitmq): (Vec<_>, Vec<_>) = m
+        .dead_letter_queues
+        .iter()
+        .partition(|d| d.object.spec.broker.type_ == BrokerType::Redis);
+    let planned = rabbitmq
+        .into_iter()
+        .map(|d| plan_loaded(&m, d))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_ownership(&planned)?;
+    let mut redis_planned: Vec<RedisPlanned> = Vec::new();
+    for d in redis {
+        let namespace = namespace_of(&d.object.metadata);
+        // The manifests' lookups are ready futures: this returns at once.
+        let plan =
+            futures::executor::block_on(super::resolve_redis(&m, namespace, d.object.clone()))
+                .map_err(|e| manifest_error(&m, d, e))?;
+        if let Some(first) = redis_planned.iter().find(|p| {
+            p.plan.source.keys.source() == plan.source.keys.source()
+                && p.plan.connection.redacted() == plan.connection.redacted()
+        }) {
+            return Err(ManifestError::Field {
+                at: d.source.clone(),
+                kind: ResourceKind::DeadLetterQueue.as_str(),
+                name: plan.key.clone(),
+                field: "spec.source.stream".into(),
+                message: format!(
+                    "stream {:?} is already routed by DeadLetterQueue {}; each stream belongs to one DeadLetterQueue",
+                    plan.source.keys.source(),
+                    first.plan.key
+                ),
+            });
+        }
+        redis_planned.push(RedisPlanned {
+            source: d.source.clone(),
+            plan,
+        });
+    }
+    Ok((planned, redis_planned))
+}
+
+/// Loads manifests and validates every RetryPolicy in them; at least one DeadLetterQueue
+/// must be there.
+///
+/// # Errors
+/// As [`load_and_plan`].
+fn load_checked(paths: &[PathBuf]) -> Result<Manifests, ManifestError> {
     let m = manifest::load_paths(paths)?;
     for p in &m.retry_policies {
         crate::backoff::ResolvedPolicy::from_spec(&p.object.spec).map_err(|e| {
@@ -90,13 +166,7 @@ pub fn load_and_plan(paths: &[PathBuf]) -> Result<(Manifests, Vec<Planned>), Man
     if m.dead_letter_queues.is_empty() {
         return Err(ManifestError::NoDeadLetterQueue(described(paths)));
     }
-    let planned = m
-        .dead_letter_queues
-        .iter()
-        .map(|d| plan_loaded(&m, d))
-        .collect::<Result<Vec<_>, _>>()?;
-    check_ownership(&planned)?;
-    Ok((m, planned))
+    Ok(m)
 }
 
 /// `paths` for a message: `standard input` for [`manifest::STDIN`], joined by `, `.

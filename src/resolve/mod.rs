@@ -165,6 +165,41 @@ pub async fn resolve<R: References + ?Sized>(
     namespace: &str,
     dlq: DeadLetterQueue,
 ) -> Result<Resolved, ResolveError> {
+    let (dead_letter_queue, retry_policy, secret, prepared) =
+        read_and_plan(refs, namespace, dlq, reconcile::plan).await?;
+    Ok(Resolved {
+        dead_letter_queue,
+        retry_policy,
+        secret,
+        prepared,
+    })
+}
+
+/// [`resolve`] for a Redis DeadLetterQueue: the same reads and checks, planned by
+/// [`reconcile::plan_redis`].
+///
+/// # Errors
+/// As [`resolve`].
+pub async fn resolve_redis<R: References + ?Sized>(
+    refs: &R,
+    namespace: &str,
+    dlq: DeadLetterQueue,
+) -> Result<reconcile::RedisPlan, ResolveError> {
+    let (.., plan) = read_and_plan(refs, namespace, dlq, reconcile::plan_redis).await?;
+    Ok(plan)
+}
+
+/// The reads and checks of [`resolve`], planned by `planner`; returns the DeadLetterQueue,
+/// its RetryPolicy and Secret, and the plan.
+async fn read_and_plan<R, P>(
+    refs: &R,
+    namespace: &str,
+    dlq: DeadLetterQueue,
+    planner: impl Fn(&DeadLetterQueue, Option<&RetryPolicy>, Option<&Secret>) -> Result<P, PlanError>,
+) -> Result<(DeadLetterQueue, RetryPolicy, Secret, P), ResolveError>
+where
+    R: References + ?Sized,
+{
     let key = object_key(&dlq.metadata);
     let invalid = |kind, name: String, source| {
         ResolveError::from_plan(&key, PlanError::InvalidSpec { kind, name, source })
@@ -185,16 +220,12 @@ pub async fn resolve<R: References + ?Sized>(
         Some(Ok(p)) => Some(p),
         None => None,
     };
-    let prepared = reconcile::plan(&dlq, policy.as_ref(), secret.as_ref())
+    let plan = planner(&dlq, policy.as_ref(), secret.as_ref())
         .map_err(|e| ResolveError::from_plan(&key, e))?;
-    // `plan` refuses a missing reference, so both are here; said again without a panic.
+    // The planners refuse a missing reference, so both are here; said again without a
+    // panic.
     match (policy, secret) {
-        (Some(retry_policy), Some(secret)) => Ok(Resolved {
-            dead_letter_queue: dlq,
-            retry_policy,
-            secret,
-            prepared,
-        }),
+        (Some(retry_policy), Some(secret)) => Ok((dlq, retry_policy, secret, plan)),
         (None, _) => Err(ResolveError::from_plan(
             &key,
             PlanError::RetryPolicyNotFound(format!("{namespace}/{policy_name}")),

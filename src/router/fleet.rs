@@ -9,8 +9,57 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::metrics::RouterMetrics;
+use super::redis::{self, RedisTarget};
 use super::worker::{self, Target};
 use crate::lock::Locked;
+
+/// What one router routes: a RabbitMQ DeadLetterQueue's inbox, or a Redis
+/// DeadLetterQueue's stream.
+#[derive(Debug, Clone)]
+pub enum RouterTarget {
+    /// A RabbitMQ DeadLetterQueue in router mode ([`worker::run`]).
+    RabbitMq(Box<Target>),
+    /// A Redis DeadLetterQueue ([`redis::run`]).
+    Redis(Box<RedisTarget>),
+}
+
+impl RouterTarget {
+    /// `namespace/name` of the DeadLetterQueue.
+    pub fn key(&self) -> String {
+        match self {
+            RouterTarget::RabbitMq(t) => t.key(),
+            RouterTarget::Redis(t) => t.key(),
+        }
+    }
+
+    /// A digest of everything the router depends on; never shown.
+    pub fn fingerprint(&self) -> String {
+        match self {
+            RouterTarget::RabbitMq(t) => t.fingerprint(),
+            RouterTarget::Redis(t) => t.fingerprint(),
+        }
+    }
+
+    /// Runs the router until `stop`.
+    async fn run(self, metrics: RouterMetrics, stop: CancellationToken) {
+        match self {
+            RouterTarget::RabbitMq(t) => worker::run(*t, metrics, stop).await,
+            RouterTarget::Redis(t) => redis::run(*t, metrics, stop).await,
+        }
+    }
+}
+
+impl From<Target> for RouterTarget {
+    fn from(t: Target) -> Self {
+        RouterTarget::RabbitMq(Box::new(t))
+    }
+}
+
+impl From<RedisTarget> for RouterTarget {
+    fn from(t: RedisTarget) -> Self {
+        RouterTarget::Redis(Box::new(t))
+    }
+}
 
 /// A running router: what it was started with, and how to stop it.
 struct Running {
@@ -51,7 +100,8 @@ impl Fleet {
     /// changed (the old one drains while the new one starts: competing consumers on the
     /// inbox). Returns `true` when a router was (re)started. Must run inside a Tokio
     /// runtime.
-    pub fn ensure(&self, target: Target) -> bool {
+    pub fn ensure(&self, target: impl Into<RouterTarget>) -> bool {
+        let target = target.into();
         let key = target.key();
         let fingerprint = target.fingerprint();
         let mut running = self.lock();
@@ -66,16 +116,17 @@ impl Fleet {
         }
         let stop = CancellationToken::new();
         self.tasks
-            .spawn(worker::run(target, self.metrics.clone(), stop.clone()));
+            .spawn(target.run(self.metrics.clone(), stop.clone()));
         running.insert(key, Running { fingerprint, stop });
         true
     }
 
     /// Makes the fleet exactly `targets`: ensures each ([`Fleet::ensure`]) and stops
     /// every other router.
-    pub fn sync(&self, targets: impl IntoIterator<Item = Target>) {
+    pub fn sync(&self, targets: impl IntoIterator<Item = impl Into<RouterTarget>>) {
         let mut keep = std::collections::BTreeSet::new();
         for target in targets {
+            let target = target.into();
             keep.insert(target.key());
             self.ensure(target);
         }

@@ -65,6 +65,23 @@ impl RouterMetrics {
             .inc();
     }
 
+    /// Counts `count` messages moved for `namespace/name` with `decision` (`retry` or
+    /// `dead_letter`), `tier` (retries) and `reason` (dead letters): the Redis router
+    /// counts a sweep's moves at once.
+    pub fn record_moves(
+        &self,
+        namespace: &str,
+        name: &str,
+        decision: &str,
+        tier: &str,
+        reason: &str,
+        count: u64,
+    ) {
+        self.routed
+            .with_label_values(&[namespace, name, decision, tier, reason])
+            .inc_by(count);
+    }
+
     /// Counts one message of `namespace/name` that could not be moved.
     pub fn record_failure(&self, namespace: &str, name: &str, error: &ClientError) {
         self.failures

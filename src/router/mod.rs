@@ -6,14 +6,17 @@
 //! message's retry tier or to the dead-letter exchange with a publisher confirm and
 //! `mandatory`, and acks the original only after the confirm ([`worker`]). A process runs
 //! one router per DeadLetterQueue in a [`Fleet`]; several processes may consume one inbox
-//! at once (competing consumers).
+//! at once (competing consumers). A Redis DeadLetterQueue's router ([`redis`]) sweeps its
+//! stream instead (docs/REDIS.md).
 
 pub mod fleet;
 pub mod incoming;
 pub mod metrics;
+pub mod redis;
 pub mod sources;
 pub mod worker;
 
-pub use fleet::Fleet;
+pub use fleet::{Fleet, RouterTarget};
 pub use metrics::RouterMetrics;
+pub use redis::RedisTarget;
 pub use worker::{RouterError, Target};

@@ -9,21 +9,28 @@ use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use super::{Fleet, Target};
+use super::{Fleet, RedisTarget, RouterTarget, Target};
 use crate::crd::DeadLetterQueue;
 use crate::manifest::{object_key, ManifestError};
-use crate::resolve::manifests::load_and_plan;
+use crate::resolve::manifests::load_and_plan_all;
 
 /// The router targets of the DeadLetterQueues in router mode in the manifest files
-/// `paths` (validated and planned as `apply` does, without a network).
+/// `paths` (validated and planned as `apply` does, without a network), and of every Redis
+/// DeadLetterQueue in them (a Redis source is always routed: the router is what retries).
 ///
 /// # Errors
 /// The [`ManifestError`] of the first invalid manifest.
-pub fn in_files(paths: &[PathBuf]) -> Result<Vec<Target>, ManifestError> {
-    let (_, planned) = load_and_plan(paths)?;
+pub fn in_files(paths: &[PathBuf]) -> Result<Vec<RouterTarget>, ManifestError> {
+    let (planned, redis) = load_and_plan_all(paths)?;
     Ok(planned
         .iter()
         .filter_map(|p| Target::of(&p.prepared, &p.object.spec.router))
+        .map(RouterTarget::from)
+        .chain(
+            redis
+                .into_iter()
+                .map(|r| RouterTarget::from(RedisTarget::of(r.plan))),
+        )
         .collect())
 }
 
@@ -31,7 +38,7 @@ pub fn in_files(paths: &[PathBuf]) -> Result<Vec<Target>, ManifestError> {
 #[derive(Debug, Default)]
 pub struct Found {
     /// Targets of the DeadLetterQueues in router mode that resolved.
-    pub targets: Vec<Target>,
+    pub targets: Vec<RouterTarget>,
     /// Keys (`namespace/name`) of DeadLetterQueues in router mode that did not resolve
     /// this time (an API error, a missing Secret): their routers, if running, are kept.
     pub unresolved: Vec<String>,
@@ -69,9 +76,9 @@ pub async fn in_cluster(
         let key = object_key(&obj.metadata);
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
         match crate::resolve::object_in_cluster(client.clone(), &ns, &obj).await {
-            Ok(r) => found
-                .targets
-                .extend(Target::of(&r.prepared, &r.dead_letter_queue.spec.router)),
+            Ok(r) => found.targets.extend(
+                Target::of(&r.prepared, &r.dead_letter_queue.spec.router).map(RouterTarget::from),
+            ),
             Err(e) => {
                 tracing::warn!(dead_letter_queue = %key, error = %e, "cannot resolve a DeadLetterQueue in router mode; its router, if running, is kept");
                 found.unresolved.push(key);

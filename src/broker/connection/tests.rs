@@ -227,3 +227,58 @@ fn the_address_in_use_is_tried_first_and_shared_by_every_parse_of_the_list() {
         "the digest of a router's settings does not change with the address in use"
     );
 }
+
+mod redis {
+    use super::super::RedisConnection;
+    use crate::wire::BrokerError;
+    use std::collections::BTreeMap;
+
+    fn read(uri: &str) -> Result<RedisConnection, BrokerError> {
+        let data = BTreeMap::from([("uri".to_string(), uri.as_bytes().to_vec())]);
+        RedisConnection::from_secret_data("redis", &data)
+    }
+
+    fn reason(uri: &str) -> String {
+        match read(uri) {
+            Err(BrokerError::InvalidSecret { key, reason, .. }) => {
+                assert_eq!(key, "uri");
+                reason
+            }
+            other => panic!("{uri}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_redis_uri_list_is_read_and_shown_without_its_password() {
+        let c = read("redis://app:s3cret@10.0.0.1:7001/0,redis://app:s3cret@10.0.0.2:7002/0")
+            .expect("valid");
+        assert_eq!(c.uris_with_credentials().len(), 2);
+        assert!(!c.redacted().contains("s3cret"), "{}", c.redacted());
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert!(c.redacted().contains("app:***@10.0.0.1:7001"));
+    }
+
+    #[test]
+    fn a_rabbitmq_uri_or_a_mixed_list_is_refused_with_what_to_do() {
+        assert!(reason("amqp://guest:guest@localhost:5672/").contains("spec.broker.type"));
+        assert!(reason("http://localhost").contains("not redis:// or rediss://"));
+        assert!(reason("rediss://a:6379,redis://b:6379").contains("TLS alike"));
+        let amqp = BTreeMap::from([
+            ("uri".to_string(), b"redis://localhost:6379".to_vec()),
+            (
+                "managementUri".to_string(),
+                b"http://localhost:15672".to_vec(),
+            ),
+        ]);
+        match super::super::BrokerConnection::from_secret_data("rabbit", &amqp) {
+            Err(BrokerError::InvalidSecret { reason, .. }) => {
+                assert!(reason.contains("set spec.broker.type: Redis"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            RedisConnection::from_secret_data("redis", &BTreeMap::new()),
+            Err(BrokerError::InvalidSecret { .. })
+        ));
+    }
+}

@@ -6,7 +6,11 @@ use super::{
     BaselineMode, DeadLetterQueueSpec, DeadLetterSpec, MonitoringSpec, PartitionBy,
     MAX_ALERT_DURATION_MS, MAX_NAME_BYTES, MAX_THRESHOLD_FACTOR, MIN_MONITORING_INTERVAL_MS,
 };
-use crate::crd::{out_of_range, readable_number, Errors, InvalidSpec};
+use crate::crd::{out_of_range, readable_number, BrokerType, Errors, InvalidSpec};
+use crate::redis_keys::Keys;
+
+/// Shortest and longest `spec.source.visibilityTimeout`, ms.
+const VISIBILITY_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 100..=86_400_000;
 
 impl DeadLetterQueueSpec {
     /// Checks every rule the schema states (and those it cannot), naming each bad field.
@@ -16,10 +20,17 @@ impl DeadLetterQueueSpec {
     pub fn validate(&self) -> Result<(), InvalidSpec> {
         let mut errs = Errors::default();
         self.check_broker(&mut errs);
-        self.check_source_names(&mut errs);
-        self.check_planned_names(&mut errs);
-        self.check_source_delivery(&mut errs);
-        self.check_partition_names(&mut errs);
+        match self.broker.type_ {
+            BrokerType::RabbitMQ => {
+                self.check_source_names(&mut errs);
+                self.check_planned_names(&mut errs);
+                self.check_source_delivery(&mut errs);
+                self.check_partition_names(&mut errs);
+                self.check_router(&mut errs);
+                self.check_no_redis_fields(&mut errs);
+            }
+            BrokerType::Redis => self.check_redis_source(&mut errs),
+        }
         check_object_name(
             &mut errs,
             "spec.retryPolicyRef.name",
@@ -27,7 +38,6 @@ impl DeadLetterQueueSpec {
         );
         self.dead_letter.check(&mut errs);
         self.monitoring.check(&mut errs);
-        self.check_router(&mut errs);
         errs.finish()
     }
 
@@ -80,6 +90,89 @@ impl DeadLetterQueueSpec {
                     "spec.source.exchange",
                     "must not be empty (omit it to publish through the default exchange)",
                 );
+            }
+        }
+    }
+
+    /// `spec.source` of a Redis DeadLetterQueue: a stream with its group (the keys the
+    /// operator derives from it must share its hash slot, [`Keys`]), a dead-letter key in
+    /// the same slot, a visibility timeout in range, and none of the RabbitMQ-only fields.
+    fn check_redis_source(&self, errs: &mut Errors) {
+        const FOR_RABBITMQ: &str = "is for RabbitMQ; a Redis DeadLetterQueue names spec.source.stream and spec.source.group (docs/REDIS.md)";
+        if !self.source.queue.is_empty() {
+            errs.push("spec.source.queue", FOR_RABBITMQ);
+        }
+        for (field, set) in [
+            ("spec.source.exchange", self.source.exchange.is_some()),
+            ("spec.source.routingKey", self.source.routing_key.is_some()),
+            (
+                "spec.deadLetter.exchange",
+                self.dead_letter.exchange.is_some(),
+            ),
+            (
+                "spec.deadLetter.partitionBy",
+                self.dead_letter.partition_by != PartitionBy::None,
+            ),
+        ] {
+            if set {
+                errs.push(field, FOR_RABBITMQ);
+            }
+        }
+        match (&self.source.stream, &self.source.group) {
+            (None, _) => errs.push(
+                "spec.source.stream",
+                "required for spec.broker.type: Redis: the stream the consumers read with a consumer group",
+            ),
+            (Some(_), None) => errs.push(
+                "spec.source.group",
+                "required with spec.source.stream: the consumer group the consumers read it with",
+            ),
+            (Some(stream), Some(group)) => self.check_redis_keys(errs, stream, group),
+        }
+        if let Some(t) = &self.source.visibility_timeout {
+            match t.as_ms() {
+                Ok(ms) if VISIBILITY_TIMEOUT_MS.contains(&ms) => {}
+                Ok(_) => errs.push("spec.source.visibilityTimeout", "out of range 100ms..=24h"),
+                Err(e) => errs.push("spec.source.visibilityTimeout", e.to_string()),
+            }
+        }
+    }
+
+    /// The stream's key, its group's name and a named dead-letter key.
+    fn check_redis_keys(&self, errs: &mut Errors, stream: &str, group: &str) {
+        if group.is_empty() || group.chars().any(char::is_control) {
+            errs.push(
+                "spec.source.group",
+                "must be a non-empty name without control characters",
+            );
+        }
+        match Keys::new(stream, self.dead_letter.queue.as_deref(), None) {
+            Err(e) => errs.push("spec.source.stream", e.to_string()),
+            Ok(keys) => {
+                if let Some(dead) = &self.dead_letter.queue {
+                    if dead == stream {
+                        errs.push("spec.deadLetter.queue", "must not be the source stream");
+                    } else if let Err(e) = keys.check_same_slot(dead) {
+                        errs.push("spec.deadLetter.queue", e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The Redis-only fields of a RabbitMQ DeadLetterQueue.
+    fn check_no_redis_fields(&self, errs: &mut Errors) {
+        const FOR_REDIS: &str = "is for spec.broker.type: Redis (this DeadLetterQueue is on RabbitMQ: set spec.broker.type: Redis, or name the queue in spec.source.queue)";
+        for (field, set) in [
+            ("spec.source.stream", self.source.stream.is_some()),
+            ("spec.source.group", self.source.group.is_some()),
+            (
+                "spec.source.visibilityTimeout",
+                self.source.visibility_timeout.is_some(),
+            ),
+        ] {
+            if set {
+                errs.push(field, FOR_REDIS);
             }
         }
     }
@@ -523,5 +616,84 @@ mod tests {
         }
         let long = "a".repeat(254);
         assert!(spec(&long, "p").validate().is_err());
+    }
+}
+
+#[cfg(test)]
+mod redis_tests {
+    use crate::crd::DeadLetterQueueSpec;
+
+    fn spec(source: serde_json::Value, extra: serde_json::Value) -> DeadLetterQueueSpec {
+        let mut v = serde_json::json!({
+            "broker": {"type": "Redis", "secretRef": {"name": "redis"}},
+            "source": source,
+            "retryPolicyRef": {"name": "rp"},
+        });
+        if let (Some(obj), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+            for (k, val) in extra {
+                obj.insert(k.clone(), val.clone());
+            }
+        }
+        serde_json::from_value(v).expect("spec")
+    }
+
+    fn fields(spec: &DeadLetterQueueSpec) -> Vec<String> {
+        match spec.validate() {
+            Ok(()) => Vec::new(),
+            Err(e) => e.0.into_iter().map(|f| f.field).collect(),
+        }
+    }
+
+    #[test]
+    fn a_stream_with_its_group_is_valid() {
+        let ok = spec(
+            serde_json::json!({"stream": "orders", "group": "workers", "visibilityTimeout": "5s"}),
+            serde_json::json!({"deadLetter": {"queue": "{orders}:dead"}}),
+        );
+        assert_eq!(fields(&ok), Vec::<String>::new());
+    }
+
+    #[test]
+    fn each_redis_mistake_names_its_field() {
+        let no_group = spec(
+            serde_json::json!({"stream": "orders"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(fields(&no_group), ["spec.source.group"]);
+        let no_stream = spec(
+            serde_json::json!({"queue": "orders"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(
+            fields(&no_stream),
+            ["spec.source.queue", "spec.source.stream"]
+        );
+        let untaggable = spec(
+            serde_json::json!({"stream": "a}b", "group": "g"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(fields(&untaggable), ["spec.source.stream"]);
+        let other_slot = spec(
+            serde_json::json!({"stream": "orders", "group": "g", "visibilityTimeout": "10ms"}),
+            serde_json::json!({"deadLetter": {"queue": "orders-dead", "exchange": "x"}}),
+        );
+        assert_eq!(
+            fields(&other_slot),
+            [
+                "spec.deadLetter.exchange",
+                "spec.deadLetter.queue",
+                "spec.source.visibilityTimeout"
+            ]
+        );
+    }
+
+    #[test]
+    fn redis_fields_on_a_rabbitmq_resource_are_refused() {
+        let mut s = spec(
+            serde_json::json!({"queue": "orders", "stream": "orders", "group": "g"}),
+            serde_json::json!({}),
+        );
+        s.broker.type_ = crate::crd::BrokerType::RabbitMQ;
+        assert_eq!(fields(&s), ["spec.source.stream", "spec.source.group"]);
     }
 }
