@@ -41,6 +41,7 @@ impl Connection {
         for uri in uris {
             match single(uri).await {
                 Ok(mut conn) => {
+                    check_version(&mut conn).await?;
                     return if cluster_enabled(&mut conn).await? {
                         cluster(uris).await
                     } else {
@@ -73,6 +74,33 @@ async fn cluster(uris: &[String]) -> Result<Connection, RedisError> {
         .response_timeout(std::time::Duration::from_secs(30))
         .build()?;
     Ok(Connection::Cluster(client.get_async_connection().await?))
+}
+
+/// The oldest Redis the router works with: `XPENDING … IDLE` came in 6.2.
+pub const MIN_VERSION: (u32, u32) = (6, 2);
+
+/// Refuses a server older than [`MIN_VERSION`] (`INFO server`, `redis_version`), saying
+/// which version is needed and why.
+async fn check_version(conn: &mut ConnectionManager) -> Result<(), RedisError> {
+    let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+    let version = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("redis_version:"))
+        .unwrap_or("")
+        .to_string();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if found >= MIN_VERSION {
+        return Ok(());
+    }
+    Err(RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "Redis is too old",
+        format!(
+            "the server is Redis {version}; the retry router needs Redis {}.{} or later (XPENDING with IDLE), Redis 7 is recommended",
+            MIN_VERSION.0, MIN_VERSION.1
+        ),
+    )))
 }
 
 /// Whether the server of `conn` runs in cluster mode (`INFO cluster`).
