@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use tokio_util::sync::CancellationToken;
 
-use common::redis_server::{connect, delete, entries, field, never_ack, uri};
-use common::{cli, manifests, policy_yaml, text, unique};
-
-const GROUP: &str = "workers";
+use common::redis_server::{
+    connect, delete, entries, field, group, never_ack, redis_manifests, GROUP,
+};
+use common::{cli, text, unique};
 
 /// A `router --standalone` process, SIGKILLed on drop.
 struct Router {
@@ -66,39 +66,6 @@ impl Drop for Router {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Manifests of a Redis DeadLetterQueue `orders` on `stream` (visibility timeout
-/// `visibility`, `max_retries` retries of 200 ms then 400 ms).
-fn redis_manifests(stream: &str, visibility: &str, max_retries: u32) -> tempfile::TempDir {
-    let policy = policy_yaml(
-        "rp",
-        &format!("  maxRetries: {max_retries}\n  backoff:\n    strategy: Exponential\n    initialDelay: 200ms\n    multiplier: 2\n    maxDelay: 400ms\n"),
-    );
-    let secret = format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: redis\n  namespace: default\nstringData:\n  uri: {}\n",
-        uri()
-    );
-    let dlq = format!(
-        "apiVersion: dlqoperator.io/v1alpha1\nkind: DeadLetterQueue\nmetadata:\n  name: orders\n  namespace: default\nspec:\n  broker:\n    type: Redis\n    secretRef:\n      name: redis\n  source:\n    stream: {stream}\n    group: {GROUP}\n    visibilityTimeout: {visibility}\n  retryPolicyRef:\n    name: rp\n"
-    );
-    manifests(&[
-        ("rp.yaml", &policy),
-        ("secret.yaml", &secret),
-        ("dlq.yaml", &dlq),
-    ])
-}
-
-async fn group<C: ConnectionLike + Send>(conn: &mut C, stream: &str) {
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(stream)
-        .arg(GROUP)
-        .arg("$")
-        .arg("MKSTREAM")
-        .query_async(conn)
-        .await
-        .expect("XGROUP CREATE");
 }
 
 async fn produce<C: ConnectionLike + Send>(conn: &mut C, stream: &str, n: usize) {

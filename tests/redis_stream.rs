@@ -19,9 +19,7 @@ use redis::aio::ConnectionLike;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use common::redis_server::{connect, delete, entries, field, never_ack};
-
-const GROUP: &str = "workers";
+use common::redis_server::{connect, delete, entries, field, group, never_ack, GROUP};
 
 fn policy(max_retries: u32) -> ResolvedPolicy {
     let spec: RetryPolicySpec = serde_json::from_value(json!({
@@ -43,19 +41,6 @@ fn router(stream: &str, visibility_timeout_ms: u64, max_retries: u32) -> StreamR
         policy: policy(max_retries),
         batch: 100,
     }
-}
-
-/// Creates `stream` with the consumer group (`XGROUP CREATE … MKSTREAM`).
-async fn group<C: ConnectionLike + Send>(conn: &mut C, stream: &str) {
-    let _: () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(stream)
-        .arg(GROUP)
-        .arg("$")
-        .arg("MKSTREAM")
-        .query_async(conn)
-        .await
-        .expect("XGROUP CREATE");
 }
 
 /// Adds `n` entries with `body` = `0..n` and a binary `raw` field; returns their ids.

@@ -15,9 +15,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::BufRead;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,11 +27,10 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use serde_json::Value;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
+use common::clients::{free_port, node, python, scripts, Client, Killed, Seen};
 use common::dlq::{confirm_channel, now_ms, ready_now};
-use common::helm::skip;
-use common::{cleanup, cli, manifests, mgmt_get, policy_yaml, root, secret_yaml, text, unique};
+use common::{cleanup, cli, manifests, mgmt_get, policy_yaml, secret_yaml, text, unique};
 
 /// Writes a line to the process's stderr past the test harness's capture, so that the
 /// measured figures show in the log of a passing run (the CI log).
@@ -59,128 +56,6 @@ const MARGIN_MS: f64 = 4_000.0;
 const KILL_MESSAGES: usize = 10_000;
 /// Messages the router has moved (as its /metrics counts them) before it is SIGKILLed.
 const KILL_AFTER_ROUTED: u64 = 2_000;
-
-/// A child process SIGKILLed and reaped on drop, also when a test panics.
-struct Killed(Child);
-
-impl Killed {
-    /// SIGKILL now and reap (idempotent).
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A client script running as a child process, its stdout's JSON lines arriving on
-/// `lines` as they come.
-struct Client {
-    name: &'static str,
-    _process: Killed,
-    lines: UnboundedReceiver<Value>,
-}
-
-impl Client {
-    /// Starts `command` (stdin closed, stdout read line by line, stderr inherited: a
-    /// client's errors show in the test's output).
-    fn start(name: &'static str, mut command: Command) -> Client {
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("start the {name} client ({command:?}): {e}"));
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let process = Killed(child);
-        let (tx, lines) = unbounded_channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                match serde_json::from_str::<Value>(&line) {
-                    Ok(v) if v.is_object() => {
-                        if tx.send(v).is_err() {
-                            return;
-                        }
-                    }
-                    _ => eprintln!("{name} (not JSON): {line}"),
-                }
-            }
-        });
-        Client {
-            name,
-            _process: process,
-            lines,
-        }
-    }
-
-    /// The next JSON line within `timeout`.
-    async fn next(&mut self, timeout: Duration) -> Value {
-        match tokio::time::timeout(timeout, self.lines.recv()).await {
-            Ok(Some(v)) => v,
-            Ok(None) => panic!("the {} client exited (its stderr is above)", self.name),
-            Err(_) => panic!("the {} client printed nothing for {timeout:?}", self.name),
-        }
-    }
-
-    /// Waits for the client's `{"ready": true}` (it consumes).
-    async fn ready(&mut self) {
-        let line = self.next(Duration::from_secs(60)).await;
-        assert_eq!(line["ready"], true, "{}: {line}", self.name);
-    }
-
-    /// The next `n` deliveries it reports, each within `timeout` of the one before.
-    async fn deliveries(&mut self, n: usize, timeout: Duration) -> Vec<Seen> {
-        let mut seen = Vec::new();
-        while seen.len() < n {
-            let line = self.next(timeout).await;
-            seen.push(Seen::of(self.name, &line));
-        }
-        seen
-    }
-
-    /// Deliveries it reported that were not read yet.
-    fn unread(&mut self) -> Vec<Value> {
-        let mut rest = Vec::new();
-        while let Ok(v) = self.lines.try_recv() {
-            rest.push(v);
-        }
-        rest
-    }
-}
-
-/// One delivery as a client reported it.
-#[derive(Debug)]
-struct Seen {
-    /// The client's clock when it got the delivery (ms since the epoch).
-    t_ms: f64,
-    /// The message's id (AMQP message-id, or Celery's task id).
-    id: String,
-    /// Header `dlq-retry-count`, absent on the first delivery.
-    retry_count: Option<u64>,
-}
-
-impl Seen {
-    fn of(client: &str, line: &Value) -> Seen {
-        let id = line["message_id"].as_str().or(line["task_id"].as_str());
-        Seen {
-            t_ms: line["t_ms"]
-                .as_f64()
-                .unwrap_or_else(|| panic!("{client}: no t_ms in {line}")),
-            id: id
-                .unwrap_or_else(|| panic!("{client}: no message id in {line}"))
-                .to_string(),
-            retry_count: line["retry_count"].as_u64(),
-        }
-    }
-}
 
 /// Removes the broker objects whose names start with the prefix when dropped, also when
 /// the test panics (on a thread of its own with its own runtime: drop cannot await).
@@ -216,14 +91,6 @@ fn router(dir: &str, port: u16) -> Killed {
     Killed(child)
 }
 
-/// A TCP port free right now on 127.0.0.1.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 /// Manifests of Secret `s`, RetryPolicy `p` (`policy`: its spec body) and DeadLetterQueue
 /// `d` in router mode for the classic queue `queue`, applied with `dlq-operator apply`:
 /// the dir (keep it alive) and its path.
@@ -240,51 +107,6 @@ fn applied(queue: &str, policy: &str) -> (tempfile::TempDir, String) {
     let out = cli(&["apply", "-f", &path]);
     assert!(out.status.success(), "{}", text(&out));
     (dir, path)
-}
-
-/// `.venv/bin/python` of the crate if it imports `modules`; else reports `test` as
-/// skipped ([`skip`]: a failure under .ci/run's `DLQ_REQUIRE_TOOLS=1`) and gives `None`.
-fn python(test: &str, modules: &str) -> Option<PathBuf> {
-    let python = root().join(".venv/bin/python");
-    let how =
-        "python3 -m venv .venv && .venv/bin/pip install -r requirements-dev.txt (as .ci/run does)";
-    let why = match Command::new(&python)
-        .args(["-c", &format!("import {modules}")])
-        .output()
-    {
-        Ok(o) if o.status.success() => return Some(python),
-        Ok(o) => format!(
-            "{} cannot import {modules} ({})",
-            python.display(),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => format!("{} does not run ({e})", python.display()),
-    };
-    skip(test, &format!("{why}: {how}"));
-    None
-}
-
-/// The directory of the client scripts.
-fn scripts() -> PathBuf {
-    root().join("tests/router_clients")
-}
-
-/// True when `node` is in PATH and amqplib is installed in tests/router_clients; else
-/// reports `test` as skipped ([`skip`]).
-fn node(test: &str) -> bool {
-    let how = "apt-get install nodejs npm, then npm ci in tests/router_clients (as .ci/run does)";
-    if !matches!(Command::new("node").arg("--version").output(), Ok(o) if o.status.success()) {
-        skip(test, &format!("node is not in PATH: {how}"));
-        return false;
-    }
-    if !scripts().join("node_modules/amqplib/package.json").exists() {
-        skip(
-            test,
-            &format!("amqplib is not installed in tests/router_clients: {how}"),
-        );
-        return false;
-    }
-    true
 }
 
 /// The broker's version (management API), for the figures printed.
@@ -477,7 +299,7 @@ async fn a_pika_consumer_that_rejects_gets_each_tier_then_the_dead_letter_queue(
 #[tokio::test]
 async fn an_amqplib_consumer_that_nacks_gets_each_tier_then_the_dead_letter_queue() {
     let test = "an_amqplib_consumer_that_nacks_gets_each_tier_then_the_dead_letter_queue";
-    if !node(test) {
+    if !node(test, "amqplib") {
         return;
     }
     let q = unique("rc-amqplib");

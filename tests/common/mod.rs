@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod clients;
 pub mod cluster;
 pub mod console;
 pub mod dlq;

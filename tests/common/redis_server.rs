@@ -6,6 +6,9 @@ use std::time::Duration;
 use dlq_operator::redis::connection::Connection;
 use redis::aio::ConnectionLike;
 
+/// The consumer group of the tests' streams.
+pub const GROUP: &str = "workers";
+
 /// URI of the Redis the tests use.
 pub fn uri() -> String {
     std::env::var("DLQ_REDIS_URI").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
@@ -129,4 +132,39 @@ pub async fn delete<C: ConnectionLike + Send>(conn: &mut C, keys: &[String]) {
         .query_async(conn)
         .await
         .expect("DEL");
+}
+
+/// Manifests of a Redis DeadLetterQueue `default/orders` on `stream` read by [`GROUP`]
+/// (visibility timeout `visibility`, `max_retries` retries of 200 ms then 400 ms), its
+/// RetryPolicy `rp` and Secret `redis` ([`uri`]).
+pub fn redis_manifests(stream: &str, visibility: &str, max_retries: u32) -> tempfile::TempDir {
+    let policy = super::policy_yaml(
+        "rp",
+        &format!("  maxRetries: {max_retries}\n  backoff:\n    strategy: Exponential\n    initialDelay: 200ms\n    multiplier: 2\n    maxDelay: 400ms\n"),
+    );
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: redis\n  namespace: default\nstringData:\n  uri: {}\n",
+        uri()
+    );
+    let dlq = format!(
+        "apiVersion: dlqoperator.io/v1alpha1\nkind: DeadLetterQueue\nmetadata:\n  name: orders\n  namespace: default\nspec:\n  broker:\n    type: Redis\n    secretRef:\n      name: redis\n  source:\n    stream: {stream}\n    group: {GROUP}\n    visibilityTimeout: {visibility}\n  retryPolicyRef:\n    name: rp\n"
+    );
+    super::manifests(&[
+        ("rp.yaml", &policy),
+        ("secret.yaml", &secret),
+        ("dlq.yaml", &dlq),
+    ])
+}
+
+/// Creates `stream` with the consumer group [`GROUP`] (`XGROUP CREATE … $ MKSTREAM`).
+pub async fn group<C: ConnectionLike + Send>(conn: &mut C, stream: &str) {
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(GROUP)
+        .arg("$")
+        .arg("MKSTREAM")
+        .query_async(conn)
+        .await
+        .expect("XGROUP CREATE");
 }
