@@ -8,6 +8,9 @@ set -euo pipefail
 
 log() { printf '[ensure-redis] %s\n' "$*"; }
 PORT="${DLQ_REDIS_PORT:-6379}"
+# One log per network namespace: the host's Redis and a namespace's share /tmp.
+NETNS="$(ip netns identify $$ 2>/dev/null || true)"
+LOG="/tmp/dlq-redis-${NETNS:-host}-$PORT.log"
 
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   log "installing redis-server and redis-tools (Debian packages)"
@@ -24,12 +27,12 @@ answers() { [ "$(redis-cli -h 127.0.0.1 -p "$PORT" ping 2>/dev/null)" = PONG ]; 
 if ! answers; then
   log "starting redis-server on 127.0.0.1:$PORT (nothing kept on disk)"
   redis-server --bind 127.0.0.1 --port "$PORT" --save '' --appendonly no \
-    --dir /tmp --daemonize yes --logfile "/tmp/dlq-redis-$PORT.log"
+    --dir /tmp --daemonize yes --logfile "$LOG"
   for _ in $(seq 1 100); do
     answers && break
     sleep 0.1
   done
-  answers || { log "redis-server did not answer on 127.0.0.1:$PORT"; cat "/tmp/dlq-redis-$PORT.log" || true; exit 1; }
+  answers || { log "redis-server did not answer on 127.0.0.1:$PORT"; cat "$LOG" || true; exit 1; }
 fi
 
 VERSION="$(redis-cli -h 127.0.0.1 -p "$PORT" info server | tr -d '\r' | sed -n 's/^redis_version://p')"

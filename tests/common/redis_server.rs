@@ -53,9 +53,18 @@ pub async fn never_ack(
     consumer: &'static str,
     stop: tokio_util::sync::CancellationToken,
 ) -> Vec<Seen> {
-    let mut conn = Connection::open(&[uri()])
-        .await
-        .expect("consumer connection");
+    never_ack_at(vec![uri()], stream, group, consumer, stop).await
+}
+
+/// [`never_ack`] on the Redis deployment at `uris` (a cluster's seed nodes).
+pub async fn never_ack_at(
+    uris: Vec<String>,
+    stream: String,
+    group: &'static str,
+    consumer: &'static str,
+    stop: tokio_util::sync::CancellationToken,
+) -> Vec<Seen> {
+    let mut conn = Connection::open(&uris).await.expect("consumer connection");
     let start = std::time::Instant::now();
     let mut seen = Vec::new();
     while !stop.is_cancelled() {
@@ -138,21 +147,42 @@ pub async fn delete<C: ConnectionLike + Send>(conn: &mut C, keys: &[String]) {
 /// (visibility timeout `visibility`, `max_retries` retries of 200 ms then 400 ms), its
 /// RetryPolicy `rp` and Secret `redis` ([`uri`]).
 pub fn redis_manifests(stream: &str, visibility: &str, max_retries: u32) -> tempfile::TempDir {
+    redis_manifests_at(&uri(), &[stream], visibility, max_retries)
+}
+
+/// [`redis_manifests`] for the deployment at `uris` (comma-separated), one DeadLetterQueue
+/// per stream of `streams` (`orders-0`, `orders-1`, …; `orders` for a single stream).
+pub fn redis_manifests_at(
+    uris: &str,
+    streams: &[&str],
+    visibility: &str,
+    max_retries: u32,
+) -> tempfile::TempDir {
     let policy = super::policy_yaml(
         "rp",
         &format!("  maxRetries: {max_retries}\n  backoff:\n    strategy: Exponential\n    initialDelay: 200ms\n    multiplier: 2\n    maxDelay: 400ms\n"),
     );
     let secret = format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: redis\n  namespace: default\nstringData:\n  uri: {}\n",
-        uri()
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: redis\n  namespace: default\nstringData:\n  uri: \"{uris}\"\n"
     );
-    let dlq = format!(
-        "apiVersion: dlqoperator.io/v1alpha1\nkind: DeadLetterQueue\nmetadata:\n  name: orders\n  namespace: default\nspec:\n  broker:\n    type: Redis\n    secretRef:\n      name: redis\n  source:\n    stream: {stream}\n    group: {GROUP}\n    visibilityTimeout: {visibility}\n  retryPolicyRef:\n    name: rp\n"
-    );
+    let dlqs: String = streams
+        .iter()
+        .enumerate()
+        .map(|(i, stream)| {
+            let name = if streams.len() == 1 {
+                "orders".to_string()
+            } else {
+                format!("orders-{i}")
+            };
+            format!(
+                "---\napiVersion: dlqoperator.io/v1alpha1\nkind: DeadLetterQueue\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  broker:\n    type: Redis\n    secretRef:\n      name: redis\n  source:\n    stream: {stream}\n    group: {GROUP}\n    visibilityTimeout: {visibility}\n  retryPolicyRef:\n    name: rp\n"
+            )
+        })
+        .collect();
     super::manifests(&[
         ("rp.yaml", &policy),
         ("secret.yaml", &secret),
-        ("dlq.yaml", &dlq),
+        ("dlq.yaml", &dlqs),
     ])
 }
 
