@@ -230,9 +230,9 @@ pub fn plan(
     })
 }
 
-/// Why a Redis DeadLetterQueue is refused by every driver but the retry router in this
-/// version (the `spec.broker.type` error of [`plan`]).
-pub const REDIS_ONLY_ROUTED: &str = "Redis DeadLetterQueues are run by the retry router in this version (`dlq-operator router --standalone -f FILE`, docs/REDIS.md); the controller, apply and run do not handle them yet";
+/// Why a Redis DeadLetterQueue is refused by the drivers that plan RabbitMQ topology only
+/// in this version (the `spec.broker.type` error of [`plan`]).
+pub const REDIS_ONLY_ROUTED: &str = "Redis DeadLetterQueues are applied by `dlq-operator apply -f` and run by `dlq-operator router --standalone -f` in this version (docs/REDIS.md); the controller, run --standalone and this command do not handle them yet";
 
 /// A Redis DeadLetterQueue, validated and planned: what its retry router needs
 /// ([`plan_redis`]).

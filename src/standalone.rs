@@ -24,7 +24,7 @@ pub use crate::resolve::manifests::{load_and_plan, Planned};
 
 mod apply;
 pub mod maturity;
-pub use apply::{apply_all, APPLY_CONCURRENCY};
+pub use apply::{apply_all, apply_each, apply_redis_each, write_total, APPLY_CONCURRENCY};
 
 /// Counts of one apply, for the summary line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -219,14 +219,98 @@ async fn a_router_killed_mid_run_and_started_again_loses_nothing_and_moves_nothi
     delete(&mut conn, &keys_of(&stream)).await;
 }
 
+#[tokio::test]
+async fn apply_makes_the_group_and_ownership_once_and_refuses_what_is_not_its_own() {
+    const TEST: &str = "apply_makes_the_group_and_ownership_once_and_refuses_what_is_not_its_own";
+    let Some(mut conn) = connect(TEST).await else {
+        return;
+    };
+    let stream = unique("redis-apply");
+    // A stream that already holds an entry, without the group.
+    let _: String = redis::cmd("XADD")
+        .arg(&stream)
+        .arg("*")
+        .arg("body")
+        .arg("early")
+        .query_async(&mut conn)
+        .await
+        .expect("XADD");
+    let tmp = redis_manifests(&stream, "30s", 1);
+    let path = tmp.path().display().to_string();
+    let first = cli(&["apply", "-f", &path]);
+    let t = text(&first);
+    assert!(first.status.success(), "{t}");
+    assert!(
+        t.contains("created: ownership record") && t.contains("created: consumer group"),
+        "{t}"
+    );
+    assert!(t.contains("1 DeadLetterQueue(s) ready, 0 not ready"), "{t}");
+    // The group starts at the first entry: what was there is delivered, never skipped.
+    let read: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg("c1")
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .expect("XREADGROUP");
+    assert!(format!("{read:?}").contains("early"), "{read:?}");
+    // A second apply writes nothing.
+    let again = cli(&["apply", "-f", &path]);
+    let t = text(&again);
+    assert!(again.status.success() && !t.contains("created:"), "{t}");
+    assert_eq!(t.matches("in place:").count(), 2, "{t}");
+
+    // Another DeadLetterQueue on the same stream is refused, naming the owner.
+    let other = std::fs::read_to_string(tmp.path().join("dlq.yaml"))
+        .expect("read")
+        .replace("name: orders", "name: other");
+    std::fs::write(tmp.path().join("dlq.yaml"), other).expect("write");
+    let refused = cli(&["apply", "-f", &path]);
+    let t = text(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("[NameConflict]") && t.contains("default/orders"),
+        "{t}"
+    );
+
+    // A key of another type where the stream should be: refused before any write.
+    let list = unique("redis-list");
+    let _: i64 = redis::cmd("LPUSH")
+        .arg(&list)
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .expect("LPUSH");
+    let wrong = redis_manifests(&list, "30s", 1);
+    let out = cli(&["apply", "-f", &wrong.path().display().to_string()]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("[KeyTypeConflict]") && t.contains("is a list, not a stream"),
+        "{t}"
+    );
+    let owner_written: bool = redis::cmd("EXISTS")
+        .arg(format!("{{{list}}}:dlq:owner"))
+        .query_async(&mut conn)
+        .await
+        .expect("EXISTS");
+    assert!(!owner_written, "nothing written");
+    delete(&mut conn, &[list]).await;
+    delete(&mut conn, &keys_of(&stream)).await;
+    delete(&mut conn, &[format!("{{{stream}}}:dlq:owner")]).await;
+}
+
 #[test]
 fn redis_input_that_cannot_work_is_one_clear_error() {
     let dir = redis_manifests("orders-bad", "30s", 1);
     let path = dir.path().display().to_string();
-    // `apply` does not handle Redis yet: it says so, naming the field.
-    let out = cli(&["apply", "-f", &path]);
+    // `run --standalone` does not handle Redis yet: it says so, naming the field.
+    let out = cli(&["run", "--standalone", "-f", &path]);
     let t = text(&out);
-    assert!(!out.status.success(), "{t}");
+    assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(
         t.contains("spec.broker.type") && t.contains("router --standalone"),
         "{t}"

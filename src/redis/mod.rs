@@ -7,7 +7,8 @@
 //! - [`scripts`]: the Lua scripts that make each move one atomic step on the server.
 //! - [`fields`]: the `dlq-*` contract as stream fields.
 //! - [`stream`]: the stream layout's reads and moves.
-//! - [`router`]: the retry router's sweep and its loop.
+//! - [`router`]: the retry router's sweep.
+//! - [`topology`]: what `apply` makes sure of: key types, ownership record, consumer group.
 //! - [`connection`]: one connection to a standalone Redis or a Redis Cluster.
 
 pub mod connection;
@@ -15,3 +16,4 @@ pub mod fields;
 pub mod router;
 pub mod scripts;
 pub mod stream;
+pub mod topology;

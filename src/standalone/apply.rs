@@ -14,6 +14,7 @@ use crate::broker::{
 };
 use crate::lock::Locked;
 use crate::reconcile;
+use crate::resolve::manifests::RedisPlanned;
 use crate::status::conditions;
 
 /// Resources applied at once by [`apply_all`]: the controller's default `--concurrency`.
@@ -110,6 +111,32 @@ pub async fn apply_all(
     planned: &[Planned],
     out: &mut impl Write,
 ) -> std::io::Result<Summary> {
+    let summary = apply_each(brokers, planned, out).await?;
+    write_total(&summary, out)?;
+    Ok(summary)
+}
+
+/// The closing line of a report: how many DeadLetterQueues are ready.
+///
+/// # Errors
+/// I/O errors writing to `out`.
+pub fn write_total(summary: &Summary, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{} DeadLetterQueue(s) ready, {} not ready",
+        summary.ready, summary.not_ready
+    )
+}
+
+/// [`apply_all`] without its closing line ([`write_total`]).
+///
+/// # Errors
+/// As [`apply_all`].
+pub async fn apply_each(
+    brokers: &dyn BrokerFactory,
+    planned: &[Planned],
+    out: &mut impl Write,
+) -> std::io::Result<Summary> {
     let mut summary = Summary::default();
     let clients = Clients::default();
     let mut results = futures::stream::iter(planned)
@@ -162,9 +189,83 @@ pub async fn apply_all(
             }
         }
     }
-    line(format!(
-        "{} DeadLetterQueue(s) ready, {} not ready",
-        summary.ready, summary.not_ready
-    ))?;
     Ok(summary)
+}
+
+/// Applies every Redis DeadLetterQueue once, in order ([`crate::redis::topology::apply`]:
+/// key types, ownership record, consumer group), one connection per Redis deployment,
+/// and writes a line per action and a verdict per resource to `out`.
+///
+/// # Errors
+/// Only I/O errors writing to `out`; Redis problems are reported in the output and the
+/// [`Summary`].
+pub async fn apply_redis_each(
+    planned: &[RedisPlanned],
+    out: &mut impl Write,
+) -> std::io::Result<Summary> {
+    let mut summary = Summary::default();
+    let mut connections: Vec<(String, crate::redis::connection::Connection)> = Vec::new();
+    for p in planned {
+        let plan = &p.plan;
+        let redacted = plan.connection.redacted();
+        writeln!(
+            out,
+            "{}",
+            crate::printable::escape(&format!(
+                "DeadLetterQueue {} from {} -> {redacted} stream {}",
+                plan.key,
+                p.source,
+                plan.source.keys.source()
+            ))
+        )?;
+        let result = redis_apply(&mut connections, p).await;
+        let verdict = match result {
+            Ok(actions) => {
+                for a in &actions {
+                    writeln!(out, "  {}", crate::printable::escape(&a.to_string()))?;
+                }
+                summary.ready += 1;
+                "  => ready (its retries run in `dlq-operator router --standalone -f`)".to_string()
+            }
+            Err((reason, message)) => {
+                summary.not_ready += 1;
+                format!("  => failed [{reason}]: {message}")
+            }
+        };
+        writeln!(out, "{}", crate::printable::escape(&verdict))?;
+    }
+    Ok(summary)
+}
+
+/// Applies one Redis DeadLetterQueue over the connection of its deployment (opened once
+/// and kept in `connections`); the failure as a condition reason and a message.
+async fn redis_apply(
+    connections: &mut Vec<(String, crate::redis::connection::Connection)>,
+    p: &RedisPlanned,
+) -> Result<Vec<crate::redis::topology::Action>, (&'static str, String)> {
+    use crate::redis::topology::{apply, ApplyError};
+    let uris = p.plan.connection.uris_with_credentials();
+    let key = uris.join(",");
+    let conn = match connections.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, c)) => c,
+        None => {
+            let c = crate::redis::connection::Connection::open(&uris)
+                .await
+                .map_err(|e| ("BrokerUnreachable", redis_error(&p.plan.connection, &e)))?;
+            connections.push((key, c));
+            &mut connections.last_mut().expect("just pushed").1
+        }
+    };
+    apply(conn, &p.plan.key, &p.plan.source)
+        .await
+        .map_err(|e| match e {
+            ApplyError::WrongType { .. } => ("KeyTypeConflict", e.to_string()),
+            ApplyError::Owned { .. } => ("NameConflict", e.to_string()),
+            ApplyError::Redis(r) => ("BrokerError", redis_error(&p.plan.connection, &r)),
+        })
+}
+
+/// A Redis error for a person, with the deployment's address (without the password).
+fn redis_error(conn: &crate::broker::RedisConnection, e: &redis::RedisError) -> String {
+    format!("Redis at {}: {e}", conn.redacted())
 }
