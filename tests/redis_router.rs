@@ -342,3 +342,24 @@ fn redis_input_that_cannot_work_is_one_clear_error() {
         "{t}"
     );
 }
+
+#[tokio::test]
+async fn the_redis_example_applies_and_a_second_apply_writes_nothing() {
+    const TEST: &str = "the_redis_example_applies_and_a_second_apply_writes_nothing";
+    let Some(mut conn) = connect(TEST).await else {
+        return;
+    };
+    let dir = format!("{}/examples/redis/", env!("CARGO_MANIFEST_DIR"));
+    let keys = [
+        "order-stream".to_string(),
+        "{order-stream}:dlq:owner".to_string(),
+    ];
+    delete(&mut conn, &keys).await;
+    for (round, word) in [(1, "created:"), (2, "in place:")] {
+        let out = cli(&["apply", "-f", &dir]);
+        let t = text(&out);
+        assert!(out.status.success(), "apply {round}: {t}");
+        assert_eq!(t.matches(word).count(), 2, "apply {round}: {t}");
+    }
+    delete(&mut conn, &keys).await;
+}
