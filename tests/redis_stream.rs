@@ -447,3 +447,40 @@ async fn a_retried_copy_keeps_the_payload_and_drops_a_stale_reason_and_class() {
     assert_eq!(field(copy, "dlq-error-class"), None, "{copy:?}");
     delete(&mut conn, &all_keys(&r)).await;
 }
+
+#[tokio::test]
+async fn a_server_that_lost_its_scripts_still_gets_every_move() {
+    const TEST: &str = "a_server_that_lost_its_scripts_still_gets_every_move";
+    let Some(mut conn) = connect(TEST).await else {
+        return;
+    };
+    let stream = common::unique("redis-noscript");
+    let r = router(&stream, 50, 1);
+    group(&mut conn, &stream).await;
+    produce(&mut conn, &stream, 20).await;
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg("c1")
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .expect("XREADGROUP");
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    // As after a restart or a failover to a replica that never ran them.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .expect("SCRIPT FLUSH");
+    let mut rng = StdRng::seed_from_u64(1);
+    let s = r
+        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
+        .await
+        .expect("sweep");
+    assert_eq!(s.retried, 20, "{s:?}");
+    assert_eq!(zcard(&mut conn, &r.source.keys.retry_set()).await, 20);
+    delete(&mut conn, &all_keys(&r)).await;
+}

@@ -13,8 +13,8 @@ use redis::RedisError;
 use tracing::warn;
 
 use super::fields::{stamp, EntryState, Failure, Stamped};
-use super::stream::{Moved, Pending, StreamSource};
-use crate::backoff::{DeadLetterReason, Decision, ResolvedPolicy};
+use super::stream::{Move, Moved, Pending, StreamSource, To};
+use crate::backoff::{Decision, ResolvedPolicy};
 
 /// What a sweep did, by count of entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,6 +41,23 @@ impl Sweep {
     /// Entries moved or released by this sweep.
     pub fn moved(&self) -> u64 {
         self.released + self.retried + self.dead_lettered
+    }
+
+    /// Counts one entry moved as `decision` says.
+    fn count(&mut self, decision: &Decision) {
+        match decision {
+            Decision::Retry { tier_ms, .. } => {
+                self.retried += 1;
+                *self.retried_by_tier.entry(*tier_ms).or_default() += 1;
+            }
+            Decision::DeadLetter(reason) => {
+                self.dead_lettered += 1;
+                *self
+                    .dead_lettered_by_reason
+                    .entry(reason.as_str())
+                    .or_default() += 1;
+            }
+        }
     }
 }
 
@@ -77,36 +94,40 @@ impl StreamRouter {
         let failed = self.source.failed(conn, self.batch).await?;
         let ids: Vec<&str> = failed.iter().map(|p| p.id.as_str()).collect();
         let contents = self.source.fields(conn, &ids).await?;
-        for (pending, fields) in failed.iter().zip(contents) {
-            let moved = self
-                .move_failed(conn, pending, fields.as_deref(), rng, now_ms, &mut sweep)
-                .await?;
-            match moved {
-                Moved::Moved => {}
-                Moved::NotPending => sweep.not_pending += 1,
-                Moved::Trimmed => sweep.trimmed += 1,
+        let decided: Vec<(Move, Option<Decision>)> = failed
+            .iter()
+            .zip(contents)
+            .map(|(pending, fields)| self.decide(pending, fields.as_deref(), rng, now_ms))
+            .collect();
+        let moves: Vec<Move> = decided.iter().map(|(m, _)| m.clone()).collect();
+        let done = self.source.make(conn, &moves).await?;
+        for ((_, decision), moved) in decided.iter().zip(done) {
+            match (moved, decision) {
+                (Moved::Moved, Some(d)) => sweep.count(d),
+                (Moved::Moved, None) | (Moved::Trimmed, _) => sweep.trimmed += 1,
+                (Moved::NotPending, _) => sweep.not_pending += 1,
             }
         }
         Ok(sweep)
     }
 
-    /// Decides for one failed entry and moves it, counting the decision in `sweep` when
-    /// the move is made.
-    async fn move_failed<C: ConnectionLike + Send>(
+    /// The move of one failed entry: the RetryPolicy's decision and the copy's fields, or
+    /// for an entry trimmed from the stream (`fields` `None`) a move that only
+    /// acknowledges it (the retry script finds nothing to copy) and no decision.
+    fn decide(
         &self,
-        conn: &mut C,
         pending: &Pending,
         fields: Option<&[(Vec<u8>, Vec<u8>)]>,
         rng: &mut StdRng,
         now_ms: u64,
-        sweep: &mut Sweep,
-    ) -> Result<Moved, RedisError> {
+    ) -> (Move, Option<Decision>) {
         let Some(fields) = fields else {
-            // Trimmed: the retry script acknowledges it and reports it.
-            return self
-                .source
-                .retry(conn, &pending.id, 0, &Stamped::default())
-                .await;
+            let ack = Move {
+                id: pending.id.clone(),
+                to: To::Retry { delay_ms: 0 },
+                stamp: Stamped::default(),
+            };
+            return (ack, None);
         };
         let state = EntryState::from_fields(fields);
         let error = format!(
@@ -121,33 +142,15 @@ impl StreamRouter {
             id: &pending.id,
         };
         let decision = state.decide(&self.policy, None, now_ms, rng);
-        let stamped = stamp(&state, &failure, &decision);
-        let moved = match decision {
-            Decision::Retry {
-                delay_ms, tier_ms, ..
-            } => {
-                let moved = self
-                    .source
-                    .retry(conn, &pending.id, delay_ms, &stamped)
-                    .await?;
-                if moved == Moved::Moved {
-                    sweep.retried += 1;
-                    *sweep.retried_by_tier.entry(tier_ms).or_default() += 1;
-                }
-                moved
-            }
-            Decision::DeadLetter(reason) => {
-                let moved = self.source.dead_letter(conn, &pending.id, &stamped).await?;
-                if moved == Moved::Moved {
-                    sweep.dead_lettered += 1;
-                    *sweep
-                        .dead_lettered_by_reason
-                        .entry(DeadLetterReason::as_str(reason))
-                        .or_default() += 1;
-                }
-                moved
-            }
+        let to = match decision {
+            Decision::Retry { delay_ms, .. } => To::Retry { delay_ms },
+            Decision::DeadLetter(_) => To::DeadLetters,
         };
-        Ok(moved)
+        let m = Move {
+            id: pending.id.clone(),
+            to,
+            stamp: stamp(&state, &failure, &decision),
+        };
+        (m, Some(decision))
     }
 }

@@ -44,6 +44,29 @@ pub struct Pending {
 /// The fields of one entry, in order, as bytes (values may be binary).
 pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// One move of a pending entry: where to, and what its copy carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    /// The entry id.
+    pub id: String,
+    /// Where it goes.
+    pub to: To,
+    /// The `dlq-*` fields its copy gets.
+    pub stamp: Stamped,
+}
+
+/// Where a move sends an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum To {
+    /// The retry set, due after `delay_ms` ms (server clock).
+    Retry {
+        /// Delay, ms.
+        delay_ms: u64,
+    },
+    /// The dead-letter stream.
+    DeadLetters,
+}
+
 /// What one move did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Moved {
@@ -126,50 +149,72 @@ impl StreamSource {
             .collect())
     }
 
-    /// Schedules a retry of pending entry `id` after `delay_ms` ms, its copy carrying
-    /// `stamp` ([`RETRY_STREAM_ENTRY`]).
+    /// Makes `moves` in one pipeline (each still one script, checked on the server:
+    /// [`RETRY_STREAM_ENTRY`], [`DEAD_LETTER_STREAM_ENTRY`]); returns what each did, in
+    /// order. A move the server refused with `NOSCRIPT` (it had not loaded the script, or
+    /// lost it in a restart or failover: nothing ran) is made again alone, which loads it.
     ///
     /// # Errors
-    /// The server's error (the script is loaded again when the server lost it).
-    pub async fn retry<C: ConnectionLike + Send>(
+    /// The first other server error (`WRONGTYPE` when the dead-letter key is not a stream).
+    pub async fn make<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
-        id: &str,
-        delay_ms: u64,
-        stamp: &Stamped,
-    ) -> Result<Moved, RedisError> {
-        let mut call = RETRY_STREAM_ENTRY.prepare_invoke();
-        call.key(self.keys.source())
-            .key(self.keys.retry_set())
-            .key(self.keys.retry_entries())
-            .arg(&self.group)
-            .arg(id)
-            .arg(self.visibility_timeout_ms)
-            .arg(delay_ms);
-        stamp_args(&mut call, stamp);
-        Moved::from_code(call.invoke_async(conn).await?)
+        moves: &[Move],
+    ) -> Result<Vec<Moved>, RedisError> {
+        if moves.is_empty() {
+            return Ok(Vec::new());
+        }
+        let calls: Vec<redis::ScriptInvocation<'static>> =
+            moves.iter().map(|m| self.invocation(m)).collect();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for call in &calls {
+            pipe.invoke_script(call);
+        }
+        let results: Vec<Result<i64, RedisError>> = pipe.query_async(conn).await?;
+        let mut done = Vec::with_capacity(moves.len());
+        for (result, call) in results.into_iter().zip(&calls) {
+            let code = match result {
+                Ok(code) => code,
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    call.invoke_async(conn).await?
+                }
+                Err(e) => return Err(e),
+            };
+            done.push(Moved::from_code(code)?);
+        }
+        Ok(done)
     }
 
-    /// Dead-letters pending entry `id`, its copy carrying `stamp`
-    /// ([`DEAD_LETTER_STREAM_ENTRY`]).
-    ///
-    /// # Errors
-    /// The server's error (`WRONGTYPE` when the dead-letter key is not a stream).
-    pub async fn dead_letter<C: ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        id: &str,
-        stamp: &Stamped,
-    ) -> Result<Moved, RedisError> {
-        let mut call = DEAD_LETTER_STREAM_ENTRY.prepare_invoke();
-        call.key(self.keys.source())
-            .key(self.keys.dead_letters())
-            .arg(&self.group)
-            .arg(id)
-            .arg(self.visibility_timeout_ms)
-            .arg(self.dead_letter_max_length);
-        stamp_args(&mut call, stamp);
-        Moved::from_code(call.invoke_async(conn).await?)
+    /// The script call of `m`.
+    fn invocation(&self, m: &Move) -> redis::ScriptInvocation<'static> {
+        let mut call = match m.to {
+            To::Retry { delay_ms } => {
+                let mut call = RETRY_STREAM_ENTRY.prepare_invoke();
+                call.key(self.keys.source())
+                    .key(self.keys.retry_set())
+                    .key(self.keys.retry_entries())
+                    .arg(&self.group)
+                    .arg(&m.id)
+                    .arg(self.visibility_timeout_ms)
+                    .arg(delay_ms);
+                call
+            }
+            To::DeadLetters => {
+                let mut call = DEAD_LETTER_STREAM_ENTRY.prepare_invoke();
+                call.key(self.keys.source())
+                    .key(self.keys.dead_letters())
+                    .arg(&self.group)
+                    .arg(&m.id)
+                    .arg(self.visibility_timeout_ms)
+                    .arg(self.dead_letter_max_length);
+                call
+            }
+        };
+        stamp_args(&mut call, &m.stamp);
+        call
     }
 
     /// Puts up to `limit` due retries back on the stream ([`RELEASE_DUE_TO_STREAM`]);
