@@ -10,10 +10,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::clients::{node, python, scripts, Client, Killed, Seen};
+use common::clients::{node, python, router, scripts, Client, Seen};
 use common::redis_server::{connect, delete, entries, field, group, redis_manifests, uri, GROUP};
 use common::unique;
 
@@ -41,18 +41,7 @@ async fn retried_into_the_dead_letters(
     let dead = format!("{{{stream}}}:dlq:dead");
     group(&mut conn, &stream).await;
     let tmp = redis_manifests(&stream, "1s", 2);
-    let router = Killed(
-        Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-            .args(["router", "--standalone", "-f"])
-            .arg(tmp.path())
-            .args(["--metrics-bind-address", "127.0.0.1:0"])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start dlq-operator router"),
-    );
+    let router = router(&tmp.path().display().to_string(), 0, "warn");
     let mut consumer = Client::start(name, client(&stream));
     consumer.ready().await;
     for i in 0..ENTRIES {

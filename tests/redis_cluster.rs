@@ -8,12 +8,13 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use tokio_util::sync::CancellationToken;
 
+use common::clients::{router, Killed};
 use common::redis_server::{entries, field, group, never_ack_at, redis_manifests_at, GROUP};
 use common::unique;
 use dlq_operator::redis::connection::Connection;
@@ -29,33 +30,10 @@ fn cluster(test: &str) -> Option<Vec<String>> {
     }
 }
 
-/// `router --standalone -f DIR`, SIGKILLed on drop.
-struct Router(Child);
-
-impl Router {
-    fn start(dir: &std::path::Path) -> Router {
-        Router(
-            Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-                .args(["router", "--standalone", "-f"])
-                .arg(dir)
-                .args(["--metrics-bind-address", "127.0.0.1:0"])
-                // The client library's own warnings while a node is down say what the
-                // test already knows.
-                .env("RUST_LOG", "warn,redis=off")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("start dlq-operator router"),
-        )
-    }
-}
-
-impl Drop for Router {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// `router --standalone -f DIR`, SIGKILLed on drop; the client library's own warnings
+/// while a node is down say what the test already knows.
+fn start_router(dir: &std::path::Path) -> Killed {
+    router(&dir.display().to_string(), 0, "warn,redis=off")
 }
 
 /// `scripts/redis-cluster.sh ARGS`, which must succeed.
@@ -209,7 +187,7 @@ async fn streams_on_three_masters_are_each_retried_into_their_dead_letters() {
             stop.clone(),
         )));
     }
-    let router = Router::start(tmp.path());
+    let router = start_router(tmp.path());
     let n = 100;
     for s in &streams {
         produce(&mut conn, s, 0, n).await;
@@ -256,7 +234,7 @@ async fn a_master_killed_during_a_router_run_loses_nothing() {
         "c1",
         stop.clone(),
     ));
-    let router = Router::start(tmp.path());
+    let router = start_router(tmp.path());
     let n = 2_000;
     produce(&mut conn, &stream, 0, n).await;
     // Kill the stream's master once the router has moved some of the entries.

@@ -6,45 +6,30 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 use tokio_util::sync::CancellationToken;
 
+use common::clients::{free_port, router, Killed};
 use common::redis_server::{
-    connect, delete, entries, field, group, never_ack, redis_manifests, GROUP,
+    connect, delete, entries, field, group, never_ack, read_new, redis_manifests, GROUP,
 };
 use common::{cli, text, unique};
 
-/// A `router --standalone` process, SIGKILLed on drop.
+/// A `router --standalone` process ([`router`], SIGKILLed on drop) and its /metrics port.
 struct Router {
-    child: Child,
+    _process: Killed,
     port: u16,
 }
 
 impl Router {
     fn start(dir: &str) -> Router {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-            .args([
-                "router",
-                "--standalone",
-                "-f",
-                dir,
-                "--metrics-bind-address",
-            ])
-            .arg(format!("127.0.0.1:{port}"))
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dlq-operator router");
-        Router { child, port }
+        let port = free_port();
+        Router {
+            _process: router(dir, port, "warn"),
+            port,
+        }
     }
 
     /// The value of the first sample of `/metrics` whose line starts with `prefix`.
@@ -58,13 +43,6 @@ impl Router {
         body.lines()
             .find(|l| l.starts_with(prefix))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-    }
-}
-
-impl Drop for Router {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -246,16 +224,7 @@ async fn apply_makes_the_group_and_ownership_once_and_refuses_what_is_not_its_ow
     );
     assert!(t.contains("1 DeadLetterQueue(s) ready, 0 not ready"), "{t}");
     // The group starts at the first entry: what was there is delivered, never skipped.
-    let read: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(GROUP)
-        .arg("c1")
-        .arg("STREAMS")
-        .arg(&stream)
-        .arg(">")
-        .query_async(&mut conn)
-        .await
-        .expect("XREADGROUP");
+    let read = read_new(&mut conn, &stream).await;
     assert!(format!("{read:?}").contains("early"), "{read:?}");
     // A second apply writes nothing.
     let again = cli(&["apply", "-f", &path]);

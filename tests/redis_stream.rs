@@ -19,7 +19,7 @@ use redis::aio::ConnectionLike;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use common::redis_server::{connect, delete, entries, field, group, never_ack, GROUP};
+use common::redis_server::{connect, delete, entries, field, group, never_ack, read_new, GROUP};
 
 fn policy(max_retries: u32) -> ResolvedPolicy {
     let spec: RetryPolicySpec = serde_json::from_value(json!({
@@ -226,18 +226,7 @@ async fn acknowledged_and_young_entries_are_never_moved() {
     let r = router(&stream, 400, 1);
     group(&mut conn, &stream).await;
     let ids = produce(&mut conn, &stream, 4).await;
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(GROUP)
-        .arg("c1")
-        .arg("COUNT")
-        .arg(10)
-        .arg("STREAMS")
-        .arg(&stream)
-        .arg(">")
-        .query_async(&mut conn)
-        .await
-        .expect("XREADGROUP");
+    read_new(&mut conn, &stream).await;
     // Two are processed and acknowledged.
     let _: u64 = redis::cmd("XACK")
         .arg(&stream)
@@ -285,16 +274,7 @@ async fn a_pending_entry_trimmed_from_the_stream_is_acknowledged_and_counted() {
     let r = router(&stream, 100, 1);
     group(&mut conn, &stream).await;
     let ids = produce(&mut conn, &stream, 2).await;
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(GROUP)
-        .arg("c1")
-        .arg("STREAMS")
-        .arg(&stream)
-        .arg(">")
-        .query_async(&mut conn)
-        .await
-        .expect("XREADGROUP");
+    read_new(&mut conn, &stream).await;
     let _: u64 = redis::cmd("XDEL")
         .arg(&stream)
         .arg(&ids[0])
@@ -415,16 +395,7 @@ async fn a_retried_copy_keeps_the_payload_and_drops_a_stale_reason_and_class() {
         .query_async(&mut conn)
         .await
         .expect("XADD");
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(GROUP)
-        .arg("c1")
-        .arg("STREAMS")
-        .arg(&stream)
-        .arg(">")
-        .query_async(&mut conn)
-        .await
-        .expect("XREADGROUP");
+    read_new(&mut conn, &stream).await;
     tokio::time::sleep(Duration::from_millis(80)).await;
     let mut rng = StdRng::seed_from_u64(1);
     let s = r
@@ -458,16 +429,7 @@ async fn a_server_that_lost_its_scripts_still_gets_every_move() {
     let r = router(&stream, 50, 1);
     group(&mut conn, &stream).await;
     produce(&mut conn, &stream, 20).await;
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(GROUP)
-        .arg("c1")
-        .arg("STREAMS")
-        .arg(&stream)
-        .arg(">")
-        .query_async(&mut conn)
-        .await
-        .expect("XREADGROUP");
+    read_new(&mut conn, &stream).await;
     tokio::time::sleep(Duration::from_millis(80)).await;
     // As after a restart or a failover to a replica that never ran them.
     let _: () = redis::cmd("SCRIPT")

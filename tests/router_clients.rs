@@ -15,7 +15,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use serde_json::Value;
 
-use common::clients::{free_port, node, python, scripts, Client, Killed, Seen};
+use common::clients::{free_port, node, python, router, scripts, Client, Seen};
 use common::dlq::{confirm_channel, now_ms, ready_now};
 use common::{cleanup, cli, manifests, mgmt_get, policy_yaml, secret_yaml, text, unique};
 
@@ -69,26 +69,6 @@ impl Drop for Objects {
         })
         .join();
     }
-}
-
-/// `dlq-operator router --standalone -f dir` with /metrics on 127.0.0.1:`port`.
-fn router(dir: &str, port: u16) -> Killed {
-    let child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
-        .args([
-            "router",
-            "--standalone",
-            "-f",
-            dir,
-            "--metrics-bind-address",
-        ])
-        .arg(format!("127.0.0.1:{port}"))
-        .env("RUST_LOG", "warn,lapin=off")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start dlq-operator router");
-    Killed(child)
 }
 
 /// Manifests of Secret `s`, RetryPolicy `p` (`policy`: its spec body) and DeadLetterQueue
@@ -268,7 +248,7 @@ async fn a_pika_consumer_that_rejects_gets_each_tier_then_the_dead_letter_queue(
     let q = unique("rc-pika");
     let _objects = Objects(q.clone());
     let (_dir, path) = applied(&q, TWO_TIERS);
-    let _router = router(&path, 0);
+    let _router = router(&path, 0, "warn,lapin=off");
     let mut command = Command::new(python);
     command
         .arg(scripts().join("pika_consumer.py"))
@@ -305,7 +285,7 @@ async fn an_amqplib_consumer_that_nacks_gets_each_tier_then_the_dead_letter_queu
     let q = unique("rc-amqplib");
     let _objects = Objects(q.clone());
     let (_dir, path) = applied(&q, TWO_TIERS);
-    let _router = router(&path, 0);
+    let _router = router(&path, 0, "warn,lapin=off");
     let mut command = Command::new("node");
     command
         .arg(scripts().join("amqplib_consumer.js"))
@@ -356,7 +336,7 @@ async fn a_celery_task_that_raises_reject_gets_each_tier_then_the_dead_letter_qu
     // dlq-operator declares the source queue first; Celery declares it again (durable,
     // no arguments), which both brokers take as the same classic queue.
     let (_dir, path) = applied(&q, TWO_TIERS);
-    let _router = router(&path, 0);
+    let _router = router(&path, 0, "warn,lapin=off");
     let worker_args = [
         // Celery warns that CI runs it as root (harmless here: JSON serializer only). By
         // message: -W cannot name a category of a package not imported yet.
@@ -419,7 +399,7 @@ async fn a_pika_consumer_report_with_a_non_retryable_class_goes_straight_to_the_
     let q = unique("rc-report");
     let _objects = Objects(q.clone());
     let (_dir, path) = applied(&q, "  maxRetries: 3\n  tiers: [1s]\n");
-    let _router = router(&path, 0);
+    let _router = router(&path, 0, "warn,lapin=off");
     let mut command = Command::new(python);
     command
         .arg(scripts().join("pika_consumer.py"))
@@ -639,7 +619,7 @@ async fn ten_thousand_rejected_messages_all_reach_the_dead_letter_queue_across_a
     // One retry through a 1 s tier: every message passes the router twice.
     let (_dir, path) = applied(&q, "  maxRetries: 1\n  tiers: [1s]\n");
     let port = free_port();
-    let mut first = router(&path, port);
+    let mut first = router(&path, port, "warn,lapin=off");
     let (conn, ch) = confirm_channel().await;
     let (consumer, rejected) = rejecting_consumer(&conn, &q).await;
     publish_all(&ch, &q, KILL_MESSAGES).await;
@@ -649,7 +629,7 @@ async fn ten_thousand_rejected_messages_all_reach_the_dead_letter_queue_across_a
         "kill test: router SIGKILLed after {at_kill} messages moved ({:?} in)",
         started.elapsed()
     );
-    let _second = router(&path, port);
+    let _second = router(&path, port, "warn,lapin=off");
     let n = u32::try_from(KILL_MESSAGES).expect("fits");
     let in_dlq = wait_settled(&ch, &q, n, deadline).await;
     consumer.abort();

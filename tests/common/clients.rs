@@ -191,3 +191,24 @@ pub fn node(test: &str, package: &str) -> bool {
     }
     true
 }
+
+/// `dlq-operator router --standalone -f dir` with /metrics on 127.0.0.1:`port` (0: any
+/// free port) and `RUST_LOG=log`, its stderr the test's; SIGKILLed on drop.
+pub fn router(dir: &str, port: u16, log: &str) -> Killed {
+    let child = Command::new(env!("CARGO_BIN_EXE_dlq-operator"))
+        .args([
+            "router",
+            "--standalone",
+            "-f",
+            dir,
+            "--metrics-bind-address",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start dlq-operator router");
+    Killed(child)
+}

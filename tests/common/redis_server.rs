@@ -103,6 +103,21 @@ pub async fn never_ack_at(
     seen
 }
 
+/// Reads every new entry of `stream` once as consumer `c1` of [`GROUP`], acknowledging
+/// nothing (they stay pending), and returns the answer.
+pub async fn read_new<C: ConnectionLike + Send>(conn: &mut C, stream: &str) -> redis::Value {
+    redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg("c1")
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query_async(conn)
+        .await
+        .expect("XREADGROUP")
+}
+
 /// Every entry of `stream` as `(id, fields)`, oldest first.
 pub async fn entries<C: ConnectionLike + Send>(
     conn: &mut C,
