@@ -1,9 +1,10 @@
 //! The retry router for a Redis stream (docs/REDIS.md, "The router"): each sweep puts the
 //! due retries back on the stream, then decides for every entry pending past the
 //! visibility timeout with the RetryPolicy ([`crate::backoff::ResolvedPolicy::decide`])
-//! and moves it to the retry set or the dead-letter stream. Every move is one script, and
-//! each script checks on the server that its entry is still pending, so routers that
-//! race, or a router killed and started again, never move an entry twice or lose one.
+//! and moves it to the retry set or the dead-letter stream. Every move is one script (a
+//! sweep's moves go out in one pipeline), and each script checks on the server that its
+//! entry is still pending, so routers that race, or a router killed and started again,
+//! never move an entry twice or lose one.
 
 use std::collections::BTreeMap;
 
@@ -38,11 +39,6 @@ pub struct Sweep {
 }
 
 impl Sweep {
-    /// Entries moved or released by this sweep.
-    pub fn moved(&self) -> u64 {
-        self.released + self.retried + self.dead_lettered
-    }
-
     /// Counts one entry moved as `decision` says.
     fn count(&mut self, decision: &Decision) {
         match decision {
