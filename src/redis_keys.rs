@@ -53,6 +53,7 @@ pub struct Keys {
     source: String,
     prefix: String,
     dead_letters: String,
+    dead_letters_named: bool,
     processing: String,
 }
 
@@ -95,6 +96,7 @@ impl Keys {
         Ok(Keys {
             source: source.to_string(),
             dead_letters: dead_letters.map_or_else(|| derived(DEAD_LETTERS), str::to_string),
+            dead_letters_named: dead_letters.is_some(),
             processing: processing.map_or_else(|| derived(PROCESSING), str::to_string),
             prefix,
         })
@@ -139,6 +141,25 @@ impl Keys {
     /// The dead-letter stream (stream layout) or list (list layout).
     pub fn dead_letters(&self) -> &str {
         &self.dead_letters
+    }
+
+    /// Whether the dead-letter key was named (`spec.deadLetter.queue`) rather than derived.
+    pub fn dead_letters_named(&self) -> bool {
+        self.dead_letters_named
+    }
+
+    /// The keys the operator derives for itself (every one but the source and the
+    /// dead-letter key): a named dead-letter key must be none of them.
+    pub fn own(&self) -> Vec<String> {
+        vec![
+            self.retry_set(),
+            self.retry_entries(),
+            self.owner(),
+            self.claimed(),
+            self.seen(),
+            self.failures(),
+            self.processing.clone(),
+        ]
     }
 
     /// The work list's processing list (list layout).

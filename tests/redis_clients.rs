@@ -14,7 +14,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::clients::{node, python, router, scripts, Client, Seen};
-use common::redis_server::{connect, delete, entries, field, group, redis_manifests, uri, GROUP};
+use common::redis_server::{
+    apply, connect, delete, entries, field, group, redis_manifests, uri, GROUP,
+};
 use common::unique;
 
 /// Entries each test produces.
@@ -41,6 +43,7 @@ async fn retried_into_the_dead_letters(
     let dead = format!("{{{stream}}}:dlq:dead");
     group(&mut conn, &stream).await;
     let tmp = redis_manifests(&stream, "1s", 2);
+    apply(tmp.path());
     let router = router(&tmp.path().display().to_string(), 0, "warn");
     let mut consumer = Client::start(name, client(&stream));
     consumer.ready().await;

@@ -15,7 +15,7 @@ use redis::aio::ConnectionLike;
 use tokio_util::sync::CancellationToken;
 
 use common::clients::{router, Killed};
-use common::redis_server::{entries, field, group, never_ack_at, redis_manifests_at, GROUP};
+use common::redis_server::{apply, entries, field, group, never_ack_at, redis_manifests_at, GROUP};
 use common::unique;
 use dlq_operator::redis::connection::Connection;
 
@@ -187,6 +187,7 @@ async fn streams_on_three_masters_are_each_retried_into_their_dead_letters() {
             stop.clone(),
         )));
     }
+    apply(tmp.path());
     let router = start_router(tmp.path());
     let n = 100;
     for s in &streams {
@@ -226,6 +227,7 @@ async fn a_master_killed_during_a_router_run_loses_nothing() {
     let node = (port - port_of(&uris[0]) + 1).to_string();
     group(&mut conn, &stream).await;
     let tmp = redis_manifests_at(&uris.join(","), &[&stream], "300ms", 1);
+    apply(tmp.path());
     let stop = CancellationToken::new();
     let consumer = tokio::spawn(never_ack_at(
         uris.clone(),

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use common::clients::{free_port, router, Killed};
 use common::redis_server::{
-    connect, delete, entries, field, group, never_ack, read_new, redis_manifests, GROUP,
+    apply, connect, delete, entries, field, group, never_ack, read_new, redis_manifests, GROUP,
 };
 use common::{cli, text, unique};
 
@@ -98,6 +98,7 @@ async fn the_router_process_retries_a_never_acking_consumer_into_the_dead_letter
     let dead = format!("{{{stream}}}:dlq:dead");
     group(&mut conn, &stream).await;
     let tmp = redis_manifests(&stream, "300ms", 2);
+    apply(tmp.path());
     let router = Router::start(&tmp.path().display().to_string());
     let stop = CancellationToken::new();
     let consumer = tokio::spawn(never_ack(stream.clone(), GROUP, "c1", stop.clone()));
@@ -140,6 +141,7 @@ async fn a_router_killed_mid_run_and_started_again_loses_nothing_and_moves_nothi
     let dead = format!("{{{stream}}}:dlq:dead");
     group(&mut conn, &stream).await;
     let tmp = redis_manifests(&stream, "200ms", 1);
+    apply(tmp.path());
     let dir = tmp.path().display().to_string();
     let stop = CancellationToken::new();
     let consumer = tokio::spawn(never_ack(stream.clone(), GROUP, "c1", stop.clone()));
@@ -300,6 +302,19 @@ fn redis_input_that_cannot_work_is_one_clear_error() {
         "{t}"
     );
 
+    // One DeadLetterQueue's dead-letter stream is another's source: its trimming would
+    // cut the other's entries.
+    let two = "apiVersion: dlqoperator.io/v1alpha1\nkind: DeadLetterQueue\nmetadata:\n  name: a\n  namespace: default\nspec:\n  broker:\n    type: Redis\n    secretRef:\n      name: redis\n  source:\n    stream: \"{o}\"\n    group: g\n  retryPolicyRef:\n    name: rp\n  deadLetter:\n    queue: \"{o}:b\"\n---\napiVersion: dlqoperator.io/v1alpha1\nkind: DeadLetterQueue\nmetadata:\n  name: b\n  namespace: default\nspec:\n  broker:\n    type: Redis\n    secretRef:\n      name: redis\n  source:\n    stream: \"{o}:b\"\n    group: g\n  retryPolicyRef:\n    name: rp\n";
+    std::fs::write(dir.path().join("dlq.yaml"), two).expect("write");
+    let out = cli(&["router", "--standalone", "-f", &path]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("default/b")
+            && t.contains("is the dead-letter stream of DeadLetterQueue default/a"),
+        "{t}"
+    );
+
     // A RabbitMQ resource given a Redis URI.
     let rabbit = common::dlq_yaml("plain", "plain-q", "rp", "redis", "");
     std::fs::write(dir.path().join("dlq.yaml"), rabbit).expect("write");
@@ -331,4 +346,78 @@ async fn the_redis_example_applies_and_a_second_apply_writes_nothing() {
         assert_eq!(t.matches(word).count(), 2, "apply {round}: {t}");
     }
     delete(&mut conn, &keys).await;
+}
+
+#[tokio::test]
+async fn apply_refuses_keys_it_would_write_that_are_someone_elses_and_the_router_waits_for_apply() {
+    const TEST: &str =
+        "apply_refuses_keys_it_would_write_that_are_someone_elses_and_the_router_waits_for_apply";
+    let Some(mut conn) = connect(TEST).await else {
+        return;
+    };
+    // Another application's sorted set where the retry set would be: refused, untouched.
+    let stream = unique("redis-foreign");
+    let retry = format!("{{{stream}}}:dlq:retry");
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&retry)
+        .arg(1)
+        .arg("their-job")
+        .query_async(&mut conn)
+        .await
+        .expect("ZADD");
+    let tmp = redis_manifests(&stream, "200ms", 1);
+    let out = cli(&["apply", "-f", &tmp.path().display().to_string()]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("[NameConflict]") && t.contains("is not this DeadLetterQueue's"),
+        "{t}"
+    );
+    let theirs: u64 = redis::cmd("ZCARD")
+        .arg(&retry)
+        .query_async(&mut conn)
+        .await
+        .expect("ZCARD");
+    assert_eq!(theirs, 1, "their sorted set is untouched");
+
+    // A router started on a stream never applied does not sweep it.
+    delete(&mut conn, &[retry]).await;
+    group(&mut conn, &stream).await;
+    let router = Router::start(&tmp.path().display().to_string());
+    let _: String = redis::cmd("XADD")
+        .arg(&stream)
+        .arg("*")
+        .arg("body")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .expect("XADD");
+    read_new(&mut conn, &stream).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let pending: (u64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
+        .arg(&stream)
+        .arg(GROUP)
+        .query_async(&mut conn)
+        .await
+        .expect("XPENDING");
+    assert_eq!(pending.0, 1, "not swept before apply");
+    // Once applied, the router takes it on (it looks again every second).
+    apply(tmp.path());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pending: (u64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
+            .arg(&stream)
+            .arg(GROUP)
+            .query_async(&mut conn)
+            .await
+            .expect("XPENDING");
+        if pending.0 == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not moved within 30 s of apply");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(router);
+    delete(&mut conn, &keys_of(&stream)).await;
+    delete(&mut conn, &[format!("{{{stream}}}:dlq:owner")]).await;
 }

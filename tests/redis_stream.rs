@@ -446,3 +446,48 @@ async fn a_server_that_lost_its_scripts_still_gets_every_move() {
     assert_eq!(zcard(&mut conn, &r.source.keys.retry_set()).await, 20);
     delete(&mut conn, &all_keys(&r)).await;
 }
+
+#[tokio::test]
+async fn an_entry_too_large_to_copy_or_read_by_an_odd_consumer_never_holds_up_the_others() {
+    const TEST: &str =
+        "an_entry_too_large_to_copy_or_read_by_an_odd_consumer_never_holds_up_the_others";
+    let Some(mut conn) = connect(TEST).await else {
+        return;
+    };
+    let stream = common::unique("redis-odd");
+    let r = router(&stream, 50, 1);
+    group(&mut conn, &stream).await;
+    // 5,000 fields: more values than a script can pass to XADD.
+    let mut big = redis::cmd("XADD");
+    big.arg(&stream).arg("*");
+    for i in 0..5_000 {
+        big.arg(format!("f{i}")).arg("v");
+    }
+    let big_id: String = big.query_async(&mut conn).await.expect("XADD");
+    produce(&mut conn, &stream, 3).await;
+    // Read by a consumer whose name is not UTF-8.
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg(&b"\xff\xfeworker"[..])
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .expect("XREADGROUP");
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let mut rng = StdRng::seed_from_u64(1);
+    let s = r
+        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
+        .await
+        .expect("sweep");
+    assert_eq!(s.oversized, [big_id], "{s:?}");
+    assert_eq!(s.retried, 3, "the others moved: {s:?}");
+    assert_eq!(
+        pending(&mut conn, &stream).await,
+        1,
+        "the large one stays pending, whole"
+    );
+    delete(&mut conn, &all_keys(&r)).await;
+}

@@ -138,8 +138,9 @@ pub enum Command {
         what: SimulateCommand,
     },
     /// Run the retry router of every DeadLetterQueue in router mode (spec.router.enabled)
-    /// until SIGINT or SIGTERM, which drains it: from the cluster, or with --standalone
-    /// from manifest files. Several router processes may run at once.
+    /// and, with --standalone, of every Redis DeadLetterQueue (docs/REDIS.md) until SIGINT
+    /// or SIGTERM, which drains it: from the cluster, or with --standalone from manifest
+    /// files. Several router processes may run at once.
     Router(RouterArgs),
     /// Serve the dead-letter console (docs/CONSOLE.md): every DeadLetterQueue's depth,
     /// its dead letters by group, the messages, replay and purge with a dry run first,

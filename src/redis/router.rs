@@ -17,6 +17,10 @@ use super::fields::{stamp, EntryState, Failure, Stamped};
 use super::stream::{Move, Moved, Pending, StreamSource, To};
 use crate::backoff::{Decision, ResolvedPolicy};
 
+/// The most pages of [`StreamRouter::batch`] failed entries one sweep reads, when the
+/// pages before held entries that could not be moved.
+pub const MAX_PAGES: usize = 10;
+
 /// What a sweep did, by count of entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sweep {
@@ -36,6 +40,12 @@ pub struct Sweep {
     pub not_pending: u64,
     /// Pending entries trimmed from the stream before they could be copied.
     pub trimmed: u64,
+    /// Ids of entries left pending because their copy would have too many fields for a
+    /// script ([`Moved::Oversized`]).
+    pub oversized: Vec<String>,
+    /// Ids of entries the server refused to move, with its reason: each left as it was,
+    /// the others moved.
+    pub refused: Vec<(String, String)>,
 }
 
 impl Sweep {
@@ -73,7 +83,9 @@ impl StreamRouter {
     /// times), drawing jitter from `rng`.
     ///
     /// # Errors
-    /// The first server error; what was moved before it stays moved.
+    /// A server error of a step of the sweep as a whole (the release, the listing, the
+    /// read, the pipeline); a move the server refuses is only reported in
+    /// [`Sweep::refused`].
     pub async fn sweep<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
@@ -85,9 +97,36 @@ impl StreamRouter {
         sweep.released = released;
         sweep.missing = missing;
         if missing > 0 {
-            warn!(source = %self.source.keys.source(), missing, "due retries without content in the retry entries hash");
+            warn!(source = %crate::printable::escape(self.source.keys.source()), missing, "due retries without content in the retry entries hash");
         }
-        let failed = self.source.failed(conn, self.batch).await?;
+        // Entries left pending (refused, oversized) stay at the head of the listing: page
+        // on past them, so that they never hold up the others.
+        let mut start = "-".to_string();
+        for _ in 0..MAX_PAGES {
+            let page = self.source.failed(conn, &start, self.batch).await?;
+            let Some(last) = page.last() else {
+                break;
+            };
+            start = format!("({}", last.id);
+            let full = page.len() >= self.batch;
+            let stuck_before = sweep.oversized.len() + sweep.refused.len();
+            self.move_page(conn, &page, rng, now_ms, &mut sweep).await?;
+            if !full || sweep.oversized.len() + sweep.refused.len() == stuck_before {
+                break;
+            }
+        }
+        Ok(sweep)
+    }
+
+    /// Decides for every entry of `failed` and makes the moves, counting them in `sweep`.
+    async fn move_page<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        failed: &[Pending],
+        rng: &mut StdRng,
+        now_ms: u64,
+        sweep: &mut Sweep,
+    ) -> Result<(), RedisError> {
         let ids: Vec<&str> = failed.iter().map(|p| p.id.as_str()).collect();
         let contents = self.source.fields(conn, &ids).await?;
         let decided: Vec<(Move, Option<Decision>)> = failed
@@ -97,14 +136,16 @@ impl StreamRouter {
             .collect();
         let moves: Vec<Move> = decided.iter().map(|(m, _)| m.clone()).collect();
         let done = self.source.make(conn, &moves).await?;
-        for ((_, decision), moved) in decided.iter().zip(done) {
+        for ((m, decision), moved) in decided.iter().zip(done) {
             match (moved, decision) {
-                (Moved::Moved, Some(d)) => sweep.count(d),
-                (Moved::Moved, None) | (Moved::Trimmed, _) => sweep.trimmed += 1,
-                (Moved::NotPending, _) => sweep.not_pending += 1,
+                (Ok(Moved::Moved), Some(d)) => sweep.count(d),
+                (Ok(Moved::Moved), None) | (Ok(Moved::Trimmed), _) => sweep.trimmed += 1,
+                (Ok(Moved::NotPending), _) => sweep.not_pending += 1,
+                (Ok(Moved::Oversized), _) => sweep.oversized.push(m.id.clone()),
+                (Err(e), _) => sweep.refused.push((m.id.clone(), e.to_string())),
             }
         }
-        Ok(sweep)
+        Ok(())
     }
 
     /// The move of one failed entry: the RetryPolicy's decision and the copy's fields, or

@@ -21,9 +21,18 @@ pub const NOT_PENDING: i64 = 0;
 /// deleted by `XDEL`): there is nothing to copy; it was acknowledged so that it is not
 /// looked at again.
 pub const TRIMMED: i64 = -1;
+/// The copy would have more than [`MAX_VALUES`] values: a script cannot pass that many
+/// values to `XADD` (Lua's `unpack` limit), so nothing was written and the entry stays
+/// pending, never half-moved.
+pub const OVERSIZED: i64 = -2;
+/// The most fields (names and values: twice the fields) a copy may carry: below Lua's
+/// `unpack` limit of 8,000 values (`LUAI_MAXCSTACK`), with room for `XADD`'s own
+/// arguments.
+pub const MAX_VALUES: usize = 7_900;
 
 /// The common head of the two stream moves: returns before writing anything unless the
-/// entry is pending past the visibility timeout and still in the stream; `fields` is the
+/// entry is pending past the visibility timeout and still in the stream, and its copy has
+/// at most [`MAX_VALUES`] values ([`OVERSIZED`] otherwise); `fields` is the
 /// copy's fields: the entry's, without those named for removal (`ARGV[5]` names, count
 /// in `ARGV[5]`, names in `ARGV[6..]`) or to be set, then the fields to set (name, value
 /// pairs after the removals), in order.
@@ -52,7 +61,13 @@ for i = first_set, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
 end
+if #fields > MAX_VALUES then return -2 end
 "#;
+
+/// [`STREAM_HEAD`] with [`MAX_VALUES`] written in.
+fn stream_head() -> String {
+    STREAM_HEAD.replace("MAX_VALUES", &MAX_VALUES.to_string())
+}
 
 /// Schedules a retry of a pending stream entry.
 ///
@@ -60,11 +75,12 @@ end
 /// timeout (ms: the entry must have been idle that long), delay (ms), the count of field
 /// names to remove, those names, then the `dlq-*` fields to write as name, value pairs. Acknowledges the entry in the group, keeps the
 /// copy's fields in the retry entries hash under the entry id and adds the id to the
-/// retry set, due at the server's now + delay. Returns [`MOVED`], [`NOT_PENDING`] or
-/// [`TRIMMED`].
+/// retry set, due at the server's now + delay. Returns [`MOVED`], [`NOT_PENDING`],
+/// [`TRIMMED`] or [`OVERSIZED`].
 pub static RETRY_STREAM_ENTRY: LazyLock<Script> = LazyLock::new(|| {
+    let head = stream_head();
     Script::new(&format!(
-        r#"{STREAM_HEAD}
+        r#"{head}
 local now = redis.call('TIME')
 local due = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[4])
 redis.call('HSET', KEYS[3], ARGV[2], cmsgpack.pack(fields))
@@ -82,10 +98,11 @@ return 1
 /// drops the oldest dead letters), the count of field names to remove, those names, then
 /// the `dlq-*` fields as name, value pairs. Adds the
 /// copy to the dead-letter stream and acknowledges the entry. Returns [`MOVED`],
-/// [`NOT_PENDING`] or [`TRIMMED`].
+/// [`NOT_PENDING`], [`TRIMMED`] or [`OVERSIZED`].
 pub static DEAD_LETTER_STREAM_ENTRY: LazyLock<Script> = LazyLock::new(|| {
+    let head = stream_head();
     Script::new(&format!(
-        r#"{STREAM_HEAD}
+        r#"{head}
 if tonumber(ARGV[4]) > 0 then
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(fields))
 else

@@ -9,8 +9,8 @@ use redis::RedisError;
 
 use super::fields::Stamped;
 use super::scripts::{
-    DEAD_LETTER_STREAM_ENTRY, MOVED, NOT_PENDING, RELEASE_DUE_TO_STREAM, RETRY_STREAM_ENTRY,
-    TRIMMED,
+    DEAD_LETTER_STREAM_ENTRY, MOVED, NOT_PENDING, OVERSIZED, RELEASE_DUE_TO_STREAM,
+    RETRY_STREAM_ENTRY, TRIMMED,
 };
 use crate::redis_keys::Keys;
 
@@ -76,6 +76,9 @@ pub enum Moved {
     NotPending,
     /// Pending, but trimmed from the stream: acknowledged, nothing to copy.
     Trimmed,
+    /// Its copy would have too many fields for a script to write: nothing written, the
+    /// entry stays pending ([`super::scripts::OVERSIZED`]).
+    Oversized,
 }
 
 impl Moved {
@@ -84,6 +87,7 @@ impl Moved {
             MOVED => Ok(Moved::Moved),
             NOT_PENDING => Ok(Moved::NotPending),
             TRIMMED => Ok(Moved::Trimmed),
+            OVERSIZED => Ok(Moved::Oversized),
             other => Err(RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
                 "unexpected answer of the move script",
@@ -94,22 +98,25 @@ impl Moved {
 }
 
 impl StreamSource {
-    /// Up to `count` entries pending longer than the visibility timeout, oldest id first
-    /// (`XPENDING <stream> <group> IDLE <ms> - + <count>`, Redis 6.2 or later).
+    /// Up to `count` entries pending longer than the visibility timeout, oldest id first,
+    /// from id `start` (`-` for the first; `(ID` after ID)
+    /// (`XPENDING <stream> <group> IDLE <ms> <start> + <count>`, Redis 6.2 or later).
     ///
     /// # Errors
     /// The server's error (a missing group is `NOGROUP`).
     pub async fn failed<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
+        start: &str,
         count: usize,
     ) -> Result<Vec<Pending>, RedisError> {
-        let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        // A consumer name is any bytes: read as bytes, shown lossily.
+        let rows: Vec<(String, Vec<u8>, u64, u64)> = redis::cmd("XPENDING")
             .arg(self.keys.source())
             .arg(&self.group)
             .arg("IDLE")
             .arg(self.visibility_timeout_ms)
-            .arg("-")
+            .arg(start)
             .arg("+")
             .arg(count)
             .query_async(conn)
@@ -118,7 +125,7 @@ impl StreamSource {
             .into_iter()
             .map(|(id, consumer, idle_ms, deliveries)| Pending {
                 id,
-                consumer,
+                consumer: String::from_utf8_lossy(&consumer).into_owned(),
                 idle_ms,
                 deliveries,
             })
@@ -151,16 +158,18 @@ impl StreamSource {
 
     /// Makes `moves` in one pipeline (each still one script, checked on the server:
     /// [`RETRY_STREAM_ENTRY`], [`DEAD_LETTER_STREAM_ENTRY`]); returns what each did, in
-    /// order. A move the server refused with `NOSCRIPT` (it had not loaded the script, or
-    /// lost it in a restart or failover: nothing ran) is made again alone, which loads it.
+    /// order, or the server's error for that move alone (`WRONGTYPE` when the dead-letter
+    /// key is not a stream): one entry the server refuses never holds up the others. A
+    /// move refused with `NOSCRIPT` (the server had not loaded the script, or lost it in a
+    /// restart or failover: nothing ran) is made again alone, which loads it.
     ///
     /// # Errors
-    /// The first other server error (`WRONGTYPE` when the dead-letter key is not a stream).
+    /// The error of the pipeline as a whole (the connection).
     pub async fn make<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
         moves: &[Move],
-    ) -> Result<Vec<Moved>, RedisError> {
+    ) -> Result<Vec<Result<Moved, RedisError>>, RedisError> {
         if moves.is_empty() {
             return Ok(Vec::new());
         }
@@ -175,15 +184,14 @@ impl StreamSource {
         let mut done = Vec::with_capacity(moves.len());
         for (result, call) in results.into_iter().zip(&calls) {
             let code = match result {
-                Ok(code) => code,
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
-                    call.invoke_async(conn).await?
+                    call.invoke_async(conn).await
                 }
-                Err(e) => return Err(e),
+                other => other,
             };
-            done.push(Moved::from_code(code)?);
+            done.push(code.and_then(Moved::from_code));
         }
         Ok(done)
     }

@@ -45,7 +45,7 @@ pub enum ApplyError {
         expected: &'static str,
     },
     /// Another DeadLetterQueue's ownership record is on these keys: nothing was written.
-    #[error("stream {stream:?} belongs to DeadLetterQueue {owner} (ownership record {record:?}); each stream belongs to one DeadLetterQueue")]
+    #[error("stream {stream:?} belongs to DeadLetterQueue {owner} (ownership record {record:?}); each stream belongs to one DeadLetterQueue: give this one another stream, or delete the other DeadLetterQueue first")]
     Owned {
         /// The stream.
         stream: String,
@@ -54,20 +54,32 @@ pub enum ApplyError {
         /// The record's key.
         record: String,
     },
+    /// A key this DeadLetterQueue would write exists and is not its own (no ownership
+    /// record of this DeadLetterQueue covers it): nothing was written.
+    #[error("key {key:?} ({field}) exists and is not this DeadLetterQueue's (no ownership record of it covers that key): it may be another application's; name another key, or remove it yourself if it is yours")]
+    NotOurs {
+        /// The key.
+        key: String,
+        /// The field that names it.
+        field: &'static str,
+    },
     /// The server refused or could not be reached.
     #[error(transparent)]
     Redis(#[from] RedisError),
 }
 
 /// Applies the DeadLetterQueue `owner` (`namespace/name`) with `source` on `conn`: checks
-/// the type of every key it uses (refusing before any write), records its ownership
-/// (`<prefix>:dlq:owner`: `owner`, `operator`) unless another owner's record is there, and
-/// creates the consumer group unless it exists — from the stream's first entry (`0`), so
-/// that entries already in the stream are delivered to the group, never skipped; with
-/// `MKSTREAM` when the stream does not exist yet.
+/// the type of every key it uses, that no key it would write exists without its record
+/// (another application's retry set or dead-letter stream, whose entries the router would
+/// move or trim), and that the record is its own — all before any write; then records its
+/// ownership (`<prefix>:dlq:owner`: `owner`, `operator`, `deadLetters`: the dead-letter
+/// key it covers) and creates the consumer group unless it exists — from the stream's
+/// first entry (`0`), so that entries already in the stream are delivered to the group,
+/// never skipped; with `MKSTREAM` when the stream does not exist yet.
 ///
 /// # Errors
-/// [`ApplyError::WrongType`], [`ApplyError::Owned`] (nothing written), or the server's.
+/// [`ApplyError::WrongType`], [`ApplyError::Owned`], [`ApplyError::NotOurs`] (nothing
+/// written), or the server's.
 pub async fn apply<C: ConnectionLike + Send>(
     conn: &mut C,
     owner: &str,
@@ -75,47 +87,124 @@ pub async fn apply<C: ConnectionLike + Send>(
 ) -> Result<Vec<Action>, ApplyError> {
     let keys = &source.keys;
     check_types(conn, source).await?;
-    let mut actions = Vec::new();
     let record = keys.owner();
-    let current: Option<String> = redis::cmd("HGET")
-        .arg(&record)
-        .arg("owner")
-        .query_async(conn)
-        .await?;
-    match current {
-        Some(o) if o == owner => {
-            actions.push(Action::InPlace(format!("ownership record {record}")))
-        }
-        Some(other) => {
-            return Err(ApplyError::Owned {
-                stream: keys.source().to_string(),
-                owner: other,
-                record,
-            })
-        }
-        None => {
-            // HSETNX: of two applies racing, one writes; the other finds it next time.
-            let written: bool = redis::cmd("HSETNX")
+    let fields: std::collections::HashMap<String, Vec<u8>> =
+        redis::cmd("HGETALL").arg(&record).query_async(conn).await?;
+    let recorded = check_record(&record, &fields, owner, keys.source())?;
+    check_not_foreign(conn, source, recorded).await?;
+    let mut actions = Vec::new();
+    let dead = keys.dead_letters();
+    if recorded.is_some_and(|r| r == dead) {
+        actions.push(Action::InPlace(format!("ownership record {record}")));
+    } else {
+        // HSETNX: of two applies racing for the stream, one writes the owner; the other
+        // finds it taken and writes nothing more.
+        let written: bool = redis::cmd("HSETNX")
+            .arg(&record)
+            .arg("owner")
+            .arg(owner)
+            .query_async(conn)
+            .await?;
+        if !written {
+            let now: Option<String> = redis::cmd("HGET")
                 .arg(&record)
                 .arg("owner")
-                .arg(owner)
                 .query_async(conn)
                 .await?;
-            let _: () = redis::cmd("HSET")
-                .arg(&record)
-                .arg("operator")
-                .arg(OPERATOR)
-                .query_async(conn)
-                .await?;
-            actions.push(if written {
-                Action::Created(format!("ownership record {record}"))
-            } else {
-                Action::InPlace(format!("ownership record {record}"))
-            });
+            if now.as_deref() != Some(owner) {
+                return Err(ApplyError::Owned {
+                    stream: keys.source().to_string(),
+                    owner: now.unwrap_or_default(),
+                    record,
+                });
+            }
         }
+        let _: () = redis::cmd("HSET")
+            .arg(&record)
+            .arg("operator")
+            .arg(OPERATOR)
+            .arg("deadLetters")
+            .arg(dead)
+            .query_async(conn)
+            .await?;
+        actions.push(Action::Created(format!("ownership record {record}")));
     }
     actions.push(ensure_group(conn, source).await?);
     Ok(actions)
+}
+
+/// The dead-letter key the ownership record `fields` (of key `record`) covers, `None`
+/// when there is no record; an error when it is another owner's or not an operator's.
+fn check_record<'a>(
+    record: &str,
+    fields: &'a std::collections::HashMap<String, Vec<u8>>,
+    owner: &str,
+    stream: &str,
+) -> Result<Option<&'a str>, ApplyError> {
+    if fields.is_empty() {
+        return Ok(None);
+    }
+    let text = |name: &str| {
+        fields
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    match (text("owner"), text("operator")) {
+        (Some(o), Some(op)) if o == owner && op == OPERATOR => Ok(Some(
+            fields
+                .get("deadLetters")
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .unwrap_or(""),
+        )),
+        (Some(o), Some(op)) if op == OPERATOR => Err(ApplyError::Owned {
+            stream: stream.to_string(),
+            owner: o,
+            record: record.to_string(),
+        }),
+        _ => Err(ApplyError::NotOurs {
+            key: record.to_string(),
+            field: "spec.source.stream",
+        }),
+    }
+}
+
+/// Refuses the operator's keys that exist without being covered by this DeadLetterQueue's
+/// record (`recorded`: the dead-letter key the record covers, `None` without a record):
+/// the retry set and entries before the first apply, the dead-letter key unless the
+/// record names it.
+async fn check_not_foreign<C: ConnectionLike + Send>(
+    conn: &mut C,
+    source: &StreamSource,
+    recorded: Option<&str>,
+) -> Result<(), ApplyError> {
+    let keys = &source.keys;
+    let mut ours_if_recorded = vec![
+        (keys.retry_set(), "spec.source.stream"),
+        (keys.retry_entries(), "spec.source.stream"),
+    ];
+    if recorded.is_some() {
+        ours_if_recorded.clear();
+    }
+    if recorded != Some(keys.dead_letters()) {
+        ours_if_recorded.push((keys.dead_letters().to_string(), dead_letters_field(source)));
+    }
+    for (key, field) in ours_if_recorded {
+        let exists: bool = redis::cmd("EXISTS").arg(&key).query_async(conn).await?;
+        if exists {
+            return Err(ApplyError::NotOurs { key, field });
+        }
+    }
+    Ok(())
+}
+
+/// The field that names the dead-letter key: `spec.deadLetter.queue` when set, else the
+/// stream it is derived from.
+fn dead_letters_field(source: &StreamSource) -> &'static str {
+    if source.keys.dead_letters_named() {
+        "spec.deadLetter.queue"
+    } else {
+        "spec.source.stream"
+    }
 }
 
 /// The keys of `source` with the type each must have (or be absent), and the field that

@@ -122,20 +122,13 @@ pub fn load_and_plan_all(
         let plan =
             futures::executor::block_on(super::resolve_redis(&m, namespace, d.object.clone()))
                 .map_err(|e| manifest_error(&m, d, e))?;
-        if let Some(first) = redis_planned.iter().find(|p| {
-            p.plan.source.keys.source() == plan.source.keys.source()
-                && p.plan.connection.redacted() == plan.connection.redacted()
-        }) {
+        if let Some((field, message)) = redis_overlap(&redis_planned, &plan) {
             return Err(ManifestError::Field {
                 at: d.source.clone(),
                 kind: ResourceKind::DeadLetterQueue.as_str(),
                 name: plan.key.clone(),
-                field: "spec.source.stream".into(),
-                message: format!(
-                    "stream {:?} is already routed by DeadLetterQueue {}; each stream belongs to one DeadLetterQueue",
-                    plan.source.keys.source(),
-                    first.plan.key
-                ),
+                field: field.into(),
+                message,
             });
         }
         redis_planned.push(RedisPlanned {
@@ -144,6 +137,29 @@ pub fn load_and_plan_all(
         });
     }
     Ok((planned, redis_planned))
+}
+
+/// The field of `plan` and why, when one of its keys is a key of an `earlier` Redis
+/// DeadLetterQueue on the same deployment: the same stream, or one's dead-letter stream
+/// the other's source (its router would trim the other's entries).
+fn redis_overlap(earlier: &[RedisPlanned], plan: &RedisPlan) -> Option<(&'static str, String)> {
+    let keys = &plan.source.keys;
+    earlier
+        .iter()
+        .filter(|p| p.plan.connection.redacted() == plan.connection.redacted())
+        .find_map(|p| {
+            let other = &p.plan.source.keys;
+            let owner = &p.plan.key;
+            if other.source() == keys.source() {
+                Some(("spec.source.stream", format!("stream {:?} is already routed by DeadLetterQueue {owner}; each stream belongs to one DeadLetterQueue", keys.source())))
+            } else if other.dead_letters() == keys.source() {
+                Some(("spec.source.stream", format!("stream {:?} is the dead-letter stream of DeadLetterQueue {owner}", keys.source())))
+            } else if other.source() == keys.dead_letters() || other.dead_letters() == keys.dead_letters() {
+                Some(("spec.deadLetter.queue", format!("{:?} is a stream of DeadLetterQueue {owner}", keys.dead_letters())))
+            } else {
+                None
+            }
+        })
 }
 
 /// Loads manifests and validates every RetryPolicy in them; at least one DeadLetterQueue

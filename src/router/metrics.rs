@@ -82,6 +82,15 @@ impl RouterMetrics {
             .inc_by(count);
     }
 
+    /// Counts `count` messages of `namespace/name` that could not be moved, with the
+    /// `error` label: the Redis router's entries the server refused (`refused`) or that
+    /// were too large to copy (`oversized`).
+    pub fn record_failures(&self, namespace: &str, name: &str, error: &str, count: u64) {
+        self.failures
+            .with_label_values(&[namespace, name, error])
+            .inc_by(count);
+    }
+
     /// Counts one message of `namespace/name` that could not be moved.
     pub fn record_failure(&self, namespace: &str, name: &str, error: &ClientError) {
         self.failures

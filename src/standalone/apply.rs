@@ -251,7 +251,14 @@ async fn redis_apply(
         None => {
             let c = crate::redis::connection::Connection::open(&uris)
                 .await
-                .map_err(|e| ("BrokerUnreachable", redis_error(&p.plan.connection, &e)))?;
+                .map_err(|e| {
+                    let reason = if e.kind() == redis::ErrorKind::AuthenticationFailed {
+                        "BrokerAuthFailed"
+                    } else {
+                        "BrokerUnreachable"
+                    };
+                    (reason, redis_error(&p.plan.connection, &e))
+                })?;
             connections.push((key, c));
             &mut connections.last_mut().expect("just pushed").1
         }
@@ -260,7 +267,9 @@ async fn redis_apply(
         .await
         .map_err(|e| match e {
             ApplyError::WrongType { .. } => ("KeyTypeConflict", e.to_string()),
-            ApplyError::Owned { .. } => ("NameConflict", e.to_string()),
+            ApplyError::Owned { .. } | ApplyError::NotOurs { .. } => {
+                ("NameConflict", e.to_string())
+            }
             ApplyError::Redis(r) => ("BrokerError", redis_error(&p.plan.connection, &r)),
         })
 }

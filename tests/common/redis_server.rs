@@ -213,3 +213,10 @@ pub async fn group<C: ConnectionLike + Send>(conn: &mut C, stream: &str) {
         .await
         .expect("XGROUP CREATE");
 }
+
+/// `dlq-operator apply -f dir`, which must succeed: the ownership records and groups the
+/// routers need.
+pub fn apply(dir: &std::path::Path) {
+    let out = super::cli(&["apply", "-f", &dir.display().to_string()]);
+    assert!(out.status.success(), "apply: {}", super::text(&out));
+}

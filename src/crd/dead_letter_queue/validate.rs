@@ -102,6 +102,7 @@ impl DeadLetterQueueSpec {
         if !self.source.queue.is_empty() {
             errs.push("spec.source.queue", FOR_RABBITMQ);
         }
+        let defaults = rabbitmq_defaults();
         for (field, set) in [
             ("spec.source.exchange", self.source.exchange.is_some()),
             ("spec.source.routingKey", self.source.routing_key.is_some()),
@@ -113,6 +114,36 @@ impl DeadLetterQueueSpec {
                 "spec.deadLetter.partitionBy",
                 self.dead_letter.partition_by != PartitionBy::None,
             ),
+            // Fields with defaults: only a value other than the default is refused.
+            (
+                "spec.source.queueType",
+                self.source.queue_type != defaults.source.queue_type,
+            ),
+            (
+                "spec.source.manage",
+                self.source.manage != defaults.source.manage,
+            ),
+            (
+                "spec.source.deliveryLimit",
+                self.source.delivery_limit != defaults.source.delivery_limit,
+            ),
+            (
+                "spec.broker.vhost",
+                self.broker.vhost != defaults.broker.vhost,
+            ),
+            (
+                "spec.broker.policyPriority",
+                self.broker.policy_priority != defaults.broker.policy_priority,
+            ),
+            (
+                "spec.broker.queueSettings",
+                self.broker.queue_settings != defaults.broker.queue_settings,
+            ),
+            (
+                "spec.deadLetter.retention",
+                self.dead_letter.retention != defaults.dead_letter.retention,
+            ),
+            ("spec.router.enabled", self.router.enabled),
         ] {
             if set {
                 errs.push(field, FOR_RABBITMQ);
@@ -138,8 +169,12 @@ impl DeadLetterQueueSpec {
         }
     }
 
-    /// The stream's key, its group's name and a named dead-letter key.
+    /// The stream's key, its group's name and a named dead-letter key (in the stream's
+    /// slot, none of the operator's own keys).
     fn check_redis_keys(&self, errs: &mut Errors, stream: &str, group: &str) {
+        if stream.chars().any(char::is_control) {
+            errs.push("spec.source.stream", "must not contain control characters");
+        }
         if group.is_empty() || group.chars().any(char::is_control) {
             errs.push(
                 "spec.source.group",
@@ -152,6 +187,16 @@ impl DeadLetterQueueSpec {
                 if let Some(dead) = &self.dead_letter.queue {
                     if dead == stream {
                         errs.push("spec.deadLetter.queue", "must not be the source stream");
+                    } else if keys.own().iter().any(|k| k == dead) {
+                        errs.push(
+                            "spec.deadLetter.queue",
+                            format!("{dead:?} is one of the keys the operator keeps for this stream; choose another name"),
+                        );
+                    } else if dead.is_empty() || dead.chars().any(char::is_control) {
+                        errs.push(
+                            "spec.deadLetter.queue",
+                            "must be a non-empty key without control characters",
+                        );
                     } else if let Err(e) = keys.check_same_slot(dead) {
                         errs.push("spec.deadLetter.queue", e);
                     }
@@ -162,7 +207,7 @@ impl DeadLetterQueueSpec {
 
     /// The Redis-only fields of a RabbitMQ DeadLetterQueue.
     fn check_no_redis_fields(&self, errs: &mut Errors) {
-        const FOR_REDIS: &str = "is for spec.broker.type: Redis (this DeadLetterQueue is on RabbitMQ: set spec.broker.type: Redis, or name the queue in spec.source.queue)";
+        const FOR_REDIS: &str = "is for spec.broker.type: Redis; this DeadLetterQueue is on RabbitMQ: remove the field, or set spec.broker.type: Redis (docs/REDIS.md)";
         for (field, set) in [
             ("spec.source.stream", self.source.stream.is_some()),
             ("spec.source.group", self.source.group.is_some()),
@@ -310,6 +355,12 @@ impl DeadLetterSpec {
         }
         if self.max_length == 0 {
             errs.push("spec.deadLetter.maxLength", "must be at least 1");
+        } else if i64::try_from(self.max_length).is_err() {
+            // RabbitMQ's max-length and Redis's MAXLEN are signed 64-bit integers.
+            errs.push(
+                "spec.deadLetter.maxLength",
+                format!("{} is larger than {}", self.max_length, i64::MAX),
+            );
         }
     }
 }
@@ -619,6 +670,18 @@ mod tests {
     }
 }
 
+/// A RabbitMQ DeadLetterQueue's spec with every default, to tell the RabbitMQ-only fields a
+/// Redis DeadLetterQueue sets from those it leaves alone.
+fn rabbitmq_defaults() -> DeadLetterQueueSpec {
+    // Every field with a default, the required ones named: this decodes.
+    serde_json::from_value(serde_json::json!({
+        "broker": {"secretRef": {"name": "s"}},
+        "source": {"queue": "q"},
+        "retryPolicyRef": {"name": "p"},
+    }))
+    .unwrap_or_else(|e| unreachable!("a spec of defaults decodes: {e}"))
+}
+
 #[cfg(test)]
 mod redis_tests {
     use crate::crd::DeadLetterQueueSpec;
@@ -685,6 +748,35 @@ mod redis_tests {
                 "spec.source.visibilityTimeout"
             ]
         );
+    }
+
+    #[test]
+    fn rabbitmq_settings_and_the_operators_own_keys_are_refused_on_redis() {
+        let s = spec(
+            serde_json::json!({"stream": "orders", "group": "g", "queueType": "Classic", "deliveryLimit": 5}),
+            serde_json::json!({
+                "deadLetter": {"queue": "{orders}:dlq:retry", "retention": "1d", "maxLength": u64::MAX},
+                "router": {"enabled": true},
+            }),
+        );
+        let mut refused = fields(&s);
+        refused.sort();
+        assert_eq!(
+            refused,
+            [
+                "spec.deadLetter.maxLength",
+                "spec.deadLetter.queue",
+                "spec.deadLetter.retention",
+                "spec.router.enabled",
+                "spec.source.deliveryLimit",
+                "spec.source.queueType",
+            ]
+        );
+        let control = spec(
+            serde_json::json!({"stream": "a\u{1b}[2J", "group": "g"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(fields(&control), ["spec.source.stream"]);
     }
 
     #[test]
