@@ -31,7 +31,8 @@ pub struct EntryState {
 
 impl EntryState {
     /// Reads the state from an entry's `(name, value)` fields; a value that is not a
-    /// non-negative decimal counts as absent (other clients may write anything).
+    /// non-negative decimal counts as absent (other clients may write anything), one too
+    /// large for 64 bits as the largest.
     pub fn from_fields(fields: &[(Vec<u8>, Vec<u8>)]) -> Self {
         let get = |name: &str| {
             fields
@@ -39,10 +40,13 @@ impl EntryState {
                 .find(|(n, _)| n.as_slice() == name.as_bytes())
                 .map(|(_, v)| v.as_slice())
         };
+        // A decimal too large for u64 counts as u64::MAX (a retry count that large is
+        // spent), never as absent.
         let number = |name: &str| {
-            get(name)
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .and_then(|s| s.trim().parse::<u64>().ok())
+            let text = get(name).and_then(|v| std::str::from_utf8(v).ok())?.trim();
+            text.parse::<u64>().ok().or_else(|| {
+                (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())).then_some(u64::MAX)
+            })
         };
         let text = |name: &str| {
             get(name)
@@ -191,6 +195,8 @@ mod tests {
         assert_eq!(s.last_delay_ms, None);
         assert_eq!(s.original_id.as_deref(), Some("1-0"));
         assert_eq!(EntryState::from_fields(&[]), EntryState::default());
+        let huge = EntryState::from_fields(&fields(&[(RETRY_COUNT, "99999999999999999999")]));
+        assert_eq!(huge.retry_count, u32::MAX, "spent, not restarted");
     }
 
     #[test]
