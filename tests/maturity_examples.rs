@@ -23,7 +23,7 @@ fn documented() -> Vec<(String, [f64; 4])> {
         .collect()
 }
 
-/// Every example file (examples/ and its subdirectories) with a DeadLetterQueue.
+/// Every example file (examples/ and its subdirectories) with a RabbitMQ DeadLetterQueue.
 fn examples_with_a_dead_letter_queue() -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut found = Vec::new();
@@ -34,7 +34,11 @@ fn examples_with_a_dead_letter_queue() -> Vec<String> {
             if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "yaml")
-                && std::fs::read_to_string(&path).is_ok_and(|t| t.contains("kind: DeadLetterQueue"))
+                && std::fs::read_to_string(&path).is_ok_and(|t| {
+                    // The maturity score is not computed for Redis DeadLetterQueues yet
+                    // (docs/REDIS.md, "Not yet"): their examples have no documented score.
+                    t.contains("kind: DeadLetterQueue") && !t.contains("type: Redis")
+                })
             {
                 let rel = path.strip_prefix(root).expect("under the root");
                 found.push(rel.display().to_string());
