@@ -671,15 +671,18 @@ mod tests {
 }
 
 /// A RabbitMQ DeadLetterQueue's spec with every default, to tell the RabbitMQ-only fields a
-/// Redis DeadLetterQueue sets from those it leaves alone.
-fn rabbitmq_defaults() -> DeadLetterQueueSpec {
-    // Every field with a default, the required ones named: this decodes.
-    serde_json::from_value(serde_json::json!({
-        "broker": {"secretRef": {"name": "s"}},
-        "source": {"queue": "q"},
-        "retryPolicyRef": {"name": "p"},
-    }))
-    .unwrap_or_else(|e| unreachable!("a spec of defaults decodes: {e}"))
+/// Redis DeadLetterQueue sets from those it leaves alone; decoded once per process.
+fn rabbitmq_defaults() -> &'static DeadLetterQueueSpec {
+    static DEFAULTS: std::sync::LazyLock<DeadLetterQueueSpec> = std::sync::LazyLock::new(|| {
+        // Every field with a default, the required ones named: this decodes.
+        serde_json::from_value(serde_json::json!({
+            "broker": {"secretRef": {"name": "s"}},
+            "source": {"queue": "q"},
+            "retryPolicyRef": {"name": "p"},
+        }))
+        .unwrap_or_else(|e| unreachable!("a spec of defaults decodes: {e}"))
+    });
+    &DEFAULTS
 }
 
 #[cfg(test)]
