@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use common::clients::{free_port, router, Killed};
 use common::redis_server::{
-    apply, connect, delete, entries, field, group, never_ack, read_new, redis_manifests, GROUP,
+    apply, connect, delete, entries, field, group, never_ack, pending, read_new, redis_manifests,
+    GROUP,
 };
 use common::{cli, text, unique};
 
@@ -394,24 +395,16 @@ async fn apply_refuses_keys_it_would_write_that_are_someone_elses_and_the_router
         .expect("XADD");
     read_new(&mut conn, &stream).await;
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let pending: (u64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
-        .arg(&stream)
-        .arg(GROUP)
-        .query_async(&mut conn)
-        .await
-        .expect("XPENDING");
-    assert_eq!(pending.0, 1, "not swept before apply");
+    assert_eq!(
+        pending(&mut conn, &stream).await,
+        1,
+        "not swept before apply"
+    );
     // Once applied, the router takes it on (it looks again every second).
     apply(tmp.path());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let pending: (u64, redis::Value, redis::Value, redis::Value) = redis::cmd("XPENDING")
-            .arg(&stream)
-            .arg(GROUP)
-            .query_async(&mut conn)
-            .await
-            .expect("XPENDING");
-        if pending.0 == 0 {
+        if pending(&mut conn, &stream).await == 0 {
             break;
         }
         assert!(Instant::now() < deadline, "not moved within 30 s of apply");

@@ -19,7 +19,9 @@ use redis::aio::ConnectionLike;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use common::redis_server::{connect, delete, entries, field, group, never_ack, read_new, GROUP};
+use common::redis_server::{
+    connect, delete, entries, field, group, never_ack, pending, read_new, GROUP,
+};
 
 fn policy(max_retries: u32) -> ResolvedPolicy {
     let spec: RetryPolicySpec = serde_json::from_value(json!({
@@ -63,14 +65,15 @@ async fn produce<C: ConnectionLike + Send>(conn: &mut C, stream: &str, n: usize)
 }
 
 /// Entries pending in the group.
-async fn pending<C: ConnectionLike + Send>(conn: &mut C, stream: &str) -> u64 {
-    let (count, ..): (u64, Option<String>, Option<String>, redis::Value) = redis::cmd("XPENDING")
-        .arg(stream)
-        .arg(GROUP)
-        .query_async(conn)
+/// One sweep of `r` now, which must succeed.
+async fn sweep_now<C: ConnectionLike + Send>(
+    r: &StreamRouter,
+    conn: &mut C,
+    rng: &mut StdRng,
+) -> Sweep {
+    r.sweep(conn, rng, dlq_operator::clock::now_ms())
         .await
-        .expect("XPENDING");
-    count
+        .expect("sweep")
 }
 
 async fn zcard<C: ConnectionLike + Send>(conn: &mut C, key: &str) -> u64 {
@@ -238,16 +241,10 @@ async fn acknowledged_and_young_entries_are_never_moved() {
         .expect("XACK");
     let mut rng = StdRng::seed_from_u64(1);
     // Before the visibility timeout, nothing is a failure yet.
-    let early = r
-        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
-        .await
-        .expect("sweep");
+    let early = sweep_now(&r, &mut conn, &mut rng).await;
     assert_eq!(early, Sweep::default());
     tokio::time::sleep(Duration::from_millis(450)).await;
-    let s = r
-        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
-        .await
-        .expect("sweep");
+    let s = sweep_now(&r, &mut conn, &mut rng).await;
     assert_eq!((s.retried, s.dead_lettered), (2, 0), "{s:?}");
     let waiting: Vec<String> = redis::cmd("ZRANGE")
         .arg(r.source.keys.retry_set())
@@ -283,10 +280,7 @@ async fn a_pending_entry_trimmed_from_the_stream_is_acknowledged_and_counted() {
         .expect("XDEL");
     tokio::time::sleep(Duration::from_millis(150)).await;
     let mut rng = StdRng::seed_from_u64(1);
-    let s = r
-        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
-        .await
-        .expect("sweep");
+    let s = sweep_now(&r, &mut conn, &mut rng).await;
     assert_eq!((s.trimmed, s.retried), (1, 1), "{s:?}");
     assert_eq!(pending(&mut conn, &stream).await, 0);
     delete(&mut conn, &all_keys(&r)).await;
@@ -398,17 +392,11 @@ async fn a_retried_copy_keeps_the_payload_and_drops_a_stale_reason_and_class() {
     read_new(&mut conn, &stream).await;
     tokio::time::sleep(Duration::from_millis(80)).await;
     let mut rng = StdRng::seed_from_u64(1);
-    let s = r
-        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
-        .await
-        .expect("sweep");
+    let s = sweep_now(&r, &mut conn, &mut rng).await;
     assert_eq!(s.retried, 1, "{s:?}");
     // Due after 400 ms (the second retry's delay): wait for it to come back.
     tokio::time::sleep(Duration::from_millis(450)).await;
-    let s = r
-        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
-        .await
-        .expect("sweep");
+    let s = sweep_now(&r, &mut conn, &mut rng).await;
     assert_eq!(s.released, 1, "{s:?}");
     let all = entries(&mut conn, &stream).await;
     let (_, copy) = all.last().expect("the copy");
@@ -438,10 +426,7 @@ async fn a_server_that_lost_its_scripts_still_gets_every_move() {
         .await
         .expect("SCRIPT FLUSH");
     let mut rng = StdRng::seed_from_u64(1);
-    let s = r
-        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
-        .await
-        .expect("sweep");
+    let s = sweep_now(&r, &mut conn, &mut rng).await;
     assert_eq!(s.retried, 20, "{s:?}");
     assert_eq!(zcard(&mut conn, &r.source.keys.retry_set()).await, 20);
     delete(&mut conn, &all_keys(&r)).await;
@@ -478,10 +463,7 @@ async fn an_entry_too_large_to_copy_or_read_by_an_odd_consumer_never_holds_up_th
         .expect("XREADGROUP");
     tokio::time::sleep(Duration::from_millis(80)).await;
     let mut rng = StdRng::seed_from_u64(1);
-    let s = r
-        .sweep(&mut conn, &mut rng, dlq_operator::clock::now_ms())
-        .await
-        .expect("sweep");
+    let s = sweep_now(&r, &mut conn, &mut rng).await;
     assert_eq!(s.oversized, [big_id], "{s:?}");
     assert_eq!(s.retried, 3, "the others moved: {s:?}");
     assert_eq!(

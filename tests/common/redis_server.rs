@@ -118,6 +118,17 @@ pub async fn read_new<C: ConnectionLike + Send>(conn: &mut C, stream: &str) -> r
         .expect("XREADGROUP")
 }
 
+/// Entries pending in [`GROUP`] of `stream` (the `XPENDING` summary's count).
+pub async fn pending<C: ConnectionLike + Send>(conn: &mut C, stream: &str) -> u64 {
+    let (count, ..): (u64, Option<String>, Option<String>, redis::Value) = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(GROUP)
+        .query_async(conn)
+        .await
+        .expect("XPENDING");
+    count
+}
+
 /// Every entry of `stream` as `(id, fields)`, oldest first.
 pub async fn entries<C: ConnectionLike + Send>(
     conn: &mut C,
